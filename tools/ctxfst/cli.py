@@ -1,0 +1,95 @@
+"""The `ctxfst` command line: argument parsing and output only; the work is in the library."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
+
+
+def _add_check_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                        help="files or folders (default: the project's content and skills)")
+    parser.add_argument("--format", choices=("text", "json", "github"), default="text")
+    parser.add_argument("--strict", action="store_true",
+                        help="fail on warnings as well as errors")
+    parser.add_argument("--staged", action="store_true",
+                        help="check the knowledge base as staged in the git index")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxfst", description=(
+        "Compile, validate and lint CtxFST knowledge bases."))
+    parser.add_argument("--version", action="version", version=f"ctxfst {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_check_options(commands.add_parser(
+        "validate", help="check documents and skills; exit 1 on errors"))
+    _add_check_options(commands.add_parser(
+        "lint", help="quality advice on chunks and entities"))
+    hook = commands.add_parser("install-hook",
+                               help="install a git pre-commit hook that validates staged files")
+    hook.add_argument("--force", action="store_true",
+                      help="replace an existing pre-commit hook")
+    return parser
+
+
+def _check(args: argparse.Namespace, lint: bool) -> int:
+    from .diagnostics import RENDERERS
+    from .validation import check_paths, check_staged
+
+    if args.staged:
+        if args.paths:
+            raise _Usage("--staged takes no paths")
+        report = check_staged(lint=lint)
+    else:
+        report = check_paths(args.paths, lint=lint)
+    sys.stdout.write(RENDERERS[args.format](report.diagnostics, report.summary))
+    return report.exit_code(strict=args.strict)
+
+
+def _install_hook(args: argparse.Namespace) -> int:
+    from .hook import install_hook
+
+    path = install_hook(Path.cwd(), force=args.force)
+    print(f"installed {path}")
+    return EXIT_OK
+
+
+class _Usage(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .config import ConfigError
+    from .hook import HookError
+    from .validation import UsageError
+
+    try:
+        if args.command in ("validate", "lint"):
+            return _check(args, lint=args.command == "lint")
+        if args.command == "install-hook":
+            return _install_hook(args)
+    except (UsageError, ConfigError, HookError, _Usage) as error:
+        print(f"ctxfst: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # a bug: say so briefly; CTXFST_DEBUG=1 shows the traceback
+        if os.environ.get("CTXFST_DEBUG"):
+            raise
+        print(f"ctxfst: internal error: {type(error).__name__}: {error} "
+              "(set CTXFST_DEBUG=1 for details)", file=sys.stderr)
+        return EXIT_INTERNAL
+    parser.error(f"unknown command {args.command}")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Diagnostics as data: stable codes, severities, locations, and their renderings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Iterable
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    severity: Severity
+    title: str
+
+
+# The registry of every code ctxfst emits. Codes are stable: never renumber, only add.
+# docs/rules.md documents each one (a test keeps the two in step).
+_RULES = [
+    # Reading the file (CTX00x)
+    Rule("CTX001", Severity.ERROR, "file cannot be read"),
+    Rule("CTX002", Severity.ERROR, "file is not valid UTF-8"),
+    Rule("CTX003", Severity.ERROR, "file is binary"),
+    Rule("CTX004", Severity.ERROR, "file is too large"),
+    Rule("CTX005", Severity.ERROR, "file is empty"),
+    # Frontmatter and YAML (CTX01x)
+    Rule("CTX010", Severity.ERROR, "missing frontmatter"),
+    Rule("CTX011", Severity.ERROR, "frontmatter is not closed"),
+    Rule("CTX012", Severity.ERROR, "YAML syntax error"),
+    Rule("CTX013", Severity.ERROR, "frontmatter is not a mapping"),
+    Rule("CTX014", Severity.ERROR, "duplicate YAML key"),
+    Rule("CTX015", Severity.ERROR, "YAML too large or recursive after alias expansion"),
+    Rule("CTX016", Severity.ERROR, "tab used for YAML indentation"),
+    Rule("CTX017", Severity.ERROR, "unsupported YAML key"),
+    Rule("CTX018", Severity.ERROR, "not a CtxFST document"),
+    # Fields (CTX1xx)
+    Rule("CTX101", Severity.ERROR, "required field missing"),
+    Rule("CTX102", Severity.ERROR, "field has the wrong type"),
+    Rule("CTX103", Severity.ERROR, "value not allowed"),
+    Rule("CTX104", Severity.ERROR, "invalid id"),
+    Rule("CTX105", Severity.ERROR, "invalid field value"),
+    Rule("CTX106", Severity.WARNING, "chunk has no context"),
+    # References across the knowledge base (CTX2xx)
+    Rule("CTX201", Severity.ERROR, "duplicate entity id in a document"),
+    Rule("CTX202", Severity.ERROR, "conflicting entity declarations"),
+    Rule("CTX203", Severity.ERROR, "duplicate chunk id"),
+    Rule("CTX204", Severity.ERROR, "reference to an undeclared entity"),
+    Rule("CTX205", Severity.ERROR, "condition names an entity that is not a state"),
+    Rule("CTX206", Severity.ERROR, "dependency names an unknown chunk"),
+    Rule("CTX207", Severity.ERROR, "dependency cycle"),
+    Rule("CTX208", Severity.WARNING, "related skill not found"),
+    # Body (CTX3xx)
+    Rule("CTX301", Severity.ERROR, "body chunk not declared in the frontmatter"),
+    Rule("CTX302", Severity.ERROR, "frontmatter chunk has no body"),
+    Rule("CTX303", Severity.ERROR, "nested chunk"),
+    Rule("CTX304", Severity.ERROR, "unclosed chunk"),
+    Rule("CTX305", Severity.ERROR, "closing chunk tag without an opening one"),
+    Rule("CTX306", Severity.ERROR, "chunk tag without an id"),
+    Rule("CTX307", Severity.ERROR, "chunk id repeated in the body"),
+    Rule("CTX308", Severity.ERROR, "content_path escapes the knowledge base"),
+    Rule("CTX309", Severity.ERROR, "content_path does not exist"),
+    Rule("CTX310", Severity.ERROR, "chunk has both a body and a content_path"),
+    # Skills (CTX4xx)
+    Rule("CTX401", Severity.ERROR, "invalid skill name"),
+    Rule("CTX402", Severity.ERROR, "skill name differs from its directory"),
+    Rule("CTX403", Severity.ERROR, "duplicate skill name"),
+    Rule("CTX404", Severity.WARNING, "skill condition names no declared entity"),
+    # Quality lint (CTX5xx), reported by `ctxfst lint` only
+    Rule("CTX501", Severity.WARNING, "near-duplicate chunks"),
+    Rule("CTX502", Severity.WARNING, "context too short"),
+    Rule("CTX503", Severity.INFO, "context too long"),
+    Rule("CTX504", Severity.WARNING, "context repeats the content"),
+    Rule("CTX505", Severity.INFO, "over-broad tags"),
+    Rule("CTX506", Severity.WARNING, "identical tag sets"),
+    Rule("CTX507", Severity.WARNING, "id naming"),
+    Rule("CTX508", Severity.WARNING, "generic entity name"),
+    Rule("CTX509", Severity.WARNING, "duplicate entity name or alias"),
+    Rule("CTX510", Severity.WARNING, "too many entities in a chunk"),
+    Rule("CTX511", Severity.INFO, "chunk links no entities"),
+    Rule("CTX512", Severity.WARNING, "context is empty"),
+]
+RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    path: str
+    line: int
+    column: int
+    code: str
+    message: str
+    severity: Severity
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        return {key: data[key] for key in ("code", "severity", "message", "path", "line", "column")}
+
+
+def diag(code: str, message: str, path: str, line: int = 1, column: int = 1,
+         severity: Severity | None = None) -> Diagnostic:
+    """Build a diagnostic whose severity defaults to its rule's."""
+    rule = RULES[code]
+    return Diagnostic(path=path, line=max(1, line), column=max(1, column), code=code,
+                      message=message, severity=severity or rule.severity)
+
+
+def summarize(diagnostics: Iterable[Diagnostic], files: int) -> dict:
+    counts = {severity.value: 0 for severity in Severity}
+    for item in diagnostics:
+        counts[item.severity.value] += 1
+    return {"files": files, "errors": counts["error"], "warnings": counts["warning"],
+            "infos": counts["info"]}
+
+
+def render_text(diagnostics: list[Diagnostic], summary: dict) -> str:
+    lines = [f"{d.path}:{d.line}:{d.column}: {d.severity.value} {d.code}: {d.message}"
+             for d in diagnostics]
+    lines.append(summary_line(summary))
+    return "\n".join(lines) + "\n"
+
+
+def summary_line(summary: dict) -> str:
+    return (f"{summary['files']} file(s) checked: {summary['errors']} error(s), "
+            f"{summary['warnings']} warning(s), {summary['infos']} info(s)")
+
+
+def render_json(diagnostics: list[Diagnostic], summary: dict) -> str:
+    payload = {"diagnostics": [d.to_dict() for d in diagnostics], "summary": summary}
+    return json.dumps(payload, ensure_ascii=False, indent=2) + "\n"
+
+
+def _escape_data(value: str) -> str:
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(value: str) -> str:
+    return _escape_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+_GITHUB_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
+
+
+def render_github(diagnostics: list[Diagnostic], summary: dict) -> str:
+    """GitHub Actions workflow commands, one annotation per diagnostic."""
+    lines = []
+    for d in diagnostics:
+        props = (f"file={_escape_property(d.path)},line={d.line},col={d.column},"
+                 f"title={_escape_property(d.code)}")
+        lines.append(f"::{_GITHUB_LEVEL[d.severity]} {props}::{_escape_data(d.message)}")
+    lines.append(summary_line(summary))
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {"text": render_text, "json": render_json, "github": render_github}

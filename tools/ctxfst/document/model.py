@@ -1,0 +1,145 @@
+"""Typed records of a CtxFST document: entities, chunk declarations, the frontmatter.
+
+Unknown fields are kept (extra="allow") so every upstream version passes through
+unchanged. The JSON Schemas in schemas/ are generated from these models.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+
+from ..diagnostics import Diagnostic
+from .yamlpos import SourceMap
+
+SCHEMA_VERSION = "1.0.0"
+
+# Lowercase ASCII parts joined by ':' (a type prefix such as entity:, state:, goal:).
+# A superset of the upstream patterns ^entity:[a-z0-9-]+$ and ^[a-z0-9-]+:[a-z0-9-]+$.
+ID_PATTERN = r"^[a-z0-9_.-]+(:[a-z0-9_.-]+)*$"
+ID_HINT = ("lowercase letters, digits, '-', '_' or '.', with ':' between parts "
+           "(for example entity:fastapi or skill:python-async)")
+ENTITY_ID_PREFIXES = ("entity", "state", "action", "goal", "agent", "evidence")
+
+EntityType = Literal[
+    "skill", "tool", "library", "framework", "platform", "database", "architecture",
+    "protocol", "concept", "domain", "product",
+    "state", "action", "goal", "agent", "evidence",
+]
+Priority = Literal["low", "medium", "high", "critical"]
+ChunkType = Literal["text", "image", "video", "audio"]
+CostLevel = Literal["low", "medium", "high"]
+Cost = Union[CostLevel, Annotated[float, Field(gt=0, strict=True)]]
+Identifier = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=256)]
+StringList = list[Annotated[str, Field(strict=True)]]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", str_strip_whitespace=False)
+
+    def extra_fields(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class WorldModelFields(_Record):
+    """Fields of the world model, shared by entities and chunk declarations."""
+
+    preconditions: StringList = Field(default_factory=list, description=(
+        "State ids that must hold; 'NOT <id>' for a state that must not hold."))
+    postconditions: StringList = Field(default_factory=list, description=(
+        "State (or goal) ids produced; 'NOT <id>' for a state removed."))
+    related_skills: StringList = Field(default_factory=list, description=(
+        "Names of skills (skills/<name>/SKILL.md) associated with this record."))
+    cost: Cost | None = Field(default=None, description="low, medium, high or a positive number.")
+    idempotent: StrictBool | None = None
+
+
+class Entity(WorldModelFields):
+    """One node of the entity catalog."""
+
+    id: Identifier
+    name: Annotated[str, Field(strict=True, min_length=1)]
+    type: EntityType
+    aliases: StringList = Field(default_factory=list)
+
+
+class ChunkRecord(WorldModelFields):
+    """A chunk as declared in the frontmatter `chunks[]` list."""
+
+    id: Identifier
+    context: Annotated[str, Field(strict=True)] = ""
+    tags: StringList = Field(default_factory=list)
+    entities: StringList = Field(default_factory=list, description="Entity ids mentioned.")
+    state_refs: StringList = Field(default_factory=list)
+    created_at: str | None = Field(default=None, description="ISO 8601 date or date-time.")
+    version: Annotated[StrictInt, Field(ge=1)] | None = None
+    priority: Priority | None = None
+    dependencies: StringList = Field(default_factory=list, description=(
+        "Chunk ids (anywhere in the knowledge base) to read before this one."))
+    type: ChunkType | None = None
+    content_path: Annotated[str, Field(strict=True, min_length=1)] | None = None
+    source: str | None = None
+
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _iso_date(cls, value: Any) -> Any:
+        # An unquoted YAML date arrives as a date object; quoted, as a string.
+        if isinstance(value, (_dt.date, _dt.datetime)):
+            return value.isoformat()
+        if isinstance(value, str):
+            try:
+                _dt.datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12") from None
+            return value
+        return value
+
+
+class Frontmatter(_Record):
+    """The YAML frontmatter of a CtxFST document."""
+
+    title: Annotated[str, Field(strict=True)] | None = None
+    entities: list[Entity] = Field(default_factory=list)
+    chunks: list[ChunkRecord] = Field(default_factory=list)
+
+
+@dataclass
+class ChunkBody:
+    """A chunk passage found in the document body."""
+
+    id: str
+    content: str
+    line: int          # line of the opening tag
+    column: int
+    end_line: int      # line of the closing tag
+    syntax: str        # "tag" for <Chunk>, "marker" for %% chunk-start %%
+
+
+@dataclass
+class ParsedDocument:
+    """One parsed CtxFST document with positions and its own diagnostics."""
+
+    path: str
+    fs_path: Any
+    frontmatter: dict[str, Any] | None
+    source_map: SourceMap
+    title: str | None = None
+    entities: list[tuple[int, Entity]] = field(default_factory=list)
+    chunks: list[tuple[int, ChunkRecord]] = field(default_factory=list)
+    bodies: dict[str, ChunkBody] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.frontmatter is not None
+
+
+def strip_not(reference: str) -> tuple[bool, str]:
+    """Split a condition into (negated, id): 'NOT state:a' -> (True, 'state:a')."""
+    if reference.startswith("NOT "):
+        return True, reference[4:].strip()
+    return False, reference.strip()

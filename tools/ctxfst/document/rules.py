@@ -1,0 +1,259 @@
+"""Validation rules over a whole knowledge base (the per-file ones run while parsing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..diagnostics import Diagnostic, diag
+from .kb import CatalogEntry, Declaration, KnowledgeBase, merge_entities
+from .model import ChunkRecord, ParsedDocument, strip_not
+from .yamlpos import Path as KeyPath
+
+# Which entity types each condition field may name.
+_CONDITION_TYPES = {
+    "preconditions": ("state",),
+    "postconditions": ("state", "goal"),
+    "state_refs": ("state",),
+}
+
+
+@dataclass
+class ChunkPlace:
+    doc: ParsedDocument
+    index: int
+    record: ChunkRecord
+
+    def location(self) -> str:
+        pos = self.doc.source_map.value(("chunks", self.index, "id"))
+        return f"{self.doc.path}:{pos.line}:{pos.column}"
+
+
+@dataclass
+class Validation:
+    """The outcome of validating a knowledge base."""
+
+    catalog: dict[str, CatalogEntry]
+    chunks: dict[str, ChunkPlace]
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def _at(doc, path: KeyPath, code: str, message: str) -> Diagnostic:
+    pos = doc.source_map.value(path)
+    return diag(code, message, doc.path, pos.line, pos.column)
+
+
+def validate(kb: KnowledgeBase) -> Validation:
+    out: list[Diagnostic] = kb.parse_diagnostics()
+    catalog = build_catalog(kb, out)
+    chunks = _chunk_index(kb, out)
+    for doc in kb.documents:
+        _check_body_sync(doc, kb.root, out)
+        for index, entity in doc.entities:
+            _check_conditions(doc, ("entities", index), f"entity '{entity.id}'", entity,
+                              catalog, out)
+        for index, chunk in doc.chunks:
+            base = ("chunks", index)
+            label = f"chunk '{chunk.id}'"
+            for position, ref in enumerate(chunk.entities):
+                if ref not in catalog:
+                    out.append(_at(doc, base + ("entities", position), "CTX204",
+                                   f"{label} mentions '{ref}', which no document declares"
+                                   f"{_suggest(ref, catalog)}"))
+            _check_conditions(doc, base, label, chunk, catalog, out)
+            for position, dependency in enumerate(chunk.dependencies):
+                if dependency not in chunks:
+                    out.append(_at(doc, base + ("dependencies", position), "CTX206",
+                                   f"{label} depends on '{dependency}', which is no chunk "
+                                   "in the knowledge base"))
+    _check_cycles(chunks, out)
+    _check_skills(kb, catalog, out)
+    return Validation(catalog=catalog, chunks=chunks, diagnostics=sorted(set(out)))
+
+
+def build_catalog(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, CatalogEntry]:
+    catalog: dict[str, CatalogEntry] = {}
+    for doc in kb.documents:
+        seen_here: dict[str, int] = {}
+        for index, entity in doc.entities:
+            place = Declaration(doc, index)
+            if entity.id in seen_here:
+                first = Declaration(doc, seen_here[entity.id])
+                out.append(_at(doc, ("entities", index, "id"), "CTX201",
+                               f"entity '{entity.id}' is declared twice in this document "
+                               f"(first at {first.location()})"))
+                continue
+            seen_here[entity.id] = index
+            entry = catalog.get(entity.id)
+            if entry is None:
+                catalog[entity.id] = CatalogEntry(entity, [place])
+                continue
+            known = entry.entity
+            if known.name != entity.name or known.type != entity.type:
+                out.append(_at(doc, ("entities", index, "id"), "CTX202",
+                               f"entity '{entity.id}' is declared here as {entity.name!r} "
+                               f"({entity.type}) but as {known.name!r} ({known.type}) at "
+                               f"{entry.declarations[0].location()}"))
+                continue
+            entry.entity = merge_entities(known, entity)
+            entry.declarations.append(place)
+    return catalog
+
+
+def _chunk_index(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, ChunkPlace]:
+    chunks: dict[str, ChunkPlace] = {}
+    for doc in kb.documents:
+        for index, record in doc.chunks:
+            place = ChunkPlace(doc, index, record)
+            if record.id in chunks:
+                first = chunks[record.id]
+                where = "in this document" if first.doc is doc else "in the knowledge base"
+                out.append(_at(doc, ("chunks", index, "id"), "CTX203",
+                               f"chunk id '{record.id}' is used twice {where} "
+                               f"(first at {first.location()})"))
+                continue
+            chunks[record.id] = place
+    return chunks
+
+
+def _check_conditions(doc, base: KeyPath, label: str, record, catalog, out) -> None:
+    for field_name, allowed in _CONDITION_TYPES.items():
+        for position, reference in enumerate(getattr(record, field_name, []) or []):
+            _negated, ref_id = strip_not(reference)
+            path = base + (field_name, position)
+            entry = catalog.get(ref_id)
+            if entry is None:
+                out.append(_at(doc, path, "CTX204",
+                               f"{label}: {field_name} names '{ref_id}', which no document "
+                               f"declares (declare it as a {' or '.join(allowed)} entity)"
+                               f"{_suggest(ref_id, catalog)}"))
+            elif entry.entity.type not in allowed:
+                out.append(_at(doc, path, "CTX205",
+                               f"{label}: {field_name} names '{ref_id}', a "
+                               f"{entry.entity.type} entity; it must name a "
+                               f"{' or '.join(allowed)}"))
+
+
+def _suggest(reference: str, catalog: dict[str, CatalogEntry]) -> str:
+    """A hint when the id differs only by its type prefix (state: vs entity:)."""
+    tail = reference.split(":")[-1]
+    for candidate in catalog:
+        if candidate != reference and candidate.split(":")[-1] == tail:
+            return f"; did you mean '{candidate}'?"
+    return ""
+
+
+def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
+    declared = {record.id: (index, record) for index, record in doc.chunks}
+    raw_ids = set()
+    for item in (doc.frontmatter or {}).get("chunks") or []:
+        if isinstance(item, dict) and isinstance(item.get("id"), str):
+            raw_ids.add(item["id"])
+    for body in doc.bodies.values():
+        if body.id not in raw_ids:
+            out.append(diag("CTX301", f"chunk '{body.id}' appears in the body but not in "
+                            "the frontmatter chunks[]", doc.path, body.line, body.column))
+    for chunk_id, (index, record) in declared.items():
+        base = ("chunks", index)
+        if record.content_path is not None:
+            if chunk_id in doc.bodies:
+                out.append(_at(doc, base + ("content_path",), "CTX310",
+                               f"chunk '{chunk_id}' has a body passage and a content_path; "
+                               "keep one"))
+            _check_content_path(doc, root, base, record, out)
+        elif chunk_id not in doc.bodies:
+            out.append(_at(doc, base + ("id",), "CTX302",
+                           f"chunk '{chunk_id}' is declared but has no <Chunk id=\"{chunk_id}\">"
+                           " passage in the body (or content_path)"))
+
+
+def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None:
+    where = base + ("content_path",)
+    if doc.fs_path is None:
+        return
+    target = (Path(doc.fs_path).resolve().parent / record.content_path).resolve()
+    root = root.resolve()
+    if target != root and root not in target.parents:
+        out.append(_at(doc, where, "CTX308",
+                       f"content_path '{record.content_path}' points outside the knowledge "
+                       f"base root {root}"))
+    elif not target.is_file():
+        out.append(_at(doc, where, "CTX309",
+                       f"content_path '{record.content_path}' does not exist"))
+
+
+def _check_cycles(chunks: dict[str, ChunkPlace], out: list[Diagnostic]) -> None:
+    """Report each dependency cycle once (iterative DFS; KBs can be deep)."""
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    for start in sorted(chunks):
+        if start in state:
+            continue
+        stack = [(start, iter(chunks[start].record.dependencies))]
+        trail = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            advanced = False
+            for child in children:
+                if child not in chunks:
+                    continue
+                if state.get(child) == 1:
+                    cycle = trail[trail.index(child):] + [child]
+                    place = chunks[child]
+                    position = place.record.dependencies.index(cycle[1]) if len(cycle) > 1 else 0
+                    out.append(_at(place.doc, ("chunks", place.index, "dependencies", position),
+                                   "CTX207", "dependency cycle: " + " -> ".join(cycle)))
+                elif child not in state:
+                    state[child] = 1
+                    trail.append(child)
+                    stack.append((child, iter(chunks[child].record.dependencies)))
+                    advanced = True
+                    break
+            if not advanced:
+                state[node] = 2
+                trail.pop()
+                stack.pop()
+
+
+def _check_skills(kb: KnowledgeBase, catalog, out: list[Diagnostic]) -> None:
+    names: dict[str, str] = {}
+    for skill in kb.skills:
+        record = skill.record
+        if record is None:
+            continue
+        pos = skill.source_map.value(("name",))
+        if record.name in names:
+            out.append(diag("CTX403", f"skill name '{record.name}' is also used by "
+                            f"{names[record.name]}", skill.path, pos.line, pos.column))
+        else:
+            names[record.name] = skill.path
+        for field_name in ("preconditions", "postconditions"):
+            allowed = ("state", "goal")
+            for position, reference in enumerate(getattr(record, field_name)):
+                _negated, ref_id = strip_not(reference)
+                entry = catalog.get(ref_id)
+                if entry is None:
+                    out.append(_at(skill, (field_name, position), "CTX404",
+                                   f"skill '{record.name}': {field_name} names '{ref_id}', "
+                                   "which no document declares (a state of the skill's own)"))
+                elif entry.entity.type not in allowed:
+                    out.append(_at(skill, (field_name, position), "CTX205",
+                                   f"skill '{record.name}': {field_name} names '{ref_id}', a "
+                                   f"{entry.entity.type} entity; it must name a state or goal"))
+    known_skills = set(names)
+    if not kb.skills:
+        return  # nothing to resolve related_skills against
+    for skill in kb.skills:
+        if skill.record is None:
+            continue
+        for position, other in enumerate(skill.record.related_skills):
+            if other not in known_skills:
+                out.append(_at(skill, ("related_skills", position), "CTX208",
+                               f"related skill '{other}' has no skills/{other}/SKILL.md"))
+    for doc in kb.documents:
+        for index, entity in doc.entities:
+            for position, other in enumerate(entity.related_skills):
+                if other not in known_skills:
+                    out.append(_at(doc, ("entities", index, "related_skills", position),
+                                   "CTX208", f"entity '{entity.id}': related skill '{other}' "
+                                   f"has no skills/{other}/SKILL.md"))

@@ -1,0 +1,54 @@
+"""Language-aware text helpers: tokens and lengths for English and CJK text alike."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_TOKEN = re.compile(rf"[a-z0-9][a-z0-9+#]*(?:[._-][a-z0-9+#]+)*|[{_CJK}]+")
+_CJK_RUN = re.compile(rf"[{_CJK}]")
+_STOPWORDS = frozenset(
+    "a an and are as at be by for from has have in into is it its of on or that the "
+    "this to was were with which we you i my our your not but can".split()
+)
+
+
+def normalize(text: str) -> str:
+    """NFKC + casefold + collapsed whitespace: the form names are compared in."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def tokens(text: str) -> list[str]:
+    """Words for Latin-script text, character bigrams for CJK runs (no segmenter needed)."""
+    found: list[str] = []
+    for match in _TOKEN.finditer(unicodedata.normalize("NFKC", text).casefold()):
+        token = match.group()
+        if _CJK_RUN.match(token):
+            if len(token) == 1:
+                found.append(token)
+            else:
+                found.extend(token[i:i + 2] for i in range(len(token) - 1))
+        elif len(token) > 1 and token not in _STOPWORDS:
+            found.append(token)
+    return found
+
+
+def word_count(text: str) -> int:
+    """Length in word-equivalents: a Latin word is one, two CJK characters are one."""
+    latin = 0
+    cjk = 0
+    for match in _TOKEN.finditer(text.casefold()):
+        token = match.group()
+        if _CJK_RUN.match(token):
+            cjk += len(token)
+        else:
+            latin += 1
+    return latin + (cjk + 1) // 2
+
+
+def jaccard(first: set, second: set) -> float:
+    if not first or not second:
+        return 0.0
+    shared = len(first & second)
+    return shared / (len(first) + len(second) - shared)

@@ -1,0 +1,302 @@
+"""YAML loading that keeps the position of every key and value.
+
+PyYAML's loaders drop positions, silently keep the last of two duplicate keys, expand
+alias bombs without limit, and (the C composer) crash on very deep nesting. This module
+builds Python values straight from libyaml's event stream instead: one pass, iterative,
+with positions, duplicate-key detection, a nesting limit and an alias-expansion budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from yaml import events as ev
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
+
+from ..diagnostics import Diagnostic, diag
+
+MAX_DEPTH = 64
+# Nodes that aliases may add on top of the text's own; alias bombs exceed it at once.
+MAX_ALIAS_EXPANSION = 100_000
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_resolver = Resolver()
+_constructor = SafeConstructor()
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_MAP_TAGS = {None, "!", "tag:yaml.org,2002:map"}
+_SEQ_TAGS = {None, "!", "tag:yaml.org,2002:seq"}
+
+Path = tuple  # a path of mapping keys (str) and sequence indexes (int)
+
+
+@dataclass(frozen=True)
+class Pos:
+    line: int
+    column: int
+
+
+@dataclass
+class SourceMap:
+    """Where each key and value came from (1-based file lines and columns)."""
+
+    keys: dict[Path, Pos] = field(default_factory=dict)
+    values: dict[Path, Pos] = field(default_factory=dict)
+    default: Pos = Pos(1, 1)
+
+    def key(self, path: Path) -> Pos:
+        """Position of the key at path, else of its nearest located ancestor."""
+        while path:
+            found = self.keys.get(path) or self.values.get(path)
+            if found:
+                return found
+            path = path[:-1]
+        return self.default
+
+    def value(self, path: Path) -> Pos:
+        """Position of the value at path, else of its key, else of an ancestor."""
+        return self.values.get(path) or self.key(path)
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str, mark: Any) -> None:
+        super().__init__(message)
+        self.code, self.message, self.mark = code, message, mark
+
+
+class _Frame:
+    __slots__ = ("container", "path", "mark", "anchor", "size", "pending_key",
+                 "pending_merge", "explicit", "is_key")
+
+    def __init__(self, container, path, mark, anchor, is_key):
+        self.container = container
+        self.path = path
+        self.mark = mark
+        self.anchor = anchor
+        self.size = 1
+        self.pending_key = None
+        self.pending_merge = False
+        self.explicit: set = set()
+        self.is_key = is_key
+
+
+_NO_KEY = object()
+
+
+class _Builder:
+    def __init__(self, path: str, line_offset: int) -> None:
+        self.file = path
+        self.line_offset = line_offset
+        self.smap = SourceMap()
+        self.diagnostics: list[Diagnostic] = []
+        self.stack: list[_Frame] = []
+        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.open_anchors: set[str] = set()
+        self.alias_expansion = 0
+        self.root: Any = None
+        self.have_root = False
+
+    def pos(self, mark) -> Pos:
+        return Pos(mark.line + 1 + self.line_offset, mark.column + 1)
+
+    # The path a new value gets, and whether it is a mapping key.
+    def _slot(self) -> tuple[Path, bool]:
+        if not self.stack:
+            return (), False
+        parent = self.stack[-1]
+        if isinstance(parent.container, list):
+            return parent.path + (len(parent.container),), False
+        if parent.pending_key is _NO_KEY:
+            return parent.path, True
+        return parent.path + (parent.pending_key,), False
+
+    def start(self, container, event) -> None:
+        if len(self.stack) >= MAX_DEPTH:
+            raise _Refused("CTX015", f"YAML nesting deeper than {MAX_DEPTH} levels",
+                           event.start_mark)
+        path, is_key = self._slot()
+        frame = _Frame(container, path, event.start_mark, event.anchor, is_key)
+        if isinstance(container, dict):
+            frame.pending_key = _NO_KEY
+        if event.anchor:
+            self.open_anchors.add(event.anchor)
+        self.stack.append(frame)
+
+    def end(self) -> None:
+        frame = self.stack.pop()
+        if frame.anchor:
+            self.open_anchors.discard(frame.anchor)
+        if frame.is_key:
+            raise _Refused("CTX017", "a mapping key must be a plain value, not a "
+                           "list or mapping", frame.mark)
+        self.emit(frame.container, frame.size, frame.mark, frame.anchor, raw=None)
+
+    def alias(self, event) -> None:
+        name = event.anchor
+        if name in self.open_anchors:
+            raise _Refused("CTX015", f"recursive alias *{name}", event.start_mark)
+        if name not in self.anchors:
+            raise _Refused("CTX012", f"unknown alias *{name}", event.start_mark)
+        value, size = self.anchors[name]
+        self.alias_expansion += size
+        if self.alias_expansion > MAX_ALIAS_EXPANSION:
+            raise _Refused("CTX015", "aliases expand to more than "
+                           f"{MAX_ALIAS_EXPANSION:,} YAML nodes (an alias bomb?)",
+                           event.start_mark)
+        self.emit(value, size, event.start_mark, None, raw=None)
+
+    def scalar(self, event) -> None:
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = _resolver.resolve(ScalarNode, event.value, event.implicit)
+        if tag == _MERGE_TAG:
+            value: Any = _MERGE
+        else:
+            constructor = SafeConstructor.yaml_constructors.get(tag)
+            if constructor is None:
+                raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
+                               event.start_mark)
+            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+            try:
+                value = constructor(_constructor, node)
+            except (ConstructorError, ValueError, TypeError) as error:
+                raise _Refused("CTX012", f"cannot read scalar {event.value!r}: {error}",
+                               event.start_mark) from None
+        self.emit(value, 1, event.start_mark, event.anchor, raw=event.value)
+
+    def emit(self, value, size, mark, anchor, raw) -> None:
+        if anchor:
+            self.anchors[anchor] = (value, size)
+        if not self.stack:
+            self.root, self.have_root = value, True
+            return
+        parent = self.stack[-1]
+        parent.size += size
+        container = parent.container
+        if isinstance(container, list):
+            self.smap.values[parent.path + (len(container),)] = self.pos(mark)
+            container.append(value)
+            return
+        if parent.pending_key is _NO_KEY:
+            self._key(parent, value, mark, raw)
+            return
+        key = parent.pending_key
+        parent.pending_key = _NO_KEY
+        if parent.pending_merge:
+            parent.pending_merge = False
+            self._merge(parent, value, mark)
+            return
+        container[key] = value
+        self.smap.values[parent.path + (key,)] = self.pos(mark)
+
+    def _key(self, parent: _Frame, value, mark, raw) -> None:
+        if value is _MERGE:
+            parent.pending_key, parent.pending_merge = "<<", True
+            return
+        if isinstance(value, (dict, list)):
+            raise _Refused("CTX017", "a mapping key must be a plain value, not a "
+                           "list or mapping", mark)
+        # YAML 1.1 reads keys like `on` or `2024` as bool/int; keep the text as written.
+        key = value if isinstance(value, str) else (raw if raw is not None else str(value))
+        path = parent.path + (key,)
+        if key in parent.explicit:
+            first = self.smap.keys[path]
+            here = self.pos(mark)
+            self.diagnostics.append(diag(
+                "CTX014", f"duplicate key '{key}' (first at line {first.line}); "
+                "YAML would silently keep only the last one", self.file, here.line,
+                here.column))
+        parent.explicit.add(key)
+        self.smap.keys[path] = self.pos(mark)
+        parent.pending_key = key
+
+    def _merge(self, parent: _Frame, value, mark) -> None:
+        sources = value if isinstance(value, list) else [value]
+        for source in sources:
+            if not isinstance(source, dict):
+                raise _Refused("CTX012", "a merge key (<<) needs a mapping or a list of "
+                               "mappings", mark)
+            for key, item in source.items():
+                if key not in parent.explicit and key not in parent.container:
+                    parent.container[key] = item
+
+
+class _MergeMarker:
+    __repr__ = lambda self: "<<"  # noqa: E731
+
+
+_MERGE = _MergeMarker()
+
+
+@dataclass
+class YamlResult:
+    value: Any
+    source_map: SourceMap
+    diagnostics: list[Diagnostic]
+    ok: bool
+
+
+def load_yaml(text: str, path: str, line_offset: int = 0) -> YamlResult:
+    """Load one YAML document, with positions shifted by line_offset lines.
+
+    A refused or malformed document gives ok=False and a located diagnostic.
+    """
+    builder = _Builder(path, line_offset)
+    documents = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            kind = event.__class__
+            if kind is ev.ScalarEvent:
+                builder.scalar(event)
+            elif kind is ev.MappingStartEvent:
+                if event.tag not in _MAP_TAGS:
+                    raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
+                                   event.start_mark)
+                builder.start({}, event)
+            elif kind is ev.SequenceStartEvent:
+                if event.tag not in _SEQ_TAGS:
+                    raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
+                                   event.start_mark)
+                builder.start([], event)
+            elif kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
+                builder.end()
+            elif kind is ev.AliasEvent:
+                builder.alias(event)
+            elif kind is ev.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    raise _Refused("CTX012", "more than one YAML document in the "
+                                   "frontmatter", event.start_mark)
+    except _Refused as refused:
+        here = builder.pos(refused.mark)
+        builder.diagnostics.append(diag(refused.code, refused.message, path, here.line,
+                                        here.column))
+        return YamlResult(None, builder.smap, builder.diagnostics, False)
+    except yaml.YAMLError as error:
+        builder.diagnostics.append(_syntax_error(error, text, path, line_offset))
+        return YamlResult(None, builder.smap, builder.diagnostics, False)
+    return YamlResult(builder.root, builder.smap, builder.diagnostics, True)
+
+
+def _syntax_error(error: yaml.YAMLError, text: str, path: str, line_offset: int) -> Diagnostic:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    line = (mark.line + 1 + line_offset) if mark else 1 + line_offset
+    column = (mark.column + 1) if mark else 1
+    problem = getattr(error, "problem", None) or str(error)
+    context = getattr(error, "context", None)
+    message = f"{context}: {problem}" if context else str(problem)
+    lines = text.split("\n")
+    index = line - 1 - line_offset
+    # Tabs are the commonest cause; name them instead of the scanner's wording.
+    for candidate in (index, index - 1):
+        if 0 <= candidate < len(lines):
+            source_line = lines[candidate]
+            indent = source_line[: len(source_line) - len(source_line.lstrip(" \t"))]
+            if "\t" in indent:
+                return diag("CTX016", "tab character in indentation; YAML indents with "
+                            "spaces only", path, candidate + 1 + line_offset,
+                            indent.index("\t") + 1)
+    return diag("CTX012", f"invalid YAML: {message}", path, line, column)

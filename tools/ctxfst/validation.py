@@ -1,0 +1,164 @@
+"""Library entry points behind `ctxfst validate` and `ctxfst lint`.
+
+Which knowledge base does a path belong to? A path inside a ctxfst project (a folder
+with ctxfst.toml or [tool.ctxfst]) is checked in the context of that project's whole
+knowledge base, and only its own diagnostics are reported. Any other path is a
+knowledge base of its own (a folder and everything below it, or a single file).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Config, find_project
+from .diagnostics import Diagnostic, Severity, summarize
+from .document.kb import Input, KnowledgeBase, display_path, inputs_for, load_kb
+from .document.rules import validate
+from .document.source import Source
+
+
+class UsageError(Exception):
+    """Bad arguments: reported on stderr with exit code 2."""
+
+
+@dataclass
+class Report:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files: int = 0
+
+    @property
+    def summary(self) -> dict:
+        return summarize(self.diagnostics, self.files)
+
+    def exit_code(self, strict: bool = False) -> int:
+        failing = {Severity.ERROR, Severity.WARNING} if strict else {Severity.ERROR}
+        return 1 if any(d.severity in failing for d in self.diagnostics) else 0
+
+
+@dataclass
+class _Plan:
+    root: Path
+    inputs: list[Input]
+    only: set[Path] | None  # report only diagnostics in these files (None: all)
+
+
+def _is_under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _project_inputs(config: Config) -> list[Input]:
+    folders = [folder for folder in config.source_dirs if folder.is_dir()]
+    return inputs_for(folders, explicit_files=False)
+
+
+def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
+    if not paths:
+        config = find_project(cwd)
+        if config is None:
+            raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
+                             "pyproject.toml); name the files or folders to check")
+        return [_Plan(config.root, _project_inputs(config), None)]
+    plans: list[_Plan] = []
+    by_project: dict[Path, _Plan] = {}
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or directory")
+        resolved = path.resolve()
+        config = find_project(resolved)
+        if config is not None and any(_is_under(resolved, d) for d in config.source_dirs):
+            plan = by_project.get(config.root)
+            if plan is None:
+                plan = _Plan(config.root, _project_inputs(config), set())
+                by_project[config.root] = plan
+                plans.append(plan)
+            assert plan.only is not None
+            named = inputs_for([path])
+            plan.only.update(Path(item.source.fs_path).resolve() for item in named)
+            known = {Path(item.source.fs_path).resolve() for item in plan.inputs}
+            plan.inputs.extend(item for item in named
+                               if Path(item.source.fs_path).resolve() not in known)
+            continue
+        root = resolved if resolved.is_dir() else resolved.parent
+        plans.append(_Plan(root, inputs_for([path]), None))
+    return plans
+
+
+def _run(plans: list[_Plan], with_lint: bool) -> Report:
+    report = Report()
+    for plan in plans:
+        kb = load_kb(plan.root, plan.inputs)
+        found = check_kb(kb, with_lint)
+        if plan.only is not None:
+            found = [d for d in found if _resolved(d.path) in plan.only]
+            report.files += sum(1 for item in (*kb.documents, *kb.skills)
+                                if _resolved(item.path) in plan.only)
+        else:
+            report.files += kb.file_count
+        report.diagnostics.extend(found)
+    return report
+
+
+def _resolved(path: str) -> Path:
+    return Path(path).resolve()
+
+
+def check_kb(kb: KnowledgeBase, with_lint: bool = False) -> list[Diagnostic]:
+    validation = validate(kb)
+    if not with_lint:
+        return validation.diagnostics
+    from .document.lint import lint
+
+    # Lint reports file-level problems too, or an unreadable file would pass silently.
+    unreadable = [d for d in validation.diagnostics if d.code < "CTX100"]
+    return sorted(set(unreadable + lint(kb, validation)))
+
+
+def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False) -> Report:
+    return _run(plan_paths(paths, cwd or Path.cwd()), lint)
+
+
+def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
+    result = subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True,
+                            check=False)
+    if result.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} failed: "
+                         f"{result.stderr.decode(errors='replace').strip()}")
+    return result.stdout
+
+
+def check_staged(cwd: Path | None = None, lint: bool = False) -> Report:
+    """Check the knowledge base exactly as the git index holds it (what a commit gets)."""
+    cwd = cwd or Path.cwd()
+    top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip())
+    config = find_project(cwd)
+    if config is None:
+        raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst])")
+    folders = [str(folder.relative_to(top)) for folder in config.source_dirs
+               if _is_under(folder, top)]
+    if not folders:
+        return Report()
+    changed = _git(top, "diff", "--cached", "--name-only", "-z", "--", *folders)
+    if not changed.strip(b"\0"):
+        return Report()  # nothing staged in the knowledge base: nothing to check
+    listing = _git(top, "ls-files", "-s", "-z", "--", *folders).split(b"\0")
+    entries = []
+    for line in listing:
+        if not line:
+            continue
+        meta, name = line.split(b"\t", 1)
+        if name.endswith(b".md"):
+            entries.append((meta.split()[1].decode(), name.decode()))
+    batch = _git(top, "cat-file", "--batch",
+                 data="".join(f"{sha}\n" for sha, _ in entries).encode())
+    inputs = []
+    offset = 0
+    for _sha, name in entries:
+        header_end = batch.index(b"\n", offset)
+        size = int(batch[offset:header_end].split()[2])
+        blob = batch[header_end + 1: header_end + 1 + size]
+        offset = header_end + 1 + size + 1
+        absolute = top / name
+        inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
+    return _run([_Plan(config.root, inputs, None)], lint)
