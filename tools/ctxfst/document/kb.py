@@ -37,11 +37,13 @@ class KnowledgeBase:
 
 
 def display_path(path: Path) -> str:
-    """A path as diagnostics show it: relative to the working directory when inside it."""
-    try:
-        return Path(os.path.relpath(path)).as_posix() if path.is_absolute() else path.as_posix()
-    except ValueError:
-        return path.as_posix()
+    """A path as diagnostics show it: as given, or relative to the working directory
+    when it is an absolute path inside it."""
+    if path.is_absolute():
+        cwd = Path.cwd()
+        if cwd in path.parents:
+            return path.relative_to(cwd).as_posix()
+    return path.as_posix()
 
 
 def walk(directory: Path) -> list[Path]:

@@ -119,7 +119,7 @@ def _records(doc: ParsedDocument, data: dict, key: str, model: type[BaseModel],
     if not isinstance(items, list):
         wrong_type(doc, (key,), f"'{key}'", "a list", items)
         return []
-    kind = key[:-1]
+    kind = {"entities": "entity", "chunks": "chunk"}[key]
     records = []
     for index, item in enumerate(items):
         path = (key, index)
@@ -306,7 +306,7 @@ def _token(doc: ParsedDocument, match: re.Match, line_no: int, line_offset: int,
         outer = stack[-1]
         outer_label = f"'{outer.id}'" if outer.id else "a chunk"
         doc.diagnostics.append(diag(
-            "CTX303", f"chunk {chunk_id or ''!s} opened inside {outer_label} (opened at line "
+            "CTX303", f"chunk '{chunk_id or '?'}' opened inside {outer_label} (opened at line "
             f"{outer.line}); chunks cannot nest", doc.path, line_no, column))
     opened = _Open(chunk_id, line_no, column, line_offset + match.end(), syntax)
     if syntax == "tag" and match.group("self_close"):

@@ -288,6 +288,9 @@ def _syntax_error(error: yaml.YAMLError, text: str, path: str, line_offset: int)
     problem = getattr(error, "problem", None) or str(error)
     context = getattr(error, "context", None)
     message = f"{context}: {problem}" if context else str(problem)
+    context_mark = getattr(error, "context_mark", None)
+    if context and context_mark is not None and context_mark is not mark:
+        message += f" (it started at line {context_mark.line + 1 + line_offset})"
     lines = text.split("\n")
     index = line - 1 - line_offset
     # Tabs are the commonest cause; name them instead of the scanner's wording.
@@ -299,4 +302,6 @@ def _syntax_error(error: yaml.YAMLError, text: str, path: str, line_offset: int)
                 return diag("CTX016", "tab character in indentation; YAML indents with "
                             "spaces only", path, candidate + 1 + line_offset,
                             indent.index("\t") + 1)
+    if "nesting depth" in str(problem):
+        return diag("CTX015", f"YAML nesting too deep: {problem}", path, line, column)
     return diag("CTX012", f"invalid YAML: {message}", path, line, column)

@@ -1,0 +1,72 @@
+"""Shared helpers: write knowledge bases into tmp folders and run the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ctxfst.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+UPSTREAM = SHARED / "fixtures" / "upstream"
+CH22 = SHARED / "benchmarks" / "ch22" / "benchmark.ctxfst.md"
+
+
+def write(root: Path, name: str, text: str | bytes) -> Path:
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def make_project(root: Path) -> Path:
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
+    (root / "content").mkdir(exist_ok=True)
+    (root / "skills").mkdir(exist_ok=True)
+    return root
+
+
+class Result:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    def json(self) -> dict:
+        return json.loads(self.out)
+
+    def codes(self) -> list[str]:
+        return [d["code"] for d in self.json()["diagnostics"]]
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run `ctxfst ARGS` in-process from a working directory; returns a Result."""
+
+    def run(*args: str, cwd: Path | None = None) -> Result:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as stop:  # argparse usage errors
+            code = stop.code
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def run_process(*args: str, cwd: Path | None = None, env: dict | None = None
+                ) -> subprocess.CompletedProcess:
+    """Run ctxfst as a real process (the console-script path users take)."""
+    return subprocess.run([sys.executable, "-m", "ctxfst", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          check=False)
