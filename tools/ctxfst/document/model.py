@@ -61,7 +61,7 @@ class Entity(WorldModelFields):
     """One node of the entity catalog."""
 
     id: Identifier
-    name: Annotated[str, Field(strict=True, min_length=1)]
+    name: Annotated[str, Field(strict=True)]
     type: EntityType
     aliases: StringList = Field(default_factory=list)
 
