@@ -21,7 +21,7 @@ def check(data: bytes) -> None:
     doc = parse_document(Source("fuzz.md", None, data))
     kb = KnowledgeBase(root=REPO, documents=[doc])
     found = validate(kb).diagnostics
-    lines = data.count(b"\n") + 2
+    lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n") + 2
     for item in found:
         assert item.code in RULES
         assert 1 <= item.line <= lines and item.column >= 1

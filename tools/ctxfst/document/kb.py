@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,8 +12,11 @@ from ..diagnostics import Diagnostic
 from ..skills.model import ParsedSkill
 from ..skills.parse import SKILL_FILE, parse_skill
 from .model import Entity, ParsedDocument
-from .parse import looks_like_ctxfst, parse_document
+from .parse import looks_like_ctxfst, parse_document, type_document
 from .source import Source
+
+# Below this many files, starting worker processes costs more than it saves.
+PARALLEL_THRESHOLD = 200
 
 # Folders never searched for documents.
 _SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", "build",
@@ -65,31 +70,51 @@ class Input:
 
 def inputs_for(paths: list[Path], explicit_files: bool = True) -> list[Input]:
     result: list[Input] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for path in paths:
         files = walk(path) if path.is_dir() else [path]
         for file in files:
-            resolved = file.resolve()
-            if resolved in seen:
+            absolute = os.path.abspath(file)  # a string operation; resolve() costs syscalls
+            if absolute in seen:
                 continue
-            seen.add(resolved)
+            seen.add(absolute)
             result.append(Input(Source(display_path(file), file),
                                 explicit=explicit_files and not path.is_dir()))
     return result
 
 
+def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | None:
+    """Parse one input; None for plain Markdown found while walking a folder."""
+    if Path(item.source.path).name == SKILL_FILE:
+        return parse_skill(item.source)
+    doc = parse_document(item.source, typed=False)
+    if (not item.explicit and doc.frontmatter is None and doc.text
+            and not looks_like_ctxfst(doc.text)):
+        return None
+    doc.text = ""  # the text is not needed past parsing; do not carry (or pickle) it
+    return doc
+
+
+def _parse_all(inputs: list[Input]) -> list:
+    workers = min(os.cpu_count() or 1, 8)
+    if len(inputs) < PARALLEL_THRESHOLD or workers < 2 or sys.platform != "linux":
+        return [_parse_input(item) for item in inputs]
+    # fork: children inherit the imported modules, so a worker costs milliseconds.
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers) as pool:
+        return pool.map(_parse_input, inputs, chunksize=max(16, len(inputs) // (workers * 4)))
+
+
 def load_kb(root: Path, inputs: list[Input]) -> KnowledgeBase:
     kb = KnowledgeBase(root=root)
-    for item in inputs:
-        if Path(item.source.path).name == SKILL_FILE:
-            kb.skills.append(parse_skill(item.source))
-            continue
-        doc = parse_document(item.source)
-        if (not item.explicit and doc.frontmatter is None and doc.text
-                and not looks_like_ctxfst(doc.text)):
+    for item, parsed in zip(inputs, _parse_all(inputs)):
+        if parsed is None:
             kb.skipped.append(item.source.path)  # plain Markdown beside the documents
-            continue
-        kb.documents.append(doc)
+        elif isinstance(parsed, ParsedSkill):
+            kb.skills.append(parsed)
+        else:
+            type_document(parsed)  # here, not in a worker: typed models pickle slowly
+            kb.documents.append(parsed)
     return kb
 
 

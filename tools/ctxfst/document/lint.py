@@ -152,32 +152,47 @@ def _lint_catalog(validation: Validation, out) -> None:
 
 
 def _near_duplicates(chunks: list[_Chunk], out) -> None:
-    """All pairs with Jaccard >= NEAR_DUPLICATE, by prefix filtering (no all-pairs loop).
+    """All chunks with a Jaccard >= NEAR_DUPLICATE partner, without an all-pairs loop.
 
-    Two sets with Jaccard >= t share a token among the first |S| - ceil(t|S|) + 1
-    tokens of each, once tokens are ordered rarest first; only those are indexed.
+    PPJoin: with tokens ordered rarest first, two sets with Jaccard >= t share a token
+    within each one's prefix of |S| - ceil(t|S|) + 1 tokens; a shared token's positions
+    bound how much more they can share, which prunes most candidates before any set
+    intersection is computed.
     """
+    t = NEAR_DUPLICATE
     frequency: Counter = Counter()
     for chunk in chunks:
         frequency.update(chunk.token_set)
     ordered = sorted((c for c in chunks if len(c.token_set) >= MIN_TOKENS_FOR_DUPLICATE),
                      key=lambda c: (len(c.token_set), c.record.id))
-    index: dict[str, list[int]] = defaultdict(list)
-    sorted_tokens = [sorted(c.token_set, key=lambda t: (frequency[t], t)) for c in ordered]
-    for position, chunk in enumerate(ordered):
-        size = len(chunk.token_set)
-        prefix = sorted_tokens[position][: size - math.ceil(NEAR_DUPLICATE * size) + 1]
-        candidates: set[int] = set()
-        for token in prefix:
-            candidates.update(index[token])
-            index[token].append(position)
-        for other in sorted(candidates):
-            match = ordered[other]
-            if len(match.token_set) < NEAR_DUPLICATE * size:
-                continue
+    ranked = [sorted(c.token_set, key=lambda tok: (frequency[tok], tok)) for c in ordered]
+    index: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for x, chunk in enumerate(ordered):
+        size_x = len(ranked[x])
+        prefix = size_x - math.ceil(t * size_x) + 1
+        # Later (larger) sets only need this shorter prefix of x to find it.
+        indexed = size_x - math.ceil(2 * t / (1 + t) * size_x) + 1
+        overlap: dict[int, int] = {}
+        for i, token in enumerate(ranked[x][:prefix]):
+            for y, j in index[token]:
+                size_y = len(ranked[y])
+                if size_y < t * size_x or overlap.get(y) == -1:
+                    continue
+                needed = math.ceil(t / (1 + t) * (size_x + size_y))
+                seen = overlap.get(y, 0)
+                if seen + 1 + min(size_x - i - 1, size_y - j - 1) >= needed:
+                    overlap[y] = seen + 1
+                else:
+                    overlap[y] = -1  # cannot reach the threshold any more
+            if i < indexed:
+                index[token].append((x, i))
+        for y in sorted(y for y, seen in overlap.items() if seen > 0):
+            match = ordered[y]
             score = jaccard(chunk.token_set, match.token_set)
-            if score >= NEAR_DUPLICATE:
+            if score >= t:
+                # One report per chunk (its first match) keeps output linear in the KB.
                 out.append(_at(chunk.doc, ("chunks", chunk.index, "id"), "CTX501",
                                f"chunk '{chunk.record.id}' is {score:.0%} alike "
                                f"'{match.record.id}' ({match.doc.path}); retrieval cannot "
                                "tell them apart"))
+                break

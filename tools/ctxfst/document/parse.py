@@ -32,13 +32,13 @@ def looks_like_ctxfst(text: str) -> bool:
     return text.startswith("---") or "<chunk" in lowered or "chunk-start" in lowered
 
 
-def parse_document(source: Source) -> ParsedDocument:
+def parse_document(source: Source, typed: bool = True) -> ParsedDocument:
     text, problem = load_text(source)
     if problem is not None:
         return ParsedDocument(source.path, source.fs_path, None, SourceMap(),
                               diagnostics=[problem])
     assert text is not None
-    return parse_text(text, source.path, source.fs_path)
+    return parse_text(text, source.path, source.fs_path, typed)
 
 
 def load_frontmatter(text: str, path: str, diagnostics: list[Diagnostic]
@@ -65,7 +65,9 @@ def load_frontmatter(text: str, path: str, diagnostics: list[Diagnostic]
     return data, loaded.source_map, body_start
 
 
-def parse_text(text: str, path: str, fs_path: Any = None) -> ParsedDocument:
+def parse_text(text: str, path: str, fs_path: Any = None, typed: bool = True) -> ParsedDocument:
+    """Parse a document. With typed=False only the syntax pass runs (plain data, cheap
+    to send between processes); type_document() then builds the typed records."""
     doc = ParsedDocument(path, fs_path, None, SourceMap(), text=text)
     data, doc.source_map, body_start = load_frontmatter(text, path, doc.diagnostics)
     if data is None:
@@ -74,6 +76,18 @@ def parse_text(text: str, path: str, fs_path: Any = None) -> ParsedDocument:
     if "chunks" not in data and "entities" not in data:
         doc.diagnostics.append(diag("CTX018", "frontmatter declares neither 'chunks' nor "
                                     "'entities'", path, 1, 1))
+    _scan_body(doc, text, body_start)
+    if typed:
+        type_document(doc)
+    return doc
+
+
+def type_document(doc: ParsedDocument) -> None:
+    """Validate the frontmatter records into typed models, reporting bad fields."""
+    data = doc.frontmatter
+    if data is None:
+        return
+    path = doc.path
     title = data.get("title")
     if title is not None and not isinstance(title, str):
         wrong_type(doc, ("title",), "title", "a string", title)
@@ -87,8 +101,6 @@ def parse_text(text: str, path: str, fs_path: Any = None) -> ParsedDocument:
             doc.diagnostics.append(diag("CTX106", f"chunk '{chunk.id}' has no 'context'; "
                                         "retrieval works best with one", path, pos.line,
                                         pos.column))
-    _scan_body(doc, text, body_start)
-    return doc
 
 
 def _yaml_kind(value: Any) -> str:

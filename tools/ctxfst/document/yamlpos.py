@@ -8,8 +8,8 @@ with positions, duplicate-key detection, a nesting limit and an alias-expansion 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import yaml
 from yaml import events as ev
@@ -27,44 +27,82 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _resolver = Resolver()
 _constructor = SafeConstructor()
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
+_MISSING = object()
+# Plain scalars repeat (ids, types, booleans); resolving each once saves most of the time.
+_PLAIN_CACHE_SIZE = 100_000
+_plain_cache: dict[str, Any] = {}
 _MAP_TAGS = {None, "!", "tag:yaml.org,2002:map"}
 _SEQ_TAGS = {None, "!", "tag:yaml.org,2002:seq"}
 
 Path = tuple  # a path of mapping keys (str) and sequence indexes (int)
 
 
-@dataclass(frozen=True)
-class Pos:
+class Pos(NamedTuple):
     line: int
     column: int
 
 
-@dataclass
 class SourceMap:
-    """Where each key and value came from (1-based file lines and columns)."""
+    """Where each key and value came from (1-based file lines and columns).
 
-    keys: dict[Path, Pos] = field(default_factory=dict)
-    values: dict[Path, Pos] = field(default_factory=dict)
-    default: Pos = Pos(1, 1)
+    A deferred map re-reads its YAML with positions only when first asked: valid
+    documents, the common case, never pay for positions nobody looks at.
+    """
+
+    default = Pos(1, 1)
+
+    def __init__(self) -> None:
+        self._keys: dict[Path, tuple] = {}
+        self._values: dict[Path, tuple] = {}
+        self._pending: tuple[str, str, int] | None = None
+
+    @classmethod
+    def deferred(cls, text: str, path: str, line_offset: int) -> "SourceMap":
+        smap = cls()
+        smap._pending = (text, path, line_offset)
+        return smap
+
+    def _materialize(self) -> None:
+        if self._pending is not None:
+            text, path, line_offset = self._pending
+            self._pending = None
+            built = load_yaml(text, path, line_offset, positions=True).source_map
+            self._keys, self._values = built._keys, built._values
+
+    @property
+    def keys(self) -> dict[Path, tuple]:
+        self._materialize()
+        return self._keys
+
+    @property
+    def values(self) -> dict[Path, tuple]:
+        self._materialize()
+        return self._values
 
     def key(self, path: Path) -> Pos:
         """Position of the key at path, else of its nearest located ancestor."""
         while path:
             found = self.keys.get(path) or self.values.get(path)
             if found:
-                return found
+                return Pos(*found)
             path = path[:-1]
         return self.default
 
     def value(self, path: Path) -> Pos:
         """Position of the value at path, else of its key, else of an ancestor."""
-        return self.values.get(path) or self.key(path)
+        found = self.values.get(path)
+        return Pos(*found) if found else self.key(path)
 
 
 class _Refused(Exception):
     def __init__(self, code: str, message: str, mark: Any) -> None:
         super().__init__(message)
         self.code, self.message, self.mark = code, message, mark
+
+
+class _NeedPositions(Exception):
+    """Raised by a fast (position-less) load that found something to report."""
 
 
 class _Frame:
@@ -87,7 +125,8 @@ _NO_KEY = object()
 
 
 class _Builder:
-    def __init__(self, path: str, line_offset: int) -> None:
+    def __init__(self, path: str, line_offset: int, positions: bool) -> None:
+        self.record = positions
         self.file = path
         self.line_offset = line_offset
         self.smap = SourceMap()
@@ -100,7 +139,7 @@ class _Builder:
         self.have_root = False
 
     def pos(self, mark) -> Pos:
-        return Pos(mark.line + 1 + self.line_offset, mark.column + 1)
+        return (mark.line + 1 + self.line_offset, mark.column + 1)  # a Pos, built cheaply
 
     # The path a new value gets, and whether it is a mapping key.
     def _slot(self) -> tuple[Path, bool]:
@@ -151,21 +190,35 @@ class _Builder:
     def scalar(self, event) -> None:
         tag = event.tag
         if tag is None or tag == "!":
+            if not event.implicit[0]:
+                # A quoted scalar without a tag is always a string.
+                self.emit(event.value, 1, event.start_mark, event.anchor, event.value)
+                return
+            cached = _plain_cache.get(event.value, _MISSING)
+            if cached is not _MISSING:
+                self.emit(cached, 1, event.start_mark, event.anchor, event.value)
+                return
             tag = _resolver.resolve(ScalarNode, event.value, event.implicit)
+        value = self._construct(tag, event)
+        if event.tag is None and len(_plain_cache) < _PLAIN_CACHE_SIZE:
+            _plain_cache[event.value] = value  # results are immutable: str, int, date...
+        self.emit(value, 1, event.start_mark, event.anchor, event.value)
+
+    @staticmethod
+    def _construct(tag: str, event) -> Any:
+        if tag == _STR_TAG:
+            return event.value
         if tag == _MERGE_TAG:
-            value: Any = _MERGE
-        else:
-            constructor = SafeConstructor.yaml_constructors.get(tag)
-            if constructor is None:
-                raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
-                               event.start_mark)
-            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
-            try:
-                value = constructor(_constructor, node)
-            except (ConstructorError, ValueError, TypeError) as error:
-                raise _Refused("CTX012", f"cannot read scalar {event.value!r}: {error}",
-                               event.start_mark) from None
-        self.emit(value, 1, event.start_mark, event.anchor, raw=event.value)
+            return _MERGE
+        constructor = SafeConstructor.yaml_constructors.get(tag)
+        if constructor is None:
+            raise _Refused("CTX012", f"unsupported YAML tag {event.tag}", event.start_mark)
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+        try:
+            return constructor(_constructor, node)
+        except (ConstructorError, ValueError, TypeError) as error:
+            raise _Refused("CTX012", f"cannot read scalar {event.value!r}: {error}",
+                           event.start_mark) from None
 
     def emit(self, value, size, mark, anchor, raw) -> None:
         if anchor:
@@ -177,7 +230,8 @@ class _Builder:
         parent.size += size
         container = parent.container
         if isinstance(container, list):
-            self.smap.values[parent.path + (len(container),)] = self.pos(mark)
+            if self.record:
+                self.smap._values[parent.path + (len(container),)] = self.pos(mark)
             container.append(value)
             return
         if parent.pending_key is _NO_KEY:
@@ -190,7 +244,8 @@ class _Builder:
             self._merge(parent, value, mark)
             return
         container[key] = value
-        self.smap.values[parent.path + (key,)] = self.pos(mark)
+        if self.record:
+            self.smap._values[parent.path + (key,)] = self.pos(mark)
 
     def _key(self, parent: _Frame, value, mark, raw) -> None:
         if value is _MERGE:
@@ -201,16 +256,18 @@ class _Builder:
                            "list or mapping", mark)
         # YAML 1.1 reads keys like `on` or `2024` as bool/int; keep the text as written.
         key = value if isinstance(value, str) else (raw if raw is not None else str(value))
-        path = parent.path + (key,)
         if key in parent.explicit:
-            first = self.smap.keys[path]
-            here = self.pos(mark)
+            if not self.record:
+                raise _NeedPositions
+            path = parent.path + (key,)
+            first_line = self.smap._keys[path][0]
+            line, column = self.pos(mark)
             self.diagnostics.append(diag(
-                "CTX014", f"duplicate key '{key}' (first at line {first.line}); "
-                "YAML would silently keep only the last one", self.file, here.line,
-                here.column))
+                "CTX014", f"duplicate key '{key}' (first at line {first_line}); "
+                "YAML would silently keep only the last one", self.file, line, column))
         parent.explicit.add(key)
-        self.smap.keys[path] = self.pos(mark)
+        if self.record:
+            self.smap._keys[parent.path + (key,)] = self.pos(mark)
         parent.pending_key = key
 
     def _merge(self, parent: _Frame, value, mark) -> None:
@@ -239,12 +296,25 @@ class YamlResult:
     ok: bool
 
 
-def load_yaml(text: str, path: str, line_offset: int = 0) -> YamlResult:
+def load_yaml(text: str, path: str, line_offset: int = 0, positions: bool = False
+              ) -> YamlResult:
     """Load one YAML document, with positions shifted by line_offset lines.
 
-    A refused or malformed document gives ok=False and a located diagnostic.
+    A refused or malformed document gives ok=False and a located diagnostic. Without
+    `positions`, the source map is deferred: built on first use.
     """
-    builder = _Builder(path, line_offset)
+    if not positions:
+        try:
+            result = _load(text, path, line_offset, False)
+        except _NeedPositions:
+            return load_yaml(text, path, line_offset, positions=True)
+        result.source_map = SourceMap.deferred(text, path, line_offset)
+        return result
+    return _load(text, path, line_offset, True)
+
+
+def _load(text: str, path: str, line_offset: int, positions: bool) -> YamlResult:
+    builder = _Builder(path, line_offset, positions)
     documents = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
@@ -271,9 +341,8 @@ def load_yaml(text: str, path: str, line_offset: int = 0) -> YamlResult:
                     raise _Refused("CTX012", "more than one YAML document in the "
                                    "frontmatter", event.start_mark)
     except _Refused as refused:
-        here = builder.pos(refused.mark)
-        builder.diagnostics.append(diag(refused.code, refused.message, path, here.line,
-                                        here.column))
+        line, column = builder.pos(refused.mark)
+        builder.diagnostics.append(diag(refused.code, refused.message, path, line, column))
         return YamlResult(None, builder.smap, builder.diagnostics, False)
     except yaml.YAMLError as error:
         builder.diagnostics.append(_syntax_error(error, text, path, line_offset))

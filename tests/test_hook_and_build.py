@@ -1,0 +1,134 @@
+"""The git hook, the pre-commit manifest, the doit build, and lazy heavy imports."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from .conftest import REPO, make_project, run_process, write
+
+VALID = ('---\nchunks:\n  - id: note:a\n    context: "A specific note about the thing"\n---\n'
+         '<Chunk id="note:a">\nText.\n</Chunk>\n')
+BROKEN = "---\nchunks:\n  - id: note:b\n    priority: urgent\n---\n"
+
+
+def git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          check=False, env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+                                            "GIT_COMMITTER_NAME": "t",
+                                            "GIT_COMMITTER_EMAIL": "t@e", "HOME": str(repo),
+                                            "PATH": "/usr/bin:/bin"})
+
+
+def test_install_hook_blocks_a_broken_commit_and_passes_a_good_one(tmp_path):
+    make_project(tmp_path)
+    git(tmp_path, "init", "-q")
+    install = run_process("install-hook", cwd=tmp_path)
+    assert install.returncode == 0, install.stderr
+    hook = tmp_path / ".git" / "hooks" / "pre-commit"
+    assert hook.stat().st_mode & 0o111
+    write(tmp_path, "content/a.md", VALID)
+    git(tmp_path, "add", "-A")
+    assert git(tmp_path, "commit", "-qm", "good").returncode == 0
+    write(tmp_path, "content/b.md", BROKEN)
+    git(tmp_path, "add", "content/b.md")
+    refused = git(tmp_path, "commit", "-qm", "bad")
+    assert refused.returncode != 0
+    assert "content/b.md:4:15: error CTX103" in refused.stdout + refused.stderr
+    # The hook checks what is staged, not the working tree.
+    write(tmp_path, "content/b.md", VALID.replace("note:a", "note:b"))
+    assert git(tmp_path, "commit", "-qm", "still staged broken").returncode != 0
+    git(tmp_path, "add", "content/b.md")
+    assert git(tmp_path, "commit", "-qm", "fixed").returncode == 0
+
+
+def test_staged_check_sees_deletions_that_break_references(tmp_path, cli):
+    make_project(tmp_path)
+    git(tmp_path, "init", "-q")
+    write(tmp_path, "content/catalog.md",
+          "---\nentities:\n  - id: entity:a\n    name: A\n    type: concept\n---\n")
+    write(tmp_path, "content/uses.md", VALID.replace("context:", "entities: [entity:a]\n    context:"))
+    git(tmp_path, "add", "-A")
+    assert cli("validate", "--staged", cwd=tmp_path).code == 0
+    git(tmp_path, "rm", "-q", "--cached", "content/catalog.md")
+    result = cli("validate", "--staged", "--format", "json", cwd=tmp_path)
+    assert result.code == 1 and result.codes() == ["CTX204"]
+
+
+def test_install_hook_keeps_a_foreign_hook(tmp_path, cli):
+    git(tmp_path, "init", "-q")
+    write(tmp_path, ".git/hooks/pre-commit", "#!/bin/sh\necho mine\n")
+    result = cli("install-hook", cwd=tmp_path)
+    assert result.code == 2 and "--force" in result.err
+    assert cli("install-hook", "--force", cwd=tmp_path).code == 0
+
+
+def test_install_hook_outside_git_is_a_usage_error(tmp_path, cli):
+    result = cli("install-hook", cwd=tmp_path)
+    assert result.code == 2 and "git" in result.err
+
+
+def test_pre_commit_manifest():
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    by_id = {hook["id"]: hook for hook in hooks}
+    assert by_id["ctxfst-validate"]["entry"] == "ctxfst validate"
+    assert by_id["ctxfst-validate"]["language"] == "python"
+    import re
+
+    pattern = re.compile(by_id["ctxfst-validate"]["files"])
+    assert pattern.search("content/notes/a.md") and pattern.search("skills/x/SKILL.md")
+    assert not pattern.search("README.md")
+
+
+def test_validation_never_imports_torch():
+    code = ("import sys\nfrom ctxfst.cli import main\n"
+            f"rc = main(['validate', {str(REPO / 'content')!r}, {str(REPO / 'skills')!r}])\n"
+            "heavy = [m for m in ('torch', 'sentence_transformers', 'numpy', 'pyarrow') "
+            "if m in sys.modules]\nassert rc == 0 and not heavy, heavy\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_usage_errors_exit_2(tmp_path, cli):
+    assert cli("validate", tmp_path / "missing.md").code == 2
+    assert cli("validate", "--format", "xml").code == 2
+    assert cli("frobnicate").code == 2
+    result = cli("validate", cwd=tmp_path)  # not a project, no paths
+    assert result.code == 2 and "no ctxfst project" in result.err
+
+
+def test_bad_config_is_a_usage_error(tmp_path, cli):
+    write(tmp_path, "ctxfst.toml", "content_dir = [\n")
+    result = cli("validate", cwd=tmp_path)
+    assert result.code == 2 and "ctxfst.toml" in result.err
+
+
+def _doit(project: Path, *args: str) -> subprocess.CompletedProcess:
+    doit = Path(sys.executable).with_name("doit")
+    return subprocess.run([str(doit), *args], cwd=project, capture_output=True, text=True,
+                          check=False)
+
+
+def test_doit_validates_the_example_kb_incrementally(tmp_path):
+    project = tmp_path / "kb"
+    for name in ("content", "skills"):
+        shutil.copytree(REPO / name, project / name)
+    shutil.copy(REPO / "dodo.py", project / "dodo.py")
+    write(project, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
+    first = _doit(project)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert ".  validate" in first.stdout
+    again = _doit(project)
+    assert again.returncode == 0 and "-- validate" in again.stdout  # up to date
+    listing = _doit(project, "list")
+    assert "validate" in listing.stdout and "Validate the knowledge base" in listing.stdout
+    write(project, "content/broken.md", BROKEN)
+    failed = _doit(project)
+    assert failed.returncode != 0
+    assert "content/broken.md:4:15: error CTX103" in failed.stdout
+    (project / "content/broken.md").unlink()
+    assert _doit(project).returncode == 0
