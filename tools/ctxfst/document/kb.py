@@ -119,15 +119,18 @@ def load_kb(root: Path, inputs: list[Input]) -> KnowledgeBase:
 
 
 @dataclass
-class Declaration:
-    """Where an entity was declared: the document and its index in entities[]."""
+class Place:
+    """A record's place: its document and index in entities[] or chunks[]."""
 
     doc: ParsedDocument
     index: int
+    section: str = "entities"
 
     def location(self) -> str:
-        pos = self.doc.source_map.value(("entities", self.index, "id"))
-        return f"{self.doc.path}:{pos.line}:{pos.column}"
+        return self.doc.location((self.section, self.index, "id"))
+
+
+Declaration = Place  # where an entity was declared
 
 
 @dataclass

@@ -7,9 +7,10 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from ..diagnostics import Diagnostic, diag
+from ..diagnostics import Diagnostic
 from .kb import KnowledgeBase
 from .model import ENTITY_ID_PREFIXES, ChunkRecord, ParsedDocument
+from .model import diagnostic_at as _at
 from .rules import Validation
 from .text import jaccard, normalize, tokens, word_count
 
@@ -53,11 +54,6 @@ def lint(kb: KnowledgeBase, validation: Validation) -> list[Diagnostic]:
     _near_duplicates(chunks, out)
     _lint_catalog(validation, out)
     return sorted(set(out))
-
-
-def _at(doc, path, code: str, message: str) -> Diagnostic:
-    pos = doc.source_map.value(path)
-    return diag(code, message, doc.path, pos.line, pos.column)
 
 
 def _lint_chunk(doc, index: int, record: ChunkRecord, content: str, out) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
-from ..diagnostics import Diagnostic
+from ..diagnostics import Diagnostic, diag
 from .yamlpos import SourceMap
 
 SCHEMA_VERSION = "1.0.0"
@@ -136,6 +136,16 @@ class ParsedDocument:
     @property
     def ok(self) -> bool:
         return self.frontmatter is not None
+
+    def location(self, path: tuple) -> str:
+        pos = self.source_map.value(path)
+        return f"{self.path}:{pos.line}:{pos.column}"
+
+
+def diagnostic_at(item: Any, path: tuple, code: str, message: str) -> Diagnostic:
+    """A diagnostic located at a frontmatter path of a parsed document or skill."""
+    pos = item.source_map.value(path)
+    return diag(code, message, item.path, pos.line, pos.column)
 
 
 def strip_not(reference: str) -> tuple[bool, str]:

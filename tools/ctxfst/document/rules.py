@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, diag
-from .kb import CatalogEntry, Declaration, KnowledgeBase, merge_entities
+from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
 from .model import ChunkRecord, ParsedDocument, strip_not
+from .model import diagnostic_at as _at
 from .yamlpos import Path as KeyPath
 
 # Which entity types each condition field may name.
@@ -19,14 +20,8 @@ _CONDITION_TYPES = {
 
 
 @dataclass
-class ChunkPlace:
-    doc: ParsedDocument
-    index: int
-    record: ChunkRecord
-
-    def location(self) -> str:
-        pos = self.doc.source_map.value(("chunks", self.index, "id"))
-        return f"{self.doc.path}:{pos.line}:{pos.column}"
+class ChunkPlace(Place):
+    record: ChunkRecord | None = None
 
 
 @dataclass
@@ -36,11 +31,6 @@ class Validation:
     catalog: dict[str, CatalogEntry]
     chunks: dict[str, ChunkPlace]
     diagnostics: list[Diagnostic] = field(default_factory=list)
-
-
-def _at(doc, path: KeyPath, code: str, message: str) -> Diagnostic:
-    pos = doc.source_map.value(path)
-    return diag(code, message, doc.path, pos.line, pos.column)
 
 
 def validate(kb: KnowledgeBase) -> Validation:
@@ -104,7 +94,7 @@ def _chunk_index(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, ChunkPla
     chunks: dict[str, ChunkPlace] = {}
     for doc in kb.documents:
         for index, record in doc.chunks:
-            place = ChunkPlace(doc, index, record)
+            place = ChunkPlace(doc, index, "chunks", record)
             if record.id in chunks:
                 first = chunks[record.id]
                 where = "in this document" if first.doc is doc else "in the knowledge base"
