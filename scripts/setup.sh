@@ -10,6 +10,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.ctxfst-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
+  # torch first, pinned: its CPU wheel is on local disk; an unpinned torch (pulled in by
+  # sentence-transformers) would resolve to a multi-GB CUDA build.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
   rm -f .venv/.ctxfst-setup-*
   touch "$stamp"

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 CONFIG_FILE = "ctxfst.toml"
+DEFAULT_MODEL = "minilm"  # the bundled offline all-MiniLM-L6-v2 (see compile/embed.py)
+DEFAULT_EXTRA_EDGES = ("**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml")
 
 
 class ConfigError(Exception):
     """A configuration file that cannot be used (bad TOML, wrong types)."""
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Settings that shape the artifacts; each stage hashes the ones it depends on."""
+
+    embedding_model: str = DEFAULT_MODEL
+    similar_top_k: int = 5
+    similar_min_score: float = 0.35
+    extra_edges: tuple[str, ...] = DEFAULT_EXTRA_EDGES
+    embed_batch_size: int = 32
+
+    def digest(self, *keys: str) -> str:
+        """A stable hash of the named settings (all of them when none are named)."""
+        data = asdict(self)
+        chosen = {key: data[key] for key in (keys or sorted(data))}
+        return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -20,10 +41,16 @@ class Config:
     skills_dir: Path
     build_dir: Path
     config_file: Path | None
+    build: BuildSettings = field(default_factory=BuildSettings)
 
     @property
     def source_dirs(self) -> list[Path]:
         return [self.content_dir, self.skills_dir]
+
+    @property
+    def cache_dir(self) -> Path:
+        """Caches that outlive `doit clean` (embeddings): beside the build, not in it."""
+        return self.root / ".ctxfst" / "cache"
 
 
 def _settings_in(directory: Path) -> tuple[dict, Path] | None:
@@ -58,17 +85,45 @@ def find_project(start: Path) -> Config | None:
         found = _settings_in(candidate)
         if found is not None:
             settings, config_file = found
-            return _config(candidate, settings, config_file)
+            return load_config(candidate, settings, config_file)
     return None
 
 
-def _config(root: Path, settings: dict, config_file: Path | None) -> Config:
-    def folder(key: str, default: str) -> Path:
+_KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
+          "similar_min_score", "extra_edges", "embed_batch_size"}
+
+
+def load_config(root: Path, settings: dict, config_file: Path | None) -> Config:
+    unknown = sorted(set(settings) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"{config_file}: unknown setting(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(_KNOWN))}")
+
+    def text(key: str, default: str) -> str:
         value = settings.get(key, default)
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{config_file}: '{key}' must be a non-empty string")
-        return (root / value).resolve()
+        return value
 
-    return Config(root=root, content_dir=folder("content_dir", "content"),
-                  skills_dir=folder("skills_dir", "skills"),
-                  build_dir=folder("build_dir", "build"), config_file=config_file)
+    def number(key: str, default, kind, low, high):
+        value = settings.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+            raise ConfigError(f"{config_file}: '{key}' must be a {kind.__name__}")
+        if not low <= value <= high:
+            raise ConfigError(f"{config_file}: '{key}' must be between {low} and {high}")
+        return kind(value)
+
+    patterns = settings.get("extra_edges", list(DEFAULT_EXTRA_EDGES))
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+        raise ConfigError(f"{config_file}: 'extra_edges' must be a list of glob patterns")
+    build = BuildSettings(
+        embedding_model=text("embedding_model", DEFAULT_MODEL),
+        similar_top_k=number("similar_top_k", 5, int, 0, 1000),
+        similar_min_score=number("similar_min_score", 0.35, float, -1.0, 1.0),
+        extra_edges=tuple(patterns),
+        embed_batch_size=number("embed_batch_size", 32, int, 1, 4096),
+    )
+    return Config(root=root, content_dir=(root / text("content_dir", "content")).resolve(),
+                  skills_dir=(root / text("skills_dir", "skills")).resolve(),
+                  build_dir=(root / text("build_dir", "build")).resolve(),
+                  config_file=config_file, build=build)

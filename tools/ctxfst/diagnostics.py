@@ -72,6 +72,11 @@ _RULES = [
     Rule("CTX402", Severity.ERROR, "skill name differs from its directory"),
     Rule("CTX403", Severity.ERROR, "duplicate skill name"),
     Rule("CTX404", Severity.WARNING, "skill condition names no declared entity"),
+    # Extra edges (CTX6xx)
+    Rule("CTX601", Severity.ERROR, "extra-edges file is not a list"),
+    Rule("CTX602", Severity.ERROR, "extra edge is not a mapping"),
+    Rule("CTX604", Severity.ERROR, "extra edge names an unknown node"),
+    Rule("CTX605", Severity.WARNING, "duplicate extra edge"),
     # Quality lint (CTX5xx), reported by `ctxfst lint` only
     Rule("CTX501", Severity.WARNING, "near-duplicate chunks"),
     Rule("CTX502", Severity.WARNING, "context too short"),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .config import Config, find_project
 from .diagnostics import Diagnostic, Severity, summarize
-from .document.kb import Input, KnowledgeBase, display_path, inputs_for, load_kb
+from .document.kb import Input, KnowledgeBase, inputs_for, load_kb
+from .files import display_path, project_files
 from .document.rules import validate
 from .document.source import Source
 
@@ -49,8 +50,11 @@ def _is_under(path: Path, folder: Path) -> bool:
 
 
 def _project_inputs(config: Config) -> list[Input]:
-    folders = [folder for folder in config.source_dirs if folder.is_dir()]
-    return inputs_for(folders, explicit_files=False)
+    return [Input(Source(display_path(path), path), explicit=False)
+            for path in project_files(config)]
+
+
+
 
 
 def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:

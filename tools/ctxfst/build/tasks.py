@@ -1,46 +1,150 @@
-"""doit tasks for a ctxfst project. dodo.py re-exports every task_* defined here."""
+"""doit tasks for a ctxfst project: one task per build stage, each with many file
+dependencies (doit's cost grows with the number of tasks, not of files).
+
+dodo.py re-exports everything here. Importing this module must stay cheap: a no-op
+`doit` only stats files; nothing is parsed and no model is imported.
+"""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
-from ..config import find_project
-from ..document.kb import walk
+from doit.tools import config_changed
 
-DOIT_CONFIG = {"default_tasks": ["validate"], "verbosity": 2}
+from ..config import ConfigError, find_project
+from ..files import project_files
 
-__all__ = ["DOIT_CONFIG", "task_validate"]
+__all__ = ["DOIT_CONFIG", "task_validate", "task_compile", "task_profiles", "task_embed",
+           "task_graph", "task_manifest"]
+
+DOIT_CONFIG = {
+    "default_tasks": ["validate", "compile", "profiles", "embed", "graph", "manifest"],
+    "dep_file": ".ctxfst/doit.db",
+    "backend": "sqlite3",
+    "verbosity": 2,
+}
 
 
-def _sources() -> list[str]:
-    config = find_project(Path.cwd())
+def _project():
+    try:
+        config = find_project(Path.cwd())
+    except ConfigError as error:
+        sys.exit(f"ctxfst: error: {error}")
     if config is None:
-        return []
-    files = []
-    for folder in config.source_dirs:
-        if folder.is_dir():
-            files.extend(str(path) for path in walk(folder))
-    if config.config_file is not None:
-        files.append(str(config.config_file))
-    return files
+        sys.exit("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] "
+                 "in pyproject.toml)")
+    (config.root / ".ctxfst").mkdir(exist_ok=True)
+    from .pipeline import recover  # a cheap check: a kill may have left a publication half done
+
+    recover(config)
+    return config
 
 
-def _validate() -> bool:
-    import sys
+CONFIG = _project()
 
-    from ..diagnostics import render_text
-    from ..validation import check_paths
 
-    report = check_paths([])
-    sys.stdout.write(render_text(report.diagnostics, report.summary))
-    return report.exit_code() == 0
+def _paths(*names: str) -> list[str]:
+    from .pipeline import staged
+
+    return [str(staged(CONFIG, name)) for name in names]
+
+
+def _run(stage: str):
+    def action() -> bool:
+        from .pipeline import STAGE_FUNCTIONS, BuildFailed
+
+        try:
+            STAGE_FUNCTIONS[stage](CONFIG)
+        except BuildFailed as error:
+            print(f"ctxfst: {stage}: {error}", file=sys.stderr)
+            return False
+        return True
+
+    action.__name__ = f"ctxfst_{stage}"
+    return action
+
+
+def _task(stage: str, doc: str, file_dep: list[str], outputs: list[str],
+          state: str = "") -> dict:
+    from .. import __version__
+    from .pipeline import STAGE_SETTINGS, result_path
+
+    keys = STAGE_SETTINGS[stage]
+    # Re-run when the settings this stage reads change, or the toolchain does.
+    fingerprint = {"toolchain": __version__,
+                   "settings": CONFIG.build.digest(*keys) if keys else "", "state": state}
+    return {
+        "doc": doc,
+        "actions": [_run(stage)],
+        "file_dep": file_dep,
+        "targets": outputs + [str(result_path(CONFIG, stage))],
+        "uptodate": [config_changed(fingerprint)],
+        "clean": True,
+        "verbosity": 2,
+    }
 
 
 def task_validate():
-    """Validate the knowledge base (content/ and skills/): the build's first stage."""
-    from doit.tools import config_changed
+    """Validate content/ and skills/ (stops the build on errors, build/ untouched)."""
+    sources = [str(path) for path in project_files(CONFIG)]
+    if CONFIG.config_file is not None:
+        sources.append(str(CONFIG.config_file))
+    # A deleted input changes the list itself; file_dep alone would not notice.
+    return _task("validate", task_validate.__doc__, sources, _paths("validation.json"),
+                 state="\n".join(sources))
 
-    sources = _sources()
-    # file_dep alone misses a deleted file; the list itself is part of the state.
-    return {"actions": [_validate], "file_dep": sources,
-            "uptodate": [config_changed("\n".join(sources))], "verbosity": 2}
+
+def task_compile():
+    """Compile chunks and the entity catalog: chunks.json, chunks.parquet."""
+    return _task("compile", task_compile.__doc__, _paths("validation.json"),
+                 _paths("chunks.json", "chunks.parquet", "extra-edges.json"))
+
+
+def task_profiles():
+    """Build entity profiles: entity-profiles.json, entities.parquet."""
+    return _task("profiles", task_profiles.__doc__, _paths("chunks.json"),
+                 _paths("entity-profiles.json", "entities.parquet"))
+
+
+def task_embed():
+    """Embed chunks and entity profiles (cached by model and text)."""
+    return _task("embed", task_embed.__doc__, _paths("chunks.json", "entity-profiles.json"),
+                 _paths("chunk_vectors.parquet", "entity_vectors.parquet"))
+
+
+def task_graph():
+    """Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges."""
+    return _task("graph", task_graph.__doc__,
+                 _paths("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json"),
+                 _paths("entity-graph.json", "edges.parquet"))
+
+
+def _remove_staging() -> None:
+    from .pipeline import JOURNAL, staging
+
+    shutil.rmtree(staging(CONFIG), ignore_errors=True)
+    (CONFIG.build_dir / JOURNAL).unlink(missing_ok=True)
+
+
+def task_manifest():
+    """Write manifest.json and run_results.json, then publish the artifacts to build/."""
+    from .pipeline import ARTIFACTS, STAGES, result_path
+
+    names = [*ARTIFACTS, "validation.json"]
+    task = _task("manifest", task_manifest.__doc__,
+                 _paths(*names) + [str(result_path(CONFIG, s)) for s in STAGES[:-1]],
+                 [str(CONFIG.build_dir / name) for name in
+                  (*ARTIFACTS, "manifest.json", "run_results.json")] + _paths("manifest.json"))
+    task["clean"] = [_clean_all]
+    return task
+
+
+def _clean_all() -> None:
+    """doit clean: remove every artifact the build made (not the embedding cache)."""
+    from .pipeline import ARTIFACTS
+
+    for name in (*ARTIFACTS, "manifest.json", "run_results.json"):
+        (CONFIG.build_dir / name).unlink(missing_ok=True)
+    _remove_staging()

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostic
+from ..files import display_path, walk
 from ..skills.model import ParsedSkill
 from ..skills.parse import SKILL_FILE, parse_skill
+from .edges import EDGE_SUFFIXES, EdgeFile, is_edge_file, parse_edge_file
 from .model import Entity, ParsedDocument
 from .parse import looks_like_ctxfst, parse_document, type_document
 from .source import Source
@@ -18,46 +20,27 @@ from .source import Source
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 200
 
-# Folders never searched for documents.
-_SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", "build",
-              ".pytest_cache", ".hypothesis", ".mypy_cache", ".tox"}
-
 
 @dataclass
 class KnowledgeBase:
     root: Path
     documents: list[ParsedDocument] = field(default_factory=list)
     skills: list[ParsedSkill] = field(default_factory=list)
+    edge_files: list[EdgeFile] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
     @property
     def file_count(self) -> int:
-        return len(self.documents) + len(self.skills)
+        return len(self.documents) + len(self.skills) + len(self.edge_files)
+
+    def all_files(self) -> list:
+        return [*self.documents, *self.skills, *self.edge_files]
 
     def parse_diagnostics(self) -> list[Diagnostic]:
         found: list[Diagnostic] = []
-        for item in (*self.documents, *self.skills):
+        for item in self.all_files():
             found.extend(item.diagnostics)
         return found
-
-
-def display_path(path: Path) -> str:
-    """A path as diagnostics show it: as given, or relative to the working directory
-    when it is an absolute path inside it."""
-    if path.is_absolute():
-        cwd = Path.cwd()
-        if cwd in path.parents:
-            return path.relative_to(cwd).as_posix()
-    return path.as_posix()
-
-
-def walk(directory: Path) -> list[Path]:
-    """Markdown files below directory, in a stable order, skipping tool folders."""
-    found = []
-    for current, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
-        found.extend(Path(current) / name for name in files if name.endswith(".md"))
-    return sorted(found)
 
 
 @dataclass(frozen=True)
@@ -72,7 +55,7 @@ def inputs_for(paths: list[Path], explicit_files: bool = True) -> list[Input]:
     result: list[Input] = []
     seen: set[str] = set()
     for path in paths:
-        files = walk(path) if path.is_dir() else [path]
+        files = walk(path, (".md", *EDGE_SUFFIXES)) if path.is_dir() else [path]
         for file in files:
             absolute = os.path.abspath(file)  # a string operation; resolve() costs syscalls
             if absolute in seen:
@@ -83,10 +66,13 @@ def inputs_for(paths: list[Path], explicit_files: bool = True) -> list[Input]:
     return result
 
 
-def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | None:
+def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | EdgeFile | None:
     """Parse one input; None for plain Markdown found while walking a folder."""
-    if Path(item.source.path).name == SKILL_FILE:
+    name = Path(item.source.path).name
+    if name == SKILL_FILE:
         return parse_skill(item.source)
+    if is_edge_file(name):
+        return parse_edge_file(item.source)
     doc = parse_document(item.source, typed=False)
     if (not item.explicit and doc.frontmatter is None and doc.text
             and not looks_like_ctxfst(doc.text)):
@@ -112,6 +98,8 @@ def load_kb(root: Path, inputs: list[Input]) -> KnowledgeBase:
             kb.skipped.append(item.source.path)  # plain Markdown beside the documents
         elif isinstance(parsed, ParsedSkill):
             kb.skills.append(parsed)
+        elif isinstance(parsed, EdgeFile):
+            kb.edge_files.append(parsed)
         else:
             type_document(parsed)  # here, not in a worker: typed models pickle slowly
             kb.documents.append(parsed)

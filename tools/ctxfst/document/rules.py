@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, diag
+from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
 from .model import ChunkRecord, ParsedDocument, strip_not
 from .model import diagnostic_at as _at
@@ -31,6 +32,7 @@ class Validation:
     catalog: dict[str, CatalogEntry]
     chunks: dict[str, ChunkPlace]
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    extra_edges: list[ExtraEdge] = field(default_factory=list)  # valid, deduplicated
 
 
 def validate(kb: KnowledgeBase) -> Validation:
@@ -58,7 +60,31 @@ def validate(kb: KnowledgeBase) -> Validation:
                                    "in the knowledge base"))
     _check_cycles(chunks, out)
     _check_skills(kb, catalog, out)
-    return Validation(catalog=catalog, chunks=chunks, diagnostics=sorted(set(out)))
+    edges = _check_extra_edges(kb, set(catalog), out)
+    return Validation(catalog=catalog, chunks=chunks, diagnostics=sorted(set(out)),
+                      extra_edges=edges)
+
+
+def _check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdge]:
+    kept: dict[tuple[str, str, str], tuple[str, ExtraEdge]] = {}
+    for edge_file in kb.edge_files:
+        for index, edge in edge_file.edges:
+            unknown = [end for end in (edge.source, edge.target) if end not in nodes]
+            for end in unknown:
+                field_name = "source" if end == edge.source else "target"
+                out.append(_at(edge_file, (index, field_name), "CTX604",
+                               f"edge #{index + 1}: {field_name} '{end}' is no entity of the "
+                               "knowledge base"))
+            if unknown:
+                continue
+            key = (edge.source, edge.target, edge.relation)
+            if key in kept:
+                out.append(_at(edge_file, (index,), "CTX605",
+                               f"edge {edge.source} -{edge.relation}-> {edge.target} is "
+                               f"already given in {kept[key][0]}; the first one is kept"))
+                continue
+            kept[key] = (edge_file.location((index,)), edge)
+    return [kept[key][1] for key in sorted(kept)]
 
 
 def build_catalog(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, CatalogEntry]:

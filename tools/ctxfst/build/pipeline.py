@@ -1,0 +1,351 @@
+"""The build stages as plain functions over a project's Config.
+
+Each stage reads its inputs from the staging folder (build/.staging), writes its
+outputs there atomically, and records its status, timing and counts. The last stage
+writes the manifest and publishes the staged artifacts into build/: a build that fails
+or is killed before then leaves the published artifacts and their manifest as they were.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__
+from ..config import Config
+from ..diagnostics import render_text
+from .io import read_json, sha256_file, write_atomic, write_json
+
+STAGING = ".staging"
+RESULTS = "stages"
+JOURNAL = ".publish.json"
+MANIFEST_VERSION = "1.0.0"
+
+# Artifact name -> (stage that makes it, schema or Arrow schema version).
+ARTIFACTS: dict[str, tuple[str, str]] = {
+    "chunks.json": ("compile", "1.0.0"),
+    "chunks.parquet": ("compile", "1.0.0"),
+    "entity-profiles.json": ("profiles", "1.0.0"),
+    "entities.parquet": ("profiles", "1.0.0"),
+    "chunk_vectors.parquet": ("embed", "1.0.0"),
+    "entity_vectors.parquet": ("embed", "1.0.0"),
+    "entity-graph.json": ("graph", "1.0.0"),
+    "edges.parquet": ("graph", "1.0.0"),
+}
+STAGES = ("validate", "compile", "profiles", "embed", "graph", "manifest")
+# Which settings each stage's output depends on (a change re-runs that stage only).
+STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "validate": ("extra_edges",),
+    "compile": (),
+    "profiles": (),
+    "embed": ("embedding_model", "embed_batch_size"),
+    "graph": ("similar_top_k", "similar_min_score"),
+    "manifest": (),
+}
+
+
+class BuildFailed(Exception):
+    """A stage could not produce its outputs; the message says why."""
+
+
+def staging(config: Config) -> Path:
+    return config.build_dir / STAGING
+
+
+def staged(config: Config, name: str) -> Path:
+    return staging(config) / name
+
+
+def result_path(config: Config, stage: str) -> Path:
+    return staging(config) / RESULTS / f"{stage}.json"
+
+
+def _record(config: Config, stage: str, started: float, **details: Any) -> None:
+    write_json(result_path(config, stage), {"stage": stage, "status": "success",
+                                            "seconds": round(time.perf_counter() - started, 4),
+                                            **details})
+
+
+def _load_validated(config: Config):
+    """Load and validate the knowledge base; raise BuildFailed on any error."""
+    from ..document.kb import load_kb
+    from ..document.rules import validate
+    from ..validation import _project_inputs
+
+    kb = load_kb(config.root, _project_inputs(config))
+    validation = validate(kb)
+    errors = [d for d in validation.diagnostics if d.severity.value == "error"]
+    if errors:
+        from ..diagnostics import summarize
+
+        sys.stdout.write(render_text(validation.diagnostics,
+                                     summarize(validation.diagnostics, kb.file_count)))
+        raise BuildFailed(f"validation found {len(errors)} error(s); the build stopped and "
+                          "build/ was left as it was")
+    return kb, validation
+
+
+def _inputs(config: Config) -> list[dict[str, Any]]:
+    from ..files import project_files
+
+    files = project_files(config)
+    if config.config_file is not None:
+        files.append(config.config_file)
+    return [{"path": path.resolve().relative_to(config.root.resolve()).as_posix(),
+             "sha256": sha256_file(path), "bytes": path.stat().st_size}
+            for path in sorted(files)]
+
+
+def stage_validate(config: Config) -> None:
+    started = time.perf_counter()
+    kb, validation = _load_validated(config)
+    warnings = sum(1 for d in validation.diagnostics if d.severity.value == "warning")
+    if validation.diagnostics:
+        from ..diagnostics import summarize
+
+        sys.stdout.write(render_text(validation.diagnostics,
+                                     summarize(validation.diagnostics, kb.file_count)))
+    # The stamp changes exactly when an input changes: later stages depend on it alone.
+    write_json(staged(config, "validation.json"),
+               {"toolchain": __version__, "settings": config.build.digest(),
+                "inputs": _inputs(config)})
+    _record(config, "validate", started, files=kb.file_count, warnings=warnings)
+
+
+def stage_compile(config: Config) -> None:
+    from ..compile.chunks import CompileError, chunks_table, compile_export
+    from .io import write_parquet
+
+    started = time.perf_counter()
+    kb, validation = _load_validated(config)
+    try:
+        export = compile_export(kb, validation)
+    except CompileError as error:
+        from ..diagnostics import summarize
+
+        sys.stdout.write(render_text(error.diagnostics,
+                                     summarize(error.diagnostics, kb.file_count)))
+        raise BuildFailed("some chunk content could not be read") from None
+    write_json(staged(config, "chunks.json"), export.as_json())
+    write_parquet(staged(config, "chunks.parquet"), chunks_table(export))
+    write_json(staged(config, "extra-edges.json"),
+               [edge.model_dump(exclude_none=True) for edge in validation.extra_edges])
+    _record(config, "compile", started, documents=len(kb.documents),
+            chunks=len(export.chunks), entities=len(export.entities))
+
+
+def _export(config: Config):
+    from ..compile.chunks import Export
+
+    data = read_json(staged(config, "chunks.json"))
+    return Export(entities=data["entities"], chunks=data["chunks"])
+
+
+def stage_profiles(config: Config) -> None:
+    from ..compile.profiles import build_profiles, entities_table, profiles_document
+    from .io import write_parquet
+
+    started = time.perf_counter()
+    export = _export(config)
+    profiles = build_profiles(export)
+    declared = {entity["id"] for entity in export.entities}
+    dangling = sorted({ref for chunk in export.chunks for ref in chunk.get("entities", [])
+                       if ref not in declared})
+    write_json(staged(config, "entity-profiles.json"), profiles_document(profiles, dangling))
+    write_parquet(staged(config, "entities.parquet"), entities_table(profiles))
+    _record(config, "profiles", started, entities=len(profiles))
+
+
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """What a chunk's vector encodes: its context, then its content."""
+    context = chunk.get("context", "").strip()
+    return f"{context}\n\n{chunk['content']}" if context else chunk["content"]
+
+
+def embedding_cache(config: Config):
+    from ..compile.embed import EmbeddingCache
+
+    return EmbeddingCache(config.cache_dir / "embeddings.sqlite")
+
+
+def stage_embed(config: Config) -> None:
+    from ..compile.embed import EmbedStats, embed_texts, vectors_table
+    from .io import write_parquet
+
+    started = time.perf_counter()
+    export = _export(config)
+    profiles = read_json(staged(config, "entity-profiles.json"))["entities"]
+    settings = config.build
+    cache = embedding_cache(config)
+    stats = EmbedStats()
+    try:
+        chunk_matrix, model_id = embed_texts([chunk_text(c) for c in export.chunks],
+                                             settings.embedding_model, cache,
+                                             settings.embed_batch_size, stats)
+        entity_matrix, _ = embed_texts([p["representation"] for p in profiles],
+                                       settings.embedding_model, cache,
+                                       settings.embed_batch_size, stats)
+    finally:
+        cache.close()
+    write_parquet(staged(config, "chunk_vectors.parquet"),
+                  vectors_table([c["id"] for c in export.chunks], chunk_matrix, model_id,
+                                "chunk_vectors"))
+    write_parquet(staged(config, "entity_vectors.parquet"),
+                  vectors_table([p["id"] for p in profiles], entity_matrix, model_id,
+                                "entity_vectors"))
+    _record(config, "embed", started, model_id=model_id, texts=stats.texts,
+            unique_texts=stats.unique, cache_hits=stats.cache_hits, embedded=stats.embedded,
+            model_loaded=stats.model_loaded)
+
+
+def _read_vectors(path: Path):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    dim = int(metadata.get("ctxfst.dim", "0"))
+    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    matrix = np.asarray(flat, dtype=np.float32).reshape(-1, dim) if dim else np.zeros((0, 0))
+    return table.column("id").to_pylist(), matrix, metadata.get("ctxfst.model_id", "")
+
+
+def stage_graph(config: Config) -> None:
+    from ..compile.graph import (condition_edges, edges_table, graph_document, graph_node,
+                                 merge_edges, similar_edges)
+    from .io import write_parquet
+
+    started = time.perf_counter()
+    profiles_doc = read_json(staged(config, "entity-profiles.json"))
+    profiles = profiles_doc["entities"]
+    ids, matrix, model_id = _read_vectors(staged(config, "entity_vectors.parquet"))
+    if ids != [p["id"] for p in profiles]:
+        raise BuildFailed("entity vectors do not match the entity profiles; run the embed "
+                          "stage again")
+    settings = config.build
+    mentions = {p["id"]: set(p["mentioned_chunks"]) for p in profiles}
+    similar = similar_edges(ids, matrix, settings.similar_top_k, settings.similar_min_score,
+                            mentions)
+    nodes = [graph_node(p) for p in profiles]
+    inferred = condition_edges(nodes)
+    extra = [{"source": e["source"], "target": e["target"], "relation": e["relation"],
+              **({"score": e["score"]} if "score" in e else {}),
+              **({"shared_chunk_count": e["shared_chunk_count"]}
+                 if "shared_chunk_count" in e else {}),
+              "properties": e.get("properties", {})}
+             for e in read_json(staged(config, "extra-edges.json"))]
+    edges = merge_edges(extra, inferred, similar)
+    document = graph_document(nodes, edges, model_id=model_id, top_k=settings.similar_top_k,
+                              min_score=settings.similar_min_score, extra_count=len(extra),
+                              inferred_count=len(inferred),
+                              dangling=profiles_doc["meta"]["dangling_chunk_entity_refs"])
+    write_json(staged(config, "entity-graph.json"), document)
+    write_parquet(staged(config, "edges.parquet"), edges_table(edges))
+    counts: dict[str, int] = {}
+    for edge in edges:
+        counts[edge["relation"]] = counts.get(edge["relation"], 0) + 1
+    _record(config, "graph", started, nodes=len(nodes), edges=len(edges),
+            edges_by_relation=dict(sorted(counts.items())))
+
+
+def _rows(path: Path) -> int:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    data = read_json(path)
+    if isinstance(data, dict):
+        for key in ("chunks", "entities", "nodes"):
+            if isinstance(data.get(key), list):
+                return len(data[key])
+    return len(data) if isinstance(data, list) else 1
+
+
+_LINEAGE = {
+    "compile": ["inputs"],
+    "profiles": ["chunks.json"],
+    "embed": ["chunks.json", "entity-profiles.json"],
+    "graph": ["entity-profiles.json", "entity_vectors.parquet", "inputs:extra-edges"],
+}
+
+
+def stage_manifest(config: Config) -> None:
+    from ..compile.embed import model_id_of
+
+    started = time.perf_counter()
+    validation = read_json(staged(config, "validation.json"))
+    inputs = validation["inputs"]
+    edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
+        (".edges.json", ".edges.yaml", ".edges.yml"))]
+    artifacts = []
+    for name, (stage, version) in ARTIFACTS.items():
+        path = staged(config, name)
+        feeds = []
+        for item in _LINEAGE[stage]:
+            if item == "inputs":
+                feeds.extend(i["path"] for i in inputs)
+            elif item == "inputs:extra-edges":
+                feeds.extend(edge_inputs)
+            else:
+                feeds.append(item)
+        artifacts.append({"path": name, "stage": stage, "schema_version": version,
+                          "sha256": sha256_file(path), "bytes": path.stat().st_size,
+                          "rows": _rows(path), "inputs": feeds})
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "toolchain": {"name": "ctxfst", "version": __version__},
+        "config_hash": config.build.digest(),
+        "settings": {"embedding_model": config.build.embedding_model,
+                     "similar_top_k": config.build.similar_top_k,
+                     "similar_min_score": config.build.similar_min_score,
+                     "extra_edges": list(config.build.extra_edges)},
+        "model": {"id": model_id_of(config.build.embedding_model)},
+        "inputs": inputs,
+        "artifacts": artifacts,
+    }
+    write_json(staged(config, "manifest.json"), manifest)
+    _record(config, "manifest", started, artifacts=len(artifacts))
+    results = {"toolchain": __version__, "stages": []}
+    for stage in STAGES:
+        path = result_path(config, stage)
+        if path.exists():
+            results["stages"].append(read_json(path))
+    publish(config, [*ARTIFACTS, "manifest.json"], results)
+
+
+def publish(config: Config, names: list[str], results: dict) -> None:
+    """Copy staged artifacts into build/, manifest last, under a journal.
+
+    The journal lets the next build finish a publication that a kill interrupted.
+    """
+    journal = config.build_dir / JOURNAL
+    write_json(journal, {"files": names})
+    for name in names:
+        write_atomic(config.build_dir / name, staged(config, name).read_bytes())
+    write_json(config.build_dir / "run_results.json", results)
+    os.unlink(journal)
+
+
+def recover(config: Config) -> bool:
+    """Finish a publication interrupted by a kill. True when there was one."""
+    journal = config.build_dir / JOURNAL
+    if not journal.exists():
+        return False
+    try:
+        names = read_json(journal)["files"]
+    except (ValueError, KeyError, OSError):
+        journal.unlink()
+        return False
+    for name in names:
+        write_atomic(config.build_dir / name, staged(config, name).read_bytes())
+    journal.unlink()
+    return True
+
+
+STAGE_FUNCTIONS: dict[str, Callable[[Config], None]] = {
+    "validate": stage_validate, "compile": stage_compile, "profiles": stage_profiles,
+    "embed": stage_embed, "graph": stage_graph, "manifest": stage_manifest,
+}

@@ -1,0 +1,140 @@
+"""Compile a validated knowledge base into chunk and entity records (the export).
+
+chunks.json keeps the upstream export shape ({"entities": [...], "chunks": [...]}),
+so consumers of upstream CtxFST read it unchanged; chunks.parquet holds the same rows
+in columns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..diagnostics import Diagnostic, diag
+from ..document.kb import KnowledgeBase
+from ..document.model import SCHEMA_VERSION, ChunkRecord, ParsedDocument
+from ..document.rules import Validation
+from ..document.source import Source, load_text
+
+CHUNKS_SCHEMA_VERSION = "1.0.0"
+# Export field order: upstream's required fields first, then its optional ones.
+_CHUNK_ORDER = ("id", "context", "content", "tags", "source", "entities", "state_refs",
+                "preconditions", "postconditions", "created_at", "version", "priority",
+                "dependencies", "type", "content_path")
+_ENTITY_ORDER = ("id", "name", "type", "aliases", "preconditions", "postconditions",
+                 "related_skills")
+_COLUMNS = ("tags", "entities", "state_refs", "dependencies")
+
+
+class CompileError(Exception):
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        super().__init__(f"{len(diagnostics)} error(s)")
+        self.diagnostics = diagnostics
+
+
+@dataclass
+class Export:
+    entities: list[dict[str, Any]]
+    chunks: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"schema_version": CHUNKS_SCHEMA_VERSION, "entities": self.entities,
+                "chunks": self.chunks}
+
+
+def _ordered(data: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    out = {key: data[key] for key in order if key in data}
+    out.update((key, data[key]) for key in sorted(data) if key not in out)
+    return out
+
+
+def _relative(root: Path, doc: ParsedDocument) -> str:
+    if doc.fs_path is None:
+        return doc.path
+    try:
+        return Path(doc.fs_path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return Path(doc.path).as_posix()
+
+
+def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic]) -> tuple[str, int, int]:
+    body = doc.bodies.get(record.id)
+    if body is not None:
+        return body.content, body.line, body.end_line
+    pos = doc.source_map.value(("chunks", [i for i, r in doc.chunks if r is record][0], "id"))
+    target = Path(doc.fs_path).resolve().parent / (record.content_path or "")
+    text, problem = load_text(Source(str(target), target))
+    if problem is not None:
+        errors.append(diag("CTX309", f"content_path '{record.content_path}': {problem.message}",
+                           doc.path, pos.line, pos.column))
+        return "", pos.line, pos.line
+    return (text or "").strip(), pos.line, pos.line
+
+
+def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
+    """Chunks sorted by id and merged entities sorted by id, as plain JSON data."""
+    errors: list[Diagnostic] = []
+    chunks = []
+    for doc in kb.documents:
+        source = _relative(kb.root, doc)
+        for _index, record in doc.chunks:
+            content, line_start, line_end = _content(doc, record, errors)
+            data = record.model_dump(exclude_none=True, exclude_unset=True)
+            data.update(content=content, source=source)
+            data.setdefault("context", "")
+            data.setdefault("tags", [])
+            data["line_start"], data["line_end"] = line_start, line_end
+            if doc.title:
+                data["document_title"] = doc.title
+            chunks.append(_ordered(data, _CHUNK_ORDER))
+    if errors:
+        raise CompileError(errors)
+    chunks.sort(key=lambda chunk: chunk["id"])
+    entities = []
+    for entity_id in sorted(validation.catalog):
+        entry = validation.catalog[entity_id]
+        data = entry.entity.model_dump(exclude_none=True)
+        for key in ("preconditions", "postconditions", "related_skills"):
+            if not data.get(key):
+                data.pop(key, None)
+        data["declared_in"] = sorted({_relative(kb.root, place.doc)
+                                      for place in entry.declarations})
+        entities.append(_ordered(data, _ENTITY_ORDER))
+    return Export(entities=entities, chunks=chunks)
+
+
+def chunks_table(export: Export):
+    import pyarrow as pa
+
+    rows = export.chunks
+    known = set(_CHUNK_ORDER) | {"line_start", "line_end", "document_title"}
+
+    def column(name: str) -> list:
+        return [row.get(name) for row in rows]
+
+    arrays = {
+        "chunk_id": pa.array(column("id"), pa.string()),
+        "source": pa.array(column("source"), pa.string()),
+        "line_start": pa.array(column("line_start"), pa.int32()),
+        "line_end": pa.array(column("line_end"), pa.int32()),
+        "document_title": pa.array(column("document_title"), pa.string()),
+        "context": pa.array(column("context"), pa.string()),
+        "content": pa.array(column("content"), pa.string()),
+    }
+    for name in _COLUMNS:
+        arrays[name] = pa.array([row.get(name, []) for row in rows], pa.list_(pa.string()))
+    arrays.update({
+        "created_at": pa.array(column("created_at"), pa.string()),
+        "version": pa.array(column("version"), pa.int64()),
+        "priority": pa.array(column("priority"), pa.string()),
+        "type": pa.array(column("type"), pa.string()),
+        "content_path": pa.array(column("content_path"), pa.string()),
+        "extra": pa.array([json.dumps({k: v for k, v in row.items() if k not in known},
+                                      ensure_ascii=False, sort_keys=True) for row in rows],
+                          pa.string()),
+    })
+    return pa.table(arrays).replace_schema_metadata({
+        "ctxfst.artifact": "chunks", "ctxfst.schema_version": CHUNKS_SCHEMA_VERSION,
+        "ctxfst.document_schema_version": SCHEMA_VERSION})

