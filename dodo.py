@@ -1,3 +1,5 @@
-"""doit entry point: the task graph lives in the ctxfst package."""
+"""doit entry point: the task graph lives in the ctxfst package (ctxfst.build.tasks)."""
 
-from ctxfst.build.tasks import *  # noqa: F401,F403  (doit collects task_* names)
+from ctxfst.build.tasks import dodo_namespace
+
+globals().update(dodo_namespace())

@@ -31,6 +31,19 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check documents and skills; exit 1 on errors"))
     _add_check_options(commands.add_parser(
         "lint", help="quality advice on chunks and entities"))
+    build = commands.add_parser("build", help="run the doit build without doit on the PATH")
+    build.add_argument("--root", type=Path, default=Path("."),
+                       help="the knowledge-base repository (default: here)")
+    build.add_argument("doit_args", nargs=argparse.REMAINDER,
+                       help="passed to doit (for example: clean, list, embed)")
+    init = commands.add_parser("init", help="scaffold a new knowledge-base repository")
+    init.add_argument("directory", type=Path)
+    init.add_argument("--model", default=None,
+                      help="embedding model to configure (default: the measured best)")
+    mock = commands.add_parser("generate-mock", help="write a mock knowledge base")
+    mock.add_argument("out", type=Path)
+    mock.add_argument("--docs", type=int, default=200)
+    mock.add_argument("--seed", type=int, default=0)
     hook = commands.add_parser("install-hook",
                                help="install a git pre-commit hook that validates staged files")
     hook.add_argument("--force", action="store_true",
@@ -60,6 +73,33 @@ def _install_hook(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _build(args: argparse.Namespace) -> int:
+    from .build.runner import run_build
+
+    return run_build(args.root, args.doit_args)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from .config import DEFAULT_MODEL
+    from .scaffold import init
+
+    written = init(args.directory, args.model or DEFAULT_MODEL)
+    for path in written:
+        print(f"created {path}")
+    print(f"next: cd {args.directory} && doit")
+    return EXIT_OK
+
+
+def _generate_mock(args: argparse.Namespace) -> int:
+    from .mock import generate
+
+    if args.docs < 1:
+        raise _Usage("--docs must be at least 1")
+    written = generate(args.out, args.docs, args.seed)
+    print(f"wrote {len(written)} documents under {args.out / 'content'}")
+    return EXIT_OK
+
+
 class _Usage(Exception):
     pass
 
@@ -71,12 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     from .hook import HookError
     from .validation import UsageError
 
+    from .scaffold import ScaffoldError
+
     try:
         if args.command in ("validate", "lint"):
             return _check(args, lint=args.command == "lint")
         if args.command == "install-hook":
             return _install_hook(args)
-    except (UsageError, ConfigError, HookError, _Usage) as error:
+        if args.command == "build":
+            return _build(args)
+        if args.command == "init":
+            return _init(args)
+        if args.command == "generate-mock":
+            return _generate_mock(args)
+    except (UsageError, ConfigError, HookError, ScaffoldError, _Usage) as error:
         print(f"ctxfst: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -88,12 +88,7 @@ def _load_validated(config: Config):
     return kb, validation
 
 
-def _inputs(config: Config) -> list[dict[str, Any]]:
-    from ..files import project_files
-
-    files = project_files(config)
-    if config.config_file is not None:
-        files.append(config.config_file)
+def _inputs(config: Config, files: list[Path]) -> list[dict[str, Any]]:
     return [{"path": path.resolve().relative_to(config.root.resolve()).as_posix(),
              "sha256": sha256_file(path), "bytes": path.stat().st_size}
             for path in sorted(files)]
@@ -108,10 +103,12 @@ def stage_validate(config: Config) -> None:
 
         sys.stdout.write(render_text(validation.diagnostics,
                                      summarize(validation.diagnostics, kb.file_count)))
-    # The stamp changes exactly when an input changes: later stages depend on it alone.
+    from ..files import project_files
+
+    # The stamp changes exactly when a source changes: later stages depend on it alone.
+    # (Settings are not in it: each stage tracks the settings it reads itself.)
     write_json(staged(config, "validation.json"),
-               {"toolchain": __version__, "settings": config.build.digest(),
-                "inputs": _inputs(config)})
+               {"toolchain": __version__, "inputs": _inputs(config, project_files(config))})
     _record(config, "validate", started, files=kb.file_count, warnings=warnings)
 
 
@@ -278,6 +275,8 @@ def stage_manifest(config: Config) -> None:
     started = time.perf_counter()
     validation = read_json(staged(config, "validation.json"))
     inputs = validation["inputs"]
+    if config.config_file is not None:
+        inputs = sorted(inputs + _inputs(config, [config.config_file]), key=lambda i: i["path"])
     edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
         (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []

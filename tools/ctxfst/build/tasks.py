@@ -16,9 +16,6 @@ from doit.tools import config_changed
 from ..config import ConfigError, find_project
 from ..files import project_files
 
-__all__ = ["DOIT_CONFIG", "task_validate", "task_compile", "task_profiles", "task_embed",
-           "task_graph", "task_manifest"]
-
 DOIT_CONFIG = {
     "default_tasks": ["validate", "compile", "profiles", "embed", "graph", "manifest"],
     "dep_file": ".ctxfst/doit.db",
@@ -27,7 +24,8 @@ DOIT_CONFIG = {
 }
 
 
-def _project():
+def project_here():
+    """The project in the working directory, ready to build (or exit with a message)."""
     try:
         config = find_project(Path.cwd())
     except ConfigError as error:
@@ -42,109 +40,119 @@ def _project():
     return config
 
 
-CONFIG = _project()
+def namespace(CONFIG) -> dict:
+    """doit's view of a project: DOIT_CONFIG and one task_* function per stage."""
+
+    def _paths(*names: str) -> list[str]:
+        from .pipeline import staged
+
+        return [str(staged(CONFIG, name)) for name in names]
 
 
-def _paths(*names: str) -> list[str]:
-    from .pipeline import staged
+    def _run(stage: str):
+        def action() -> bool:
+            from .pipeline import STAGE_FUNCTIONS, BuildFailed
 
-    return [str(staged(CONFIG, name)) for name in names]
+            try:
+                STAGE_FUNCTIONS[stage](CONFIG)
+            except BuildFailed as error:
+                print(f"ctxfst: {stage}: {error}", file=sys.stderr)
+                return False
+            return True
 
-
-def _run(stage: str):
-    def action() -> bool:
-        from .pipeline import STAGE_FUNCTIONS, BuildFailed
-
-        try:
-            STAGE_FUNCTIONS[stage](CONFIG)
-        except BuildFailed as error:
-            print(f"ctxfst: {stage}: {error}", file=sys.stderr)
-            return False
-        return True
-
-    action.__name__ = f"ctxfst_{stage}"
-    return action
+        action.__name__ = f"ctxfst_{stage}"
+        return action
 
 
-def _task(stage: str, doc: str, file_dep: list[str], outputs: list[str],
-          state: str = "") -> dict:
-    from .. import __version__
-    from .pipeline import STAGE_SETTINGS, result_path
+    def _task(stage: str, doc: str, file_dep: list[str], outputs: list[str],
+              state: str = "") -> dict:
+        from .. import __version__
+        from .pipeline import STAGE_SETTINGS, result_path
 
-    keys = STAGE_SETTINGS[stage]
-    # Re-run when the settings this stage reads change, or the toolchain does.
-    fingerprint = {"toolchain": __version__,
-                   "settings": CONFIG.build.digest(*keys) if keys else "", "state": state}
-    return {
-        "doc": doc,
-        "actions": [_run(stage)],
-        "file_dep": file_dep,
-        "targets": outputs + [str(result_path(CONFIG, stage))],
-        "uptodate": [config_changed(fingerprint)],
-        "clean": True,
-        "verbosity": 2,
-    }
-
-
-def task_validate():
-    """Validate content/ and skills/ (stops the build on errors, build/ untouched)."""
-    sources = [str(path) for path in project_files(CONFIG)]
-    if CONFIG.config_file is not None:
-        sources.append(str(CONFIG.config_file))
-    # A deleted input changes the list itself; file_dep alone would not notice.
-    return _task("validate", task_validate.__doc__, sources, _paths("validation.json"),
-                 state="\n".join(sources))
+        keys = STAGE_SETTINGS[stage]
+        # Re-run when the settings this stage reads change, or the toolchain does.
+        fingerprint = {"toolchain": __version__,
+                       "settings": CONFIG.build.digest(*keys) if keys else "", "state": state}
+        return {
+            "doc": doc,
+            "actions": [_run(stage)],
+            "file_dep": file_dep,
+            "targets": outputs + [str(result_path(CONFIG, stage))],
+            "uptodate": [config_changed(fingerprint)],
+            "clean": True,
+            "verbosity": 2,
+        }
 
 
-def task_compile():
-    """Compile chunks and the entity catalog: chunks.json, chunks.parquet."""
-    return _task("compile", task_compile.__doc__, _paths("validation.json"),
-                 _paths("chunks.json", "chunks.parquet", "extra-edges.json"))
+    def task_validate():
+        """Validate content/ and skills/ (stops the build on errors, build/ untouched)."""
+        sources = [str(path) for path in project_files(CONFIG)]
+        if CONFIG.config_file is not None:
+            sources.append(str(CONFIG.config_file))
+        # A deleted input changes the list itself; file_dep alone would not notice.
+        return _task("validate", task_validate.__doc__, sources, _paths("validation.json"),
+                     state="\n".join(sources))
 
 
-def task_profiles():
-    """Build entity profiles: entity-profiles.json, entities.parquet."""
-    return _task("profiles", task_profiles.__doc__, _paths("chunks.json"),
-                 _paths("entity-profiles.json", "entities.parquet"))
+    def task_compile():
+        """Compile chunks and the entity catalog: chunks.json, chunks.parquet."""
+        return _task("compile", task_compile.__doc__, _paths("validation.json"),
+                     _paths("chunks.json", "chunks.parquet", "extra-edges.json"))
 
 
-def task_embed():
-    """Embed chunks and entity profiles (cached by model and text)."""
-    return _task("embed", task_embed.__doc__, _paths("chunks.json", "entity-profiles.json"),
-                 _paths("chunk_vectors.parquet", "entity_vectors.parquet"))
+    def task_profiles():
+        """Build entity profiles: entity-profiles.json, entities.parquet."""
+        return _task("profiles", task_profiles.__doc__, _paths("chunks.json"),
+                     _paths("entity-profiles.json", "entities.parquet"))
 
 
-def task_graph():
-    """Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges."""
-    return _task("graph", task_graph.__doc__,
-                 _paths("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json"),
-                 _paths("entity-graph.json", "edges.parquet"))
+    def task_embed():
+        """Embed chunks and entity profiles (cached by model and text)."""
+        return _task("embed", task_embed.__doc__, _paths("chunks.json", "entity-profiles.json"),
+                     _paths("chunk_vectors.parquet", "entity_vectors.parquet"))
 
 
-def _remove_staging() -> None:
-    from .pipeline import JOURNAL, staging
-
-    shutil.rmtree(staging(CONFIG), ignore_errors=True)
-    (CONFIG.build_dir / JOURNAL).unlink(missing_ok=True)
-
-
-def task_manifest():
-    """Write manifest.json and run_results.json, then publish the artifacts to build/."""
-    from .pipeline import ARTIFACTS, STAGES, result_path
-
-    names = [*ARTIFACTS, "validation.json"]
-    task = _task("manifest", task_manifest.__doc__,
-                 _paths(*names) + [str(result_path(CONFIG, s)) for s in STAGES[:-1]],
-                 [str(CONFIG.build_dir / name) for name in
-                  (*ARTIFACTS, "manifest.json", "run_results.json")] + _paths("manifest.json"))
-    task["clean"] = [_clean_all]
-    return task
+    def task_graph():
+        """Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges."""
+        return _task("graph", task_graph.__doc__,
+                     _paths("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json"),
+                     _paths("entity-graph.json", "edges.parquet"))
 
 
-def _clean_all() -> None:
-    """doit clean: remove every artifact the build made (not the embedding cache)."""
-    from .pipeline import ARTIFACTS
+    def _remove_staging() -> None:
+        from .pipeline import JOURNAL, staging
 
-    for name in (*ARTIFACTS, "manifest.json", "run_results.json"):
-        (CONFIG.build_dir / name).unlink(missing_ok=True)
-    _remove_staging()
+        shutil.rmtree(staging(CONFIG), ignore_errors=True)
+        (CONFIG.build_dir / JOURNAL).unlink(missing_ok=True)
+
+
+    def task_manifest():
+        """Write manifest.json and run_results.json, then publish the artifacts to build/."""
+        from .pipeline import ARTIFACTS, STAGES, result_path
+
+        names = [*ARTIFACTS, "validation.json"]
+        task = _task("manifest", task_manifest.__doc__,
+                     _paths(*names) + [str(result_path(CONFIG, s)) for s in STAGES[:-1]],
+                     [str(CONFIG.build_dir / name) for name in
+                      (*ARTIFACTS, "manifest.json", "run_results.json")] + _paths("manifest.json"))
+        task["clean"] = [_clean_all]
+        return task
+
+
+    def _clean_all() -> None:
+        """doit clean: remove every artifact the build made (not the embedding cache)."""
+        from .pipeline import ARTIFACTS
+
+        for name in (*ARTIFACTS, "manifest.json", "run_results.json"):
+            (CONFIG.build_dir / name).unlink(missing_ok=True)
+        _remove_staging()
+
+    return {"DOIT_CONFIG": DOIT_CONFIG, "task_validate": task_validate,
+            "task_compile": task_compile, "task_profiles": task_profiles,
+            "task_embed": task_embed, "task_graph": task_graph,
+            "task_manifest": task_manifest}
+
+
+def dodo_namespace() -> dict:
+    """For dodo.py: `globals().update(dodo_namespace())`."""
+    return namespace(project_here())

@@ -68,6 +68,8 @@ class SentenceTransformerEmbedder:
 
     def _load(self):
         if self._model is None:
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
             if self.spec == BUNDLED_MINILM:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -116,7 +118,17 @@ def _progress(steps, enabled: bool, total: int, batch_size: int):
     return tqdm(steps, total=len(steps), unit="batch", desc=f"embedding {total} texts")
 
 
+_EMBEDDERS: dict[str, Embedder] = {}
+
+
 def get_embedder(spec: str) -> Embedder:
+    """The embedder for a model spec; one instance per spec, so a model loads once."""
+    if spec not in _EMBEDDERS:
+        _EMBEDDERS[spec] = _make_embedder(spec)
+    return _EMBEDDERS[spec]
+
+
+def _make_embedder(spec: str) -> Embedder:
     if spec.startswith("hash"):
         dim = int(spec.split("-", 1)[1]) if "-" in spec else 256
         return HashEmbedder(dim)

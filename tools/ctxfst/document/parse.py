@@ -160,6 +160,8 @@ _CODE_BY_ERROR = {
     "value_error": "CTX105",
     "greater_than": "CTX105",
     "greater_than_equal": "CTX105",
+    "less_than": "CTX105",
+    "less_than_equal": "CTX105",
     "string_too_short": "CTX105",
     "string_too_long": "CTX105",
 }

@@ -1,0 +1,293 @@
+"""The compiler: real doit runs, real Parquet, incremental == full, determinism, safety."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ctxfst.build.pipeline import ARTIFACTS, JOURNAL, recover
+from ctxfst.build.runner import run_build
+from ctxfst.config import find_project
+from ctxfst.mock import generate
+
+from .conftest import CH22, REPO, UPSTREAM, write
+
+SCHEMAS = REPO / "schemas"
+PUBLISHED = [*ARTIFACTS, "manifest.json"]
+
+
+def project(root: Path, model: str = "hash-64", **settings) -> Path:
+    lines = ['content_dir = "content"', 'skills_dir = "skills"', f'embedding_model = "{model}"']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in settings.items()]
+    write(root, "ctxfst.toml", "\n".join(lines) + "\n")
+    (root / "content").mkdir(exist_ok=True)
+    (root / "skills").mkdir(exist_ok=True)
+    return root
+
+
+def example(root: Path, model: str = "hash-64", **settings) -> Path:
+    shutil.copytree(REPO / "content", root / "content")
+    shutil.copytree(REPO / "skills", root / "skills")
+    return project(root, model, **settings)
+
+
+def build(root: Path, capsys, *args: str) -> tuple[int, str]:
+    code = run_build(root, list(args))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def ran(output: str) -> set[str]:
+    """Stages doit executed (". name"), not the up-to-date ones ("-- name")."""
+    return {line.split()[-1] for line in output.splitlines() if line.startswith(".  ")}
+
+
+def artifact_bytes(root: Path) -> dict[str, bytes]:
+    return {name: (root / "build" / name).read_bytes() for name in PUBLISHED}
+
+
+def stage(root: Path, name: str) -> dict:
+    results = json.loads((root / "build" / "run_results.json").read_text())
+    return next(s for s in results["stages"] if s["stage"] == name)
+
+
+def assert_consistent(root: Path) -> None:
+    manifest = json.loads((root / "build" / "manifest.json").read_text())
+    for artifact in manifest["artifacts"]:
+        data = (root / "build" / artifact["path"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
+
+
+def schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def test_full_build_then_noop(tmp_path, capsys):
+    root = example(tmp_path)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert ran(out) == {"validate", "compile", "profiles", "embed", "graph", "manifest"}
+    for name, schema_name in (("chunks.json", "chunks-export"),
+                              ("entity-profiles.json", "entity-profiles"),
+                              ("entity-graph.json", "entity-graph"),
+                              ("manifest.json", "manifest"),
+                              ("run_results.json", "run-results")):
+        jsonschema.Draft202012Validator.check_schema(schema(schema_name))
+        jsonschema.validate(json.loads((root / "build" / name).read_text()), schema(schema_name))
+    jsonschema.validate(json.loads((root / "build/entity-graph.json").read_text()),
+                        json.loads((UPSTREAM / "entity-graph-schema.json").read_text()))
+    assert_consistent(root)
+    code, out = build(root, capsys)
+    assert code == 0 and ran(out) == set()
+
+
+def test_artifact_contents(tmp_path, capsys):
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    chunks = pq.read_table(root / "build/chunks.parquet")
+    assert chunks.num_rows == 13
+    row = chunks.filter(pq.read_table(root / "build/chunks.parquet").column("chunk_id")
+                        .to_numpy(zero_copy_only=False) == "reference:gap-example").to_pylist()[0]
+    assert row["content"].startswith("## Gap analysis") and row["source"].endswith(
+        "career-world-model.ctxfst.md")
+    vectors = pq.read_table(root / "build/chunk_vectors.parquet")
+    meta = vectors.schema.metadata
+    assert meta[b"ctxfst.model_id"] == b"hash-64" and meta[b"ctxfst.dim"] == b"64"
+    vector_type = vectors.schema.field("vector").type
+    assert pa.types.is_fixed_size_list(vector_type) and vector_type.list_size == 64
+    assert vector_type.value_type == pa.float32()
+    matrix = np.array(vectors.column("vector").to_pylist(), dtype=np.float32)
+    assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
+    graph = json.loads((root / "build/entity-graph.json").read_text())
+    inferred = {(e["source"], e["relation"], e["target"], e["properties"]["inferred_via"])
+                for e in graph["edges"] if e["relation"] in ("LEADS_TO", "REQUIRES")}
+    assert ("action:inventory-skills", "LEADS_TO", "action:analyze-gaps",
+            "state:has-skill-inventory") in inferred
+    assert ("action:analyze-gaps", "REQUIRES", "action:inventory-skills",
+            "state:has-skill-inventory") in inferred
+    profiles = json.loads((root / "build/entity-profiles.json").read_text())["entities"]
+    hono = next(p for p in profiles if p["id"] == "entity:hono")
+    assert hono["mention_count"] == 3 and hono["representation"].startswith("name: Hono")
+    manifest = json.loads((root / "build/manifest.json").read_text())
+    assert {i["path"] for i in manifest["inputs"]} >= {"ctxfst.toml",
+                                                      "content/passages/gap-example.md"} - {
+        "content/passages/gap-example.md"}
+    graph_lineage = next(a for a in manifest["artifacts"] if a["path"] == "entity-graph.json")
+    assert graph_lineage["inputs"][:2] == ["entity-profiles.json", "entity_vectors.parquet"]
+
+
+def test_incremental_build_equals_full_rebuild(tmp_path, capsys):
+    incremental = example(tmp_path / "a")
+    assert build(incremental, capsys)[0] == 0
+    edited = incremental / "content/backend-frameworks.ctxfst.md"
+    edited.write_text(edited.read_text().replace("Goroutines made", "Goroutines kept"))
+    (incremental / "content/deployment.zh-TW.ctxfst.md").unlink()
+    (incremental / "content/backend-frameworks.ctxfst.md").write_text(
+        edited.read_text().replace("    dependencies: [skill:fastapi-services, reference:hono-on-workers]\n", ""))
+    code, out = build(incremental, capsys)
+    assert code == 0, out
+    full = tmp_path / "b"
+    shutil.copytree(incremental / "content", full / "content")
+    shutil.copytree(incremental / "skills", full / "skills")
+    project(full)
+    assert build(full, capsys)[0] == 0
+    assert artifact_bytes(incremental) == artifact_bytes(full)
+
+
+def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    assert stage(root, "embed")["embedded"] == 39
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    code, out = build(root, capsys)
+    assert code == 0
+    embed = stage(root, "embed")
+    # The edited chunk, and the profiles of the two entities it mentions.
+    assert embed["embedded"] == 3 and embed["cache_hits"] == 36
+    # A clean build reuses every cached vector: the cache outlives `doit clean`.
+    assert build(root, capsys, "clean")[0] == 0
+    assert not (root / "build/chunks.json").exists()
+    assert build(root, capsys)[0] == 0
+    assert stage(root, "embed")["embedded"] == 0 and not stage(root, "embed")["model_loaded"]
+
+
+def test_a_setting_change_rebuilds_exactly_its_dependents(tmp_path, capsys):
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    project(root, similar_top_k=2)
+    code, out = build(root, capsys)
+    assert code == 0 and ran(out) == {"validate", "graph", "manifest"}
+    graph = json.loads((root / "build/entity-graph.json").read_text())
+    assert graph["meta"]["top_k"] == 2
+    project(root, "hash-32", similar_top_k=2)
+    code, out = build(root, capsys)
+    assert ran(out) == {"validate", "embed", "graph", "manifest"}
+
+
+def test_validation_error_stops_the_build_and_keeps_artifacts(tmp_path, capsys):
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    before = artifact_bytes(root)
+    write(root, "content/broken.md", "---\nchunks:\n  - id: note:x\n    entities: [entity:nope]\n"
+          '    context: "x"\n---\n<Chunk id="note:x">\nx\n</Chunk>\n')
+    code, out = build(root, capsys)
+    assert code != 0
+    assert "content/broken.md:4:16: error CTX204" in out
+    assert "Traceback" not in out
+    assert artifact_bytes(root) == before
+    assert_consistent(root)
+
+
+def test_extra_edges_merge_and_bad_ones_are_located(tmp_path, capsys):
+    root = example(tmp_path)
+    write(root, "content/ops.edges.yaml", """
+        - source: entity:fastapi
+          target: entity:hono
+          relation: IMPLIES
+          properties: {confidence: 0.8, status: active}
+        - {source: entity:fastapi, target: entity:hono, relation: IMPLIES}
+        """)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    graph = json.loads((root / "build/entity-graph.json").read_text())
+    implied = [e for e in graph["edges"] if e["relation"] == "IMPLIES"]
+    assert implied == [{"source": "entity:fastapi", "target": "entity:hono",
+                        "relation": "IMPLIES", "properties": {"confidence": 0.8,
+                                                              "status": "active"}}]
+    assert graph["meta"]["extra_edge_count"] == 1
+    write(root, "content/bad.edges.json", json.dumps([
+        {"source": "entity:fastapi", "target": "entity:missing", "relation": "IMPLIES"},
+        {"source": "entity:fastapi", "target": "entity:hono", "relation": "LIKES"},
+        {"source": "entity:fastapi", "relation": "IMPLIES"},
+        {"source": "entity:go", "target": "entity:grpc", "relation": "EVIDENCE",
+         "properties": {"confidence": 3}},
+    ], indent=1))
+    code, out = build(root, capsys)
+    assert code != 0
+    for expected in ("content/bad.edges.json:4:13: error CTX604",
+                     "content/bad.edges.json:10:15: error CTX103",
+                     "content/bad.edges.json:12:2: error CTX101",
+                     "content/bad.edges.json:20:17: error CTX105",
+                     "content/ops.edges.yaml:5:3: warning CTX605"):
+        assert expected in out, out
+
+
+def _build_process(root: Path, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ctxfst", "build", "--root", str(root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+
+
+def test_builds_are_byte_identical_across_hash_seeds(tmp_path):
+    roots = []
+    for seed in ("1", "987654"):
+        root = example(tmp_path / seed)
+        assert _build_process(root, {"PYTHONHASHSEED": seed}).wait() == 0
+        roots.append(root)
+    assert artifact_bytes(roots[0]) == artifact_bytes(roots[1])
+
+
+def test_a_killed_build_leaves_the_previous_artifacts_consistent(tmp_path):
+    root = project(tmp_path)
+    generate(root, 150, seed=3)
+    assert _build_process(root).wait() == 0
+    previous = artifact_bytes(root)
+    for attempt, delay in enumerate((0.3, 0.8, 1.3, 1.8, 2.4, 3.0)):
+        target = next((root / "content").rglob(f"notes-{attempt:05d}.ctxfst.md"))
+        target.write_text(target.read_text().replace("version: 1", "version: 3", 1))
+        process = _build_process(root)
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        if (root / "build" / JOURNAL).exists():
+            # Killed while publishing: the next build (or any ctxfst build) finishes it.
+            assert recover(find_project(root))
+        assert_consistent(root)
+        now = artifact_bytes(root)
+        assert now == previous or all(now[n] != previous[n] for n in ("chunks.json",
+                                                                       "manifest.json"))
+        previous = now
+    assert _build_process(root).wait() == 0
+    assert_consistent(root)
+
+
+def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
+    """End to end with the bundled all-MiniLM-L6-v2, offline."""
+    root = project(tmp_path / "upstream", model="minilm")
+    for path in UPSTREAM.glob("*.md"):
+        if path.name != "SOURCE.md":
+            shutil.copy(path, root / "content" / path.name)
+    shutil.copytree(UPSTREAM / "skills", root / "skills", dirs_exist_ok=True)
+    shutil.copy(CH22, root / "content" / CH22.name)
+    # ch22 and the world-model example declare docker/kubernetes differently, so each
+    # is its own knowledge base, as upstream builds them.
+    ch22 = project(tmp_path / "ch22", model="minilm")
+    (root / "content" / CH22.name).rename(ch22 / "content" / CH22.name)
+    for kb in (root, ch22):
+        code, out = build(kb, capsys)
+        assert code == 0, out
+        assert_consistent(kb)
+    export = json.loads((root / "build/chunks.json").read_text())
+    jsonschema.validate(export, json.loads((UPSTREAM / "schema.json").read_text()))
+    graph = json.loads((ch22 / "build/entity-graph.json").read_text())
+    assert graph["meta"]["vectorizer"] == "embedding-cosine:sentence-transformers/all-MiniLM-L6-v2"
+    similar = [e for e in graph["edges"] if e["relation"] == "SIMILAR"]
+    assert len(similar) >= 10
+    pairs = {(e["source"], e["target"]) for e in similar}
+    assert ("entity:docker", "entity:kubernetes") in pairs
+    vectors = pq.read_table(ch22 / "build/entity_vectors.parquet")
+    assert vectors.schema.metadata[b"ctxfst.dim"] == b"384"

@@ -1,0 +1,34 @@
+"""`ctxfst build`: run the doit task graph in-process, without doit on the PATH."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..config import ConfigError, find_project
+
+
+def run_build(root: Path, doit_args: list[str]) -> int:
+    from doit.cmd_base import ModuleTaskLoader
+    from doit.doit_cmd import DoitMain
+
+    from .tasks import namespace
+
+    config = find_project(root)
+    if config is None:
+        raise ConfigError(f"{root}: no ctxfst project (no ctxfst.toml or [tool.ctxfst])")
+    previous = Path.cwd()
+    os.chdir(config.root)  # doit keeps its state (.ctxfst/doit.db) relative to here
+    try:
+        (config.root / ".ctxfst").mkdir(exist_ok=True)
+        from .pipeline import recover
+
+        recover(config)
+        tasks = namespace(config)
+        # doit binds its default output stream when imported; use the current one.
+        tasks["DOIT_CONFIG"] = {**tasks["DOIT_CONFIG"], "outfile": sys.stdout}
+        result = DoitMain(ModuleTaskLoader(tasks)).run(list(doit_args))
+        return 0 if result is None else int(result)  # some doit commands return None
+    finally:
+        os.chdir(previous)

@@ -1,0 +1,110 @@
+"""`ctxfst init DIR`: a new knowledge-base repository that `doit` builds at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import DEFAULT_MODEL
+
+
+class ScaffoldError(Exception):
+    pass
+
+
+CONFIG_TEXT = f'''# ctxfst settings (see the ctxfst docs: docs/compiler.md)
+content_dir = "content"
+skills_dir = "skills"
+build_dir = "build"
+# The bundled offline model; any sentence-transformers model name or path works too,
+# "use-multilingual" (Universal Sentence Encoder v3) suits Chinese text.
+embedding_model = "{{model}}"
+similar_top_k = 5
+similar_min_score = 0.35
+extra_edges = ["**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml"]
+'''
+
+DODO = '''"""doit entry point: the task graph lives in the ctxfst package."""
+
+from ctxfst.build.tasks import dodo_namespace
+
+globals().update(dodo_namespace())
+'''
+
+GITIGNORE = "/build/\n/.ctxfst/\n__pycache__/\n"
+
+PRE_COMMIT = '''# Validate CtxFST documents and skills before each commit (https://pre-commit.com).
+repos:
+  - repo: local
+    hooks:
+      - id: ctxfst-validate
+        name: ctxfst validate
+        entry: ctxfst validate
+        language: system
+        files: '(^|/)(content|skills)/.*\\.md$|\\.ctxfst\\.md$'
+        require_serial: true
+'''
+
+WELCOME = '''---
+title: "Welcome"
+entities:
+  - id: entity:ctxfst
+    name: CtxFST
+    type: concept
+    aliases: [context-first markdown]
+  - id: state:kb-started
+    name: Knowledge Base Started
+    type: state
+  - id: goal:first-build
+    name: First Build
+    type: goal
+chunks:
+  - id: about:this-knowledge-base
+    context: "What this knowledge base is for and how its documents are organised"
+    tags: [About]
+    entities: [entity:ctxfst]
+    state_refs: [state:kb-started]
+---
+
+<Chunk id="about:this-knowledge-base">
+## About this knowledge base
+
+Each document declares its entities and chunks in the frontmatter and holds the chunk
+passages in its body. Run `doit` to validate and build it into `build/`.
+</Chunk>
+'''
+
+SKILL = '''---
+name: build-knowledge-base
+description: "Run the ctxfst build and check that every artifact was published."
+preconditions: ["state:kb-started"]
+postconditions: ["goal:first-build"]
+cost: low
+idempotent: true
+---
+
+# Build the knowledge base
+
+Run `doit` in the repository and read `build/manifest.json`.
+'''
+
+
+def init(directory: Path, model: str = DEFAULT_MODEL) -> list[Path]:
+    files = {
+        "ctxfst.toml": CONFIG_TEXT.replace("{model}", model),
+        "dodo.py": DODO,
+        ".gitignore": GITIGNORE,
+        ".pre-commit-config.yaml": PRE_COMMIT,
+        "content/welcome.ctxfst.md": WELCOME,
+        "skills/build-knowledge-base/SKILL.md": SKILL,
+    }
+    clashes = [name for name in files if (directory / name).exists()]
+    if clashes:
+        raise ScaffoldError(f"{directory} already has {', '.join(clashes)}; "
+                            "nothing was written")
+    written = []
+    for name, text in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
