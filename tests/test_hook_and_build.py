@@ -113,19 +113,22 @@ def _doit(project: Path, *args: str) -> subprocess.CompletedProcess:
                           check=False)
 
 
-def test_doit_validates_the_example_kb_incrementally(tmp_path):
+def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     project = tmp_path / "kb"
     for name in ("content", "skills"):
         shutil.copytree(REPO / name, project / name)
     shutil.copy(REPO / "dodo.py", project / "dodo.py")
-    write(project, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
+    write(project, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n'
+          'embedding_model = "hash-64"\n')
     first = _doit(project)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert ".  validate" in first.stdout
+    assert ".  validate" in first.stdout and ".  manifest" in first.stdout
     again = _doit(project)
-    assert again.returncode == 0 and "-- validate" in again.stdout  # up to date
+    assert again.returncode == 0 and ".  " not in again.stdout  # everything up to date
     listing = _doit(project, "list")
-    assert "validate" in listing.stdout and "Validate the knowledge base" in listing.stdout
+    for stage in ("validate", "compile", "profiles", "embed", "graph", "manifest"):
+        assert f"\n{stage} " in "\n" + listing.stdout
+    assert "Validate content/ and skills/" in listing.stdout
     write(project, "content/broken.md", BROKEN)
     failed = _doit(project)
     assert failed.returncode != 0
