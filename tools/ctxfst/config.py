@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,11 +114,15 @@ def load_config(root: Path, settings: dict, config_file: Path | None) -> Config:
             raise ConfigError(f"{config_file}: '{key}' must be between {low} and {high}")
         return kind(value)
 
+    model = text("embedding_model", DEFAULT_MODEL)
+    if model.startswith("hash") and not re.fullmatch(r"hash(-[1-9][0-9]{0,4})?", model):
+        raise ConfigError(f"{config_file}: 'embedding_model' {model!r}: the hash embedder "
+                          "is 'hash' or 'hash-N' with N dimensions")
     patterns = settings.get("extra_edges", list(DEFAULT_EXTRA_EDGES))
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         raise ConfigError(f"{config_file}: 'extra_edges' must be a list of glob patterns")
     build = BuildSettings(
-        embedding_model=text("embedding_model", DEFAULT_MODEL),
+        embedding_model=model,
         similar_top_k=number("similar_top_k", 5, int, 0, 1000),
         similar_min_score=number("similar_min_score", 0.35, float, -1.0, 1.0),
         extra_edges=tuple(patterns),

@@ -1,0 +1,153 @@
+"""Measure the compiler: no-op and one-edit `doit` at scale, overhead over raw encoding,
+and SIMILAR kNN time and memory.
+
+    .venv/bin/python benchmarks/build_speed.py [--docs 10000] [--overhead-docs 60]
+        [--knn 25000 50000]
+
+Scale runs use the deterministic hash embedder (`hash-256`) in place of a model, as the
+issue allows; the overhead run uses the real bundled all-MiniLM-L6-v2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ctxfst.mock import generate
+
+
+def doit(root: Path) -> tuple[float, str]:
+    doit_bin = Path(sys.executable).with_name("doit")
+    started = time.perf_counter()
+    proc = subprocess.run([str(doit_bin)], cwd=root, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"doit failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return elapsed, proc.stdout
+
+
+def stage(root: Path, name: str) -> dict:
+    results = json.loads((root / "build/run_results.json").read_text())
+    return next(s for s in results["stages"] if s["stage"] == name)
+
+
+def make_project(root: Path, docs: int, model: str) -> None:
+    generate(root, docs, seed=7)
+    (root / "ctxfst.toml").write_text(
+        f'content_dir = "content"\nskills_dir = "skills"\nembedding_model = "{model}"\n')
+    shutil.copy(Path(__file__).resolve().parents[1] / "dodo.py", root / "dodo.py")
+
+
+def scale(docs: int) -> None:
+    root = Path(tempfile.mkdtemp(prefix="ctxfst-scale-"))
+    try:
+        make_project(root, docs, "hash-256")
+        full, _ = doit(root)
+        print(f"full build, {docs} documents (hash-256 embedder)      {full:8.2f} s")
+        noops = [doit(root)[0] for _ in range(5)]
+        noops.sort()
+        print(f"no-op doit, {docs} documents: median {noops[2]:.3f} s, best {noops[0]:.3f} s")
+        target = next((root / "content").rglob("notes-00042.ctxfst.md"))
+        text = target.read_text()
+        marker = text.index("<Chunk id=")
+        body_line = text.index("\n", text.index("\n", marker) + 1)
+        target.write_text(text[:body_line] + " Edited for the benchmark." + text[body_line:])
+        edit, out = doit(root)
+        embed = stage(root, "embed")
+        print(f"one edited document of {docs}: {edit:.2f} s wall; embedded "
+              f"{embed['embedded']} text(s), reused {embed['cache_hits']}")
+        print("  stages run: " + ", ".join(line.split()[-1] for line in out.splitlines()
+                                           if line.startswith(".  ")))
+        for name in ("validate", "compile", "profiles", "embed", "graph", "manifest"):
+            print(f"  {name:<9} {stage(root, name)['seconds']:7.2f} s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+RAW_ENCODE = """
+import json, sys, time
+started = time.perf_counter()
+from ctxfst.compile.embed import get_embedder
+texts = json.load(open(sys.argv[1]))
+get_embedder("minilm").encode(texts, 32, False)
+print(time.perf_counter() - started)
+"""
+
+
+def overhead(docs: int) -> None:
+    """A full build (fresh cache) against a process that only loads the model and
+    encodes the same texts; both pay interpreter start-up and model import."""
+    root = Path(tempfile.mkdtemp(prefix="ctxfst-overhead-"))
+    try:
+        make_project(root, docs, "minilm")
+        build, _ = doit(root)
+        embed = stage(root, "embed")
+        from ctxfst.build.pipeline import chunk_text
+
+        chunks = json.loads((root / "build/chunks.json").read_text())["chunks"]
+        profiles = json.loads((root / "build/entity-profiles.json").read_text())["entities"]
+        texts = sorted({chunk_text(c) for c in chunks} | {p["representation"] for p in profiles})
+        listing = root / "texts.json"
+        listing.write_text(json.dumps(texts))
+        proc = subprocess.run([sys.executable, "-c", RAW_ENCODE, str(listing)],
+                              capture_output=True, text=True, check=True)
+        raw = float(proc.stdout.strip().splitlines()[-1])
+        print(f"full build with all-MiniLM-L6-v2, {docs} documents, {embed['embedded']} "
+              f"texts: {build:.2f} s; raw load+encode of the same texts: {raw:.2f} s; "
+              f"overhead {100 * (build - raw) / raw:+.1f}%")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+KNN = """
+import resource, sys, time
+import numpy as np
+from ctxfst.compile.graph import knn
+count = int(sys.argv[1])
+rng = np.random.default_rng(0)
+matrix = rng.standard_normal((count, 384), dtype=np.float32)
+matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.perf_counter()
+knn(matrix, 5)
+elapsed = time.perf_counter() - started
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(elapsed, before, after)
+"""
+
+
+def knn_scale(counts: list[int]) -> None:
+    for count in counts:
+        proc = subprocess.run([sys.executable, "-c", KNN, str(count)], capture_output=True,
+                              text=True, check=True)
+        elapsed, before, after = proc.stdout.split()
+        print(f"SIMILAR kNN, {count} entities x 384 dims, top 5: {float(elapsed):.1f} s, "
+              f"peak RSS {int(after) / 1024:.0f} MB (vectors alone "
+              f"{count * 384 * 4 / 1e6:.0f} MB; kNN added {(int(after) - int(before)) / 1024:.0f} MB)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--docs", type=int, default=10_000)
+    parser.add_argument("--overhead-docs", type=int, default=60)
+    parser.add_argument("--knn", type=int, nargs="*", default=[25_000, 50_000])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["scale", "overhead", "knn"])
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
+    if "scale" not in args.skip:
+        scale(args.docs)
+    if "overhead" not in args.skip:
+        overhead(args.overhead_docs)
+    if "knn" not in args.skip:
+        knn_scale(args.knn)
+
+
+if __name__ == "__main__":
+    main()

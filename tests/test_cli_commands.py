@@ -1,0 +1,55 @@
+"""ctxfst init, generate-mock and build as a user runs them, including failure paths."""
+
+from __future__ import annotations
+
+import json
+
+from ctxfst.mock import generate
+
+from .conftest import run_process, write
+
+
+def test_init_scaffolds_a_kb_that_builds(tmp_path, cli):
+    target = tmp_path / "kb"
+    result = cli("init", target, "--model", "hash-32")
+    assert result.code == 0
+    for name in ("ctxfst.toml", "dodo.py", ".gitignore", ".pre-commit-config.yaml",
+                 "content/welcome.ctxfst.md", "skills/build-knowledge-base/SKILL.md"):
+        assert (target / name).is_file(), name
+    assert cli("validate", cwd=target).code == 0
+    proc = run_process("build", "--root", target)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    graph = json.loads((target / "build/entity-graph.json").read_text())
+    assert graph["nodes"] and (target / "build/manifest.json").is_file()
+    # Nothing is overwritten.
+    again = cli("init", target)
+    assert again.code == 2 and "already has" in again.err
+
+
+def test_init_default_model_is_the_bundled_one(tmp_path, cli):
+    assert cli("init", tmp_path / "kb").code == 0
+    assert 'embedding_model = "minilm"' in (tmp_path / "kb/ctxfst.toml").read_text()
+
+
+def test_generate_mock_is_deterministic_and_valid(tmp_path, cli):
+    assert cli("generate-mock", tmp_path / "a", "--docs", "30", "--seed", "4").code == 0
+    generate(tmp_path / "b", 30, seed=4)
+    files_a = sorted((tmp_path / "a/content").rglob("*.md"))
+    assert len(files_a) == 30
+    for path in files_a:
+        twin = tmp_path / "b" / path.relative_to(tmp_path / "a")
+        assert path.read_bytes() == twin.read_bytes()
+    result = cli("validate", "--format", "json", cwd=tmp_path / "a")
+    assert result.code == 0 and result.json()["summary"]["files"] == 30
+    assert cli("generate-mock", tmp_path / "c", "--docs", "0").code == 2
+
+
+def test_build_outside_a_project_and_bad_settings(tmp_path, cli):
+    result = cli("build", "--root", tmp_path)
+    assert result.code == 2 and "no ctxfst project" in result.err
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-x"\n')
+    result = cli("build", "--root", tmp_path)
+    assert result.code == 2 and "hash-N" in result.err
+    write(tmp_path, "ctxfst.toml", "similar_topk = 3\n")
+    result = cli("validate", cwd=tmp_path)
+    assert result.code == 2 and "unknown setting" in result.err
