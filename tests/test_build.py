@@ -155,6 +155,9 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
     code, out = build(root, capsys)
     assert code == 0
+    # Only the edited document is parsed again.
+    assert stage(root, "validate")["documents_parsed"] == 1
+    assert stage(root, "validate")["documents_from_cache"] == 4  # with a plain passage
     embed = stage(root, "embed")
     # The edited chunk, and the profiles of the two entities it mentions.
     assert embed["embedded"] == 3 and embed["cache_hits"] == 36
@@ -224,6 +227,17 @@ def test_extra_edges_merge_and_bad_ones_are_located(tmp_path, capsys):
                      "content/bad.edges.json:20:17: error CTX105",
                      "content/ops.edges.yaml:5:3: warning CTX605"):
         assert expected in out, out
+
+
+def test_a_corrupt_cache_is_rebuilt(tmp_path, capsys):
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    for name in ("parse.sqlite", "embeddings.sqlite"):
+        (root / ".ctxfst/cache" / name).write_bytes(b"not a database at all" * 100)
+    assert build(root, capsys, "clean")[0] == 0
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert stage(root, "embed")["embedded"] == 39
 
 
 def _build_process(root: Path, env: dict | None = None) -> subprocess.Popen:

@@ -69,13 +69,20 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
                                             **details})
 
 
-def _load_validated(config: Config):
+def _load_validated(config: Config, counts: dict | None = None):
     """Load and validate the knowledge base; raise BuildFailed on any error."""
     from ..document.kb import load_kb
     from ..document.rules import validate
     from ..validation import _project_inputs
+    from .cache import ParseCache
 
-    kb = load_kb(config.root, _project_inputs(config))
+    cache = ParseCache(config.cache_dir / "parse.sqlite")
+    try:
+        kb = load_kb(config.root, _project_inputs(config), cache)
+    finally:
+        cache.close()
+    if counts is not None:
+        counts.update(documents_parsed=cache.misses, documents_from_cache=cache.hits)
     validation = validate(kb)
     errors = [d for d in validation.diagnostics if d.severity.value == "error"]
     if errors:
@@ -96,7 +103,8 @@ def _inputs(config: Config, files: list[Path]) -> list[dict[str, Any]]:
 
 def stage_validate(config: Config) -> None:
     started = time.perf_counter()
-    kb, validation = _load_validated(config)
+    counts: dict[str, int] = {}
+    kb, validation = _load_validated(config, counts)
     warnings = sum(1 for d in validation.diagnostics if d.severity.value == "warning")
     if validation.diagnostics:
         from ..diagnostics import summarize
@@ -109,7 +117,7 @@ def stage_validate(config: Config) -> None:
     # (Settings are not in it: each stage tracks the settings it reads itself.)
     write_json(staged(config, "validation.json"),
                {"toolchain": __version__, "inputs": _inputs(config, project_files(config))})
-    _record(config, "validate", started, files=kb.file_count, warnings=warnings)
+    _record(config, "validate", started, files=kb.file_count, warnings=warnings, **counts)
 
 
 def stage_compile(config: Config) -> None:

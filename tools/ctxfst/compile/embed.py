@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,12 +144,11 @@ class EmbeddingCache:
     """(model id, text sha256) -> float32 vector, in SQLite."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(path)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, "
-                        "text_sha TEXT NOT NULL, dim INTEGER NOT NULL, vector BLOB NOT NULL, "
-                        "PRIMARY KEY (model, text_sha))")
+        from ..build.cache import connect
+
+        self.db = connect(path, "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, "
+                                "text_sha TEXT NOT NULL, dim INTEGER NOT NULL, "
+                                "vector BLOB NOT NULL, PRIMARY KEY (model, text_sha))")
 
     def get(self, model: str, keys: list[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}

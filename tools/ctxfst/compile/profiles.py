@@ -43,6 +43,10 @@ def truncate_words(text: str, limit: int = EXCERPT_WORDS) -> str:
 def build_profiles(export: Export) -> list[dict[str, Any]]:
     names = {entity["id"]: entity.get("name", entity["id"]) for entity in export.entities}
     mentions: dict[str, list[dict]] = defaultdict(list)
+    # Tokenise each chunk once, not once per entity that mentions it.
+    chunk_tokens = {chunk["id"]: Counter(tokens(chunk.get("context", "") + " "
+                                                + chunk.get("content", "")))
+                    for chunk in export.chunks if chunk.get("entities")}
     for chunk in export.chunks:
         for entity_id in dict.fromkeys(chunk.get("entities", [])):
             if entity_id in names:
@@ -58,8 +62,9 @@ def build_profiles(export: Export) -> list[dict[str, Any]]:
         excerpts = [truncate_words(c["content"]) for c in ranked if c.get("content")][:MAX_EXCERPTS]
         related = sorted({names[other] for chunk in chunks for other in chunk.get("entities", [])
                           if other != entity_id and other in names})
-        counts = Counter(token for chunk in chunks
-                         for token in tokens(chunk.get("context", "") + " " + chunk.get("content", "")))
+        counts: Counter = Counter()
+        for chunk in chunks:
+            counts.update(chunk_tokens[chunk["id"]])
         keywords = [word for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
                     [:TOP_KEYWORDS]]
         profile = {

@@ -91,9 +91,39 @@ def _parse_all(inputs: list[Input]) -> list:
         return pool.map(_parse_input, inputs, chunksize=max(16, len(inputs) // (workers * 4)))
 
 
-def load_kb(root: Path, inputs: list[Input]) -> KnowledgeBase:
+def _parse_cached(inputs: list[Input], cache) -> list:
+    """Parse inputs, taking documents whose exact bytes were parsed before from cache."""
+    keys: list[str | None] = []
+    prepared: list[Input] = []
+    for item in inputs:
+        key = None
+        name = Path(item.source.path).name
+        if name.endswith(".md") and name != SKILL_FILE:
+            data, problem = item.source.read_bytes()
+            if problem is None and data is not None:
+                item = Input(Source(item.source.path, item.source.fs_path, data), item.explicit)
+                key = cache.key(item.source.path, data)
+        prepared.append(item)
+        keys.append(key)
+    hits = cache.get_many([key for key in keys if key])
+    todo = [index for index, key in enumerate(keys) if key not in hits]
+    results: list = [hits.get(key) if key else None for key in keys]
+    fresh: dict[str, ParsedDocument] = {}
+    for index, value in zip(todo, _parse_all([prepared[i] for i in todo])):
+        results[index] = value
+        if keys[index] and (value is None or isinstance(value, ParsedDocument)):
+            # The syntax pass only (typing happens after this); None: plain Markdown.
+            fresh[keys[index]] = value
+    cache.put_many(fresh)
+    return results
+
+
+def load_kb(root: Path, inputs: list[Input], cache=None) -> KnowledgeBase:
+    """Parse and type every input. With a ParseCache, unchanged documents are not
+    parsed again."""
     kb = KnowledgeBase(root=root)
-    for item, parsed in zip(inputs, _parse_all(inputs)):
+    results = _parse_cached(inputs, cache) if cache is not None else _parse_all(inputs)
+    for item, parsed in zip(inputs, results):
         if parsed is None:
             kb.skipped.append(item.source.path)  # plain Markdown beside the documents
         elif isinstance(parsed, ParsedSkill):
