@@ -36,13 +36,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(directory)
 
 
-def json_bytes(payload: Any) -> bytes:
-    """Canonical JSON text: stable key order as built, UTF-8, trailing newline."""
-    return (json.dumps(payload, ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode()
+def json_bytes(payload: Any, compact: bool = False) -> bytes:
+    """Canonical JSON text: stable key order as built, UTF-8, trailing newline.
+
+    compact uses json's C encoder (indenting forces the slow pure-Python one).
+    """
+    layout = {"separators": (",", ":")} if compact else {"indent": 2}
+    return (json.dumps(payload, ensure_ascii=False, allow_nan=False, **layout) + "\n").encode()
 
 
-def write_json(path: Path, payload: Any) -> None:
-    write_atomic(path, json_bytes(payload))
+def write_json(path: Path, payload: Any, compact: bool = False) -> None:
+    write_atomic(path, json_bytes(payload, compact))
 
 
 def read_json(path: Path) -> Any:

@@ -134,7 +134,7 @@ def stage_compile(config: Config) -> None:
         sys.stdout.write(render_text(error.diagnostics,
                                      summarize(error.diagnostics, kb.file_count)))
         raise BuildFailed("some chunk content could not be read") from None
-    write_json(staged(config, "chunks.json"), export.as_json())
+    write_json(staged(config, "chunks.json"), export.as_json(), compact=True)
     write_parquet(staged(config, "chunks.parquet"), chunks_table(export))
     write_json(staged(config, "extra-edges.json"),
                [edge.model_dump(exclude_none=True) for edge in validation.extra_edges])

@@ -40,6 +40,7 @@ class Export:
     chunks: list[dict[str, Any]]
 
     def as_json(self) -> dict[str, Any]:
+        """The chunks.json payload (written compactly: it is the largest artifact)."""
         return {"schema_version": CHUNKS_SCHEMA_VERSION, "entities": self.entities,
                 "chunks": self.chunks}
 
@@ -77,8 +78,9 @@ def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
     """Chunks sorted by id and merged entities sorted by id, as plain JSON data."""
     errors: list[Diagnostic] = []
     chunks = []
+    sources = {id(doc): _relative(kb.root, doc) for doc in kb.documents}
     for doc in kb.documents:
-        source = _relative(kb.root, doc)
+        source = sources[id(doc)]
         for _index, record in doc.chunks:
             content, line_start, line_end = _content(doc, record, errors)
             data = record.model_dump(exclude_none=True, exclude_unset=True)
@@ -99,8 +101,7 @@ def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
         for key in ("preconditions", "postconditions", "related_skills"):
             if not data.get(key):
                 data.pop(key, None)
-        data["declared_in"] = sorted({_relative(kb.root, place.doc)
-                                      for place in entry.declarations})
+        data["declared_in"] = sorted({sources[id(place.doc)] for place in entry.declarations})
         entities.append(_ordered(data, _ENTITY_ORDER))
     return Export(entities=entities, chunks=chunks)
 

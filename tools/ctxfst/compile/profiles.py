@@ -59,7 +59,8 @@ def build_profiles(export: Export) -> list[dict[str, Any]]:
         ranked = sorted(chunks, key=lambda c: (_PRIORITY_RANK.get(c.get("priority"), 2), c["id"]))
         tags = list(dict.fromkeys(tag for chunk in ranked for tag in chunk.get("tags", [])))
         contexts = [c["context"] for c in ranked if c.get("context")][:MAX_CONTEXTS]
-        excerpts = [truncate_words(c["content"]) for c in ranked if c.get("content")][:MAX_EXCERPTS]
+        excerpts = [truncate_words(c["content"])
+                    for c in [c for c in ranked if c.get("content")][:MAX_EXCERPTS]]
         related = sorted({names[other] for chunk in chunks for other in chunk.get("entities", [])
                           if other != entity_id and other in names})
         counts: Counter = Counter()

@@ -6,13 +6,13 @@ Upstream's --extra-edges format, in JSON or YAML: a list of
 
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..diagnostics import Diagnostic, diag
+from .model import iso_8601
 from .parse import validate_record
 from .source import Source, load_text
 from .yamlpos import SourceMap, load_yaml
@@ -30,17 +30,7 @@ class EdgeProperties(BaseModel):
     result_summary: str | None = None
     status: Literal["active", "expired", "failed"] | None = None
 
-    @field_validator("timestamp", mode="before")
-    @classmethod
-    def _iso(cls, value: Any) -> Any:
-        if isinstance(value, (_dt.date, _dt.datetime)):
-            return value.isoformat()
-        if isinstance(value, str):
-            try:
-                _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            except ValueError:
-                raise ValueError(f"{value!r} is not an ISO 8601 date-time") from None
-        return value
+    _iso = field_validator("timestamp", mode="before")(lambda cls, v: iso_8601(v))
 
 
 class ExtraEdge(BaseModel):

@@ -68,7 +68,7 @@ def inputs_for(paths: list[Path], explicit_files: bool = True) -> list[Input]:
 
 def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | EdgeFile | None:
     """Parse one input; None for plain Markdown found while walking a folder."""
-    name = Path(item.source.path).name
+    name = os.path.basename(item.source.path)
     if name == SKILL_FILE:
         return parse_skill(item.source)
     if is_edge_file(name):
@@ -97,7 +97,7 @@ def _parse_cached(inputs: list[Input], cache) -> list:
     prepared: list[Input] = []
     for item in inputs:
         key = None
-        name = Path(item.source.path).name
+        name = os.path.basename(item.source.path)
         if name.endswith(".md") and name != SKILL_FILE:
             data, problem = item.source.read_bytes()
             if problem is None and data is not None:
@@ -159,6 +159,8 @@ class CatalogEntry:
 
 def merge_entities(first: Entity, other: Entity) -> Entity:
     """Merge an identical re-declaration: lists are unioned, first value wins otherwise."""
+    if other == first:
+        return first  # the common case: a verbatim re-declaration adds nothing
     data = first.model_dump(exclude_none=True)
     for key, value in other.model_dump(exclude_none=True).items():
         if key not in data:

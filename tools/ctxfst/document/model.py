@@ -37,6 +37,19 @@ Identifier = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=2
 StringList = list[Annotated[str, Field(strict=True)]]
 
 
+def iso_8601(value: Any) -> Any:
+    """Accept a YAML date/datetime (unquoted) or an ISO 8601 string (quoted), as text."""
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, str):
+        try:
+            _dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 date or date-time such as "
+                             "2026-03-12") from None
+    return value
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="allow", str_strip_whitespace=False)
 
@@ -83,19 +96,7 @@ class ChunkRecord(WorldModelFields):
     content_path: Annotated[str, Field(strict=True, min_length=1)] | None = None
     source: str | None = None
 
-    @field_validator("created_at", mode="before")
-    @classmethod
-    def _iso_date(cls, value: Any) -> Any:
-        # An unquoted YAML date arrives as a date object; quoted, as a string.
-        if isinstance(value, (_dt.date, _dt.datetime)):
-            return value.isoformat()
-        if isinstance(value, str):
-            try:
-                _dt.datetime.fromisoformat(value.strip())
-            except ValueError:
-                raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12") from None
-            return value
-        return value
+    _iso_date = field_validator("created_at", mode="before")(lambda cls, v: iso_8601(v))
 
 
 class Frontmatter(_Record):

@@ -22,9 +22,8 @@ def normalize(text: str) -> str:
 def tokens(text: str) -> list[str]:
     """Words for Latin-script text, character bigrams for CJK runs (no segmenter needed)."""
     found: list[str] = []
-    for match in _TOKEN.finditer(unicodedata.normalize("NFKC", text).casefold()):
-        token = match.group()
-        if _CJK_RUN.match(token):
+    for token in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if token[0] > "\u2fff":  # the regex only yields CJK runs above U+3000
             if len(token) == 1:
                 found.append(token)
             else:
