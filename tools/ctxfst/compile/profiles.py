@@ -17,6 +17,7 @@ PROFILES_SCHEMA_VERSION = "1.0.0"
 MAX_CONTEXTS = 5
 MAX_EXCERPTS = 3
 TOP_KEYWORDS = 10
+KEYWORD_CHUNKS = 50  # keywords come from an entity's 50 most important chunks
 EXCERPT_WORDS = 80
 _PRIORITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
@@ -43,10 +44,14 @@ def truncate_words(text: str, limit: int = EXCERPT_WORDS) -> str:
 def build_profiles(export: Export) -> list[dict[str, Any]]:
     names = {entity["id"]: entity.get("name", entity["id"]) for entity in export.entities}
     mentions: dict[str, list[dict]] = defaultdict(list)
-    # Tokenise each chunk once, not once per entity that mentions it.
-    chunk_tokens = {chunk["id"]: Counter(tokens(chunk.get("context", "") + " "
-                                                + chunk.get("content", "")))
-                    for chunk in export.chunks if chunk.get("entities")}
+    chunk_tokens: dict[str, Counter] = {}  # each chunk tokenised once, when first needed
+
+    def tokens_of(chunk: dict) -> Counter:
+        if chunk["id"] not in chunk_tokens:
+            chunk_tokens[chunk["id"]] = Counter(tokens(chunk.get("context", "") + " "
+                                                       + chunk.get("content", "")))
+        return chunk_tokens[chunk["id"]]
+
     for chunk in export.chunks:
         for entity_id in dict.fromkeys(chunk.get("entities", [])):
             if entity_id in names:
@@ -64,8 +69,8 @@ def build_profiles(export: Export) -> list[dict[str, Any]]:
         related = sorted({names[other] for chunk in chunks for other in chunk.get("entities", [])
                           if other != entity_id and other in names})
         counts: Counter = Counter()
-        for chunk in chunks:
-            counts.update(chunk_tokens[chunk["id"]])
+        for chunk in ranked[:KEYWORD_CHUNKS]:
+            counts.update(tokens_of(chunk))
         keywords = [word for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
                     [:TOP_KEYWORDS]]
         profile = {
