@@ -256,7 +256,7 @@ def test_skill_rules(tmp_path, cli):
     write(tmp_path, "skills/nodesc/SKILL.md", "---\nname: nodesc\n---\n")
     _, found = diagnostics(cli, cwd=tmp_path)
     got = sorted((d["path"].split("/")[1], d["code"]) for d in found)
-    assert got == [("apply", "CTX205"), ("apply", "CTX208"), ("apply", "CTX404"),
+    assert got == [("apply", "CTX205"), ("apply", "CTX407"), ("apply", "CTX409"),
                    ("bad", "CTX103"), ("bad", "CTX401"), ("nodesc", "CTX101"),
                    ("wrong-dir", "CTX402")]
 

@@ -20,6 +20,9 @@ def _add_check_options(parser: argparse.ArgumentParser) -> None:
                         help="fail on warnings as well as errors")
     parser.add_argument("--staged", action="store_true",
                         help="check the knowledge base as staged in the git index")
+    parser.add_argument("--strict-spec", action="store_true",
+                        help="report SKILL.md top-level fields the Agent Skills "
+                        "specification does not allow")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,9 +61,9 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
     if args.staged:
         if args.paths:
             raise _Usage("--staged takes no paths")
-        report = check_staged(lint=lint)
+        report = check_staged(lint=lint, strict_spec=args.strict_spec)
     else:
-        report = check_paths(args.paths, lint=lint)
+        report = check_paths(args.paths, lint=lint, strict_spec=args.strict_spec)
     sys.stdout.write(RENDERERS[args.format](report.diagnostics, report.summary))
     return report.exit_code(strict=args.strict)
 

@@ -10,10 +10,11 @@ SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", 
              ".pytest_cache", ".hypothesis", ".mypy_cache", ".tox"}
 
 
-def walk(directory: Path, suffixes: tuple[str, ...] = (".md",)) -> list[Path]:
+def walk(directory: Path, suffixes: tuple[str, ...] = (".md",),
+         follow_links: bool = False) -> list[Path]:
     """Files below directory ending in one of suffixes, in a stable order."""
     found = []
-    for current, dirs, files in os.walk(directory):
+    for current, dirs, files in os.walk(directory, followlinks=follow_links):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
         found.extend(Path(current) / name for name in files if name.endswith(suffixes))
     return sorted(found)
@@ -32,9 +33,13 @@ def display_path(path: Path) -> str:
 def project_files(config) -> list[Path]:
     """Every input of a project (a Config): documents, skills, and extra-edge files."""
     files: list[Path] = []
-    for folder in config.source_dirs:
-        if folder.is_dir():
-            files.extend(walk(folder))
+    if config.content_dir.is_dir():
+        files.extend(walk(config.content_dir))
+    if config.skills_dir.is_dir():
+        # Skill folders may be links; only those inside the project are read.
+        root = config.root.resolve()
+        files.extend(path for path in walk(config.skills_dir, follow_links=True)
+                     if root in path.resolve().parents)
     if config.content_dir.is_dir():
         files.extend(sorted({path for pattern in config.build.extra_edges
                              for path in config.content_dir.glob(pattern) if path.is_file()}))

@@ -43,6 +43,7 @@ class _Plan:
     root: Path
     inputs: list[Input]
     only: set[Path] | None  # report only diagnostics in these files (None: all)
+    skills_dir: Path | None = None
 
 
 def _is_under(path: Path, folder: Path) -> bool:
@@ -63,7 +64,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is None:
             raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
                              "pyproject.toml); name the files or folders to check")
-        return [_Plan(config.root, _project_inputs(config), None)]
+        return [_Plan(config.root, _project_inputs(config), None, config.skills_dir)]
     plans: list[_Plan] = []
     by_project: dict[Path, _Plan] = {}
     for path in paths:
@@ -74,7 +75,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is not None and any(_is_under(resolved, d) for d in config.source_dirs):
             plan = by_project.get(config.root)
             if plan is None:
-                plan = _Plan(config.root, _project_inputs(config), set())
+                plan = _Plan(config.root, _project_inputs(config), set(), config.skills_dir)
                 by_project[config.root] = plan
                 plans.append(plan)
             assert plan.only is not None
@@ -89,11 +90,12 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
     return plans
 
 
-def _run(plans: list[_Plan], with_lint: bool) -> Report:
+def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False) -> Report:
     report = Report()
     for plan in plans:
         kb = load_kb(plan.root, plan.inputs)
-        found = check_kb(kb, with_lint)
+        kb.skills_dir = plan.skills_dir
+        found = check_kb(kb, with_lint, strict_spec)
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
             report.files += sum(1 for item in (*kb.documents, *kb.skills)
@@ -108,8 +110,9 @@ def _resolved(path: str) -> Path:
     return Path(path).resolve()
 
 
-def check_kb(kb: KnowledgeBase, with_lint: bool = False) -> list[Diagnostic]:
-    validation = validate(kb)
+def check_kb(kb: KnowledgeBase, with_lint: bool = False, strict_spec: bool = False
+             ) -> list[Diagnostic]:
+    validation = validate(kb, strict_spec)
     if not with_lint:
         return validation.diagnostics
     from .document.lint import lint
@@ -119,8 +122,9 @@ def check_kb(kb: KnowledgeBase, with_lint: bool = False) -> list[Diagnostic]:
     return sorted(set(unreadable + lint(kb, validation)))
 
 
-def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False) -> Report:
-    return _run(plan_paths(paths, cwd or Path.cwd()), lint)
+def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False,
+                strict_spec: bool = False) -> Report:
+    return _run(plan_paths(paths, cwd or Path.cwd()), lint, strict_spec)
 
 
 def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
@@ -132,7 +136,8 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
     return result.stdout
 
 
-def check_staged(cwd: Path | None = None, lint: bool = False) -> Report:
+def check_staged(cwd: Path | None = None, lint: bool = False,
+                 strict_spec: bool = False) -> Report:
     """Check the knowledge base exactly as the git index holds it (what a commit gets)."""
     cwd = cwd or Path.cwd()
     top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip())
@@ -165,4 +170,4 @@ def check_staged(cwd: Path | None = None, lint: bool = False) -> Report:
         offset = header_end + 1 + size + 1
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
-    return _run([_Plan(config.root, inputs, None)], lint)
+    return _run([_Plan(config.root, inputs, None)], lint, strict_spec)

@@ -28,6 +28,7 @@ class KnowledgeBase:
     skills: list[ParsedSkill] = field(default_factory=list)
     edge_files: list[EdgeFile] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    skills_dir: Path | None = None  # checked folder by folder when set (project mode)
 
     @property
     def file_count(self) -> int:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, diag
+from ..skills.model import SPEC_FIELDS
+from ..skills.parse import check_skill_dirs
 from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
 from .model import ChunkRecord, ParsedDocument, strip_not
@@ -35,7 +38,7 @@ class Validation:
     extra_edges: list[ExtraEdge] = field(default_factory=list)  # valid, deduplicated
 
 
-def validate(kb: KnowledgeBase) -> Validation:
+def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
     out: list[Diagnostic] = kb.parse_diagnostics()
     catalog = build_catalog(kb, out)
     chunks = _chunk_index(kb, out)
@@ -59,7 +62,7 @@ def validate(kb: KnowledgeBase) -> Validation:
                                    f"{label} depends on '{dependency}', which is no chunk "
                                    "in the knowledge base"))
     _check_cycles(chunks, out)
-    _check_skills(kb, catalog, out)
+    _check_skills(kb, catalog, out, strict_spec)
     edges = _check_extra_edges(kb, set(catalog), out)
     return Validation(catalog=catalog, chunks=chunks, diagnostics=sorted(set(out)),
                       extra_edges=edges)
@@ -231,45 +234,77 @@ def _check_cycles(chunks: dict[str, ChunkPlace], out: list[Diagnostic]) -> None:
                 stack.pop()
 
 
-def _check_skills(kb: KnowledgeBase, catalog, out: list[Diagnostic]) -> None:
+def _check_skills(kb: KnowledgeBase, catalog, out: list[Diagnostic],
+                  strict_spec: bool) -> None:
+    if kb.skills_dir is not None:
+        shown = os.path.relpath(kb.skills_dir) if kb.skills_dir.is_absolute() else str(
+            kb.skills_dir)
+        out.extend(check_skill_dirs(kb.skills_dir, kb.root, Path(shown).as_posix()))
+    skills = [skill for skill in kb.skills if skill.record is not None]
     names: dict[str, str] = {}
-    for skill in kb.skills:
+    produced: set[str] = set()
+    for skill in skills:
         record = skill.record
-        if record is None:
-            continue
-        pos = skill.source_map.value(("name",))
         if record.name in names:
-            out.append(diag("CTX403", f"skill name '{record.name}' is also used by "
-                            f"{names[record.name]}", skill.path, pos.line, pos.column))
+            out.append(_at(skill, ("name",), "CTX403", f"skill name '{record.name}' is also "
+                           f"used by {names[record.name]}"))
         else:
             names[record.name] = skill.path
-        for field_name in ("preconditions", "postconditions"):
-            allowed = ("state", "goal")
-            for position, reference in enumerate(getattr(record, field_name)):
-                _negated, ref_id = strip_not(reference)
-                entry = catalog.get(ref_id)
-                if entry is None:
-                    out.append(_at(skill, (field_name, position), "CTX404",
-                                   f"skill '{record.name}': {field_name} names '{ref_id}', "
-                                   "which no document declares (a state of the skill's own)"))
-                elif entry.entity.type not in allowed:
-                    out.append(_at(skill, (field_name, position), "CTX205",
-                                   f"skill '{record.name}': {field_name} names '{ref_id}', a "
-                                   f"{entry.entity.type} entity; it must name a state or goal"))
-    known_skills = set(names)
-    if not kb.skills:
-        return  # nothing to resolve related_skills against
+        produced.update(record.split_conditions()["add"])
     for skill in kb.skills:
-        if skill.record is None:
-            continue
-        for position, other in enumerate(skill.record.related_skills):
-            if other not in known_skills:
-                out.append(_at(skill, ("related_skills", position), "CTX208",
-                               f"related skill '{other}' has no skills/{other}/SKILL.md"))
+        if strict_spec and skill.frontmatter is not None:
+            for key in skill.frontmatter:
+                if key not in SPEC_FIELDS:
+                    out.append(_at(skill, (key,), "CTX413",
+                                   f"top-level '{key}' is not allowed by the Agent Skills "
+                                   "specification; `ctxfst skills migrate` moves it into "
+                                   "metadata"))
+    for skill in skills:
+        _check_skill(skill, catalog, set(names), produced, out)
+    if not kb.skills:
+        return  # nothing to resolve entities' related_skills against
     for doc in kb.documents:
         for index, entity in doc.entities:
             for position, other in enumerate(entity.related_skills):
-                if other not in known_skills:
+                if other not in names:
                     out.append(_at(doc, ("entities", index, "related_skills", position),
                                    "CTX208", f"entity '{entity.id}': related skill '{other}' "
                                    f"has no skills/{other}/SKILL.md"))
+
+
+def _check_skill(skill, catalog, names: set[str], produced: set[str], out) -> None:
+    record = skill.record
+    label = f"skill '{record.name}'"
+    for field_name in ("preconditions", "postconditions"):
+        for position, reference in enumerate(getattr(record, field_name)):
+            negated, ref_id = strip_not(reference)
+            entry = catalog.get(ref_id)
+            path = (field_name, position)
+            if entry is not None and entry.entity.type not in ("state", "goal"):
+                out.append(_at(skill, path, "CTX205",
+                               f"{label}: {field_name} names '{ref_id}', a "
+                               f"{entry.entity.type} entity; it must name a state or goal"))
+            elif (entry is None and field_name == "preconditions" and not negated
+                  and ref_id not in produced):
+                out.append(_at(skill, path, "CTX409",
+                               f"{label}: precondition '{ref_id}' is produced by no skill "
+                               "and declared by no document, so nothing can make it hold"))
+            elif entry is None:
+                out.append(_at(skill, path, "CTX404",
+                               f"{label}: {field_name} names '{ref_id}', which no document "
+                               "declares (a state of the skill's own)"))
+    for position, node in enumerate(record.related_nodes):
+        if node not in catalog:
+            out.append(_at(skill, ("related_nodes", position), "CTX406",
+                           f"{label}: related node '{node}' is no entity of the knowledge "
+                           f"base{_suggest(node, catalog)}"))
+    for position, other in enumerate(record.related_skills):
+        if other not in names:
+            out.append(_at(skill, ("related_skills", position), "CTX407",
+                           f"{label}: related skill '{other}' has no skills/{other}/SKILL.md"))
+    effects = record.split_conditions()
+    if effects["add"] and not effects["delete"] and set(effects["add"]) <= set(
+            effects["pre_positive"]):
+        out.append(_at(skill, ("postconditions",), "CTX408",
+                       f"{label}: every postcondition already holds before it runs, so it "
+                       "changes nothing"))

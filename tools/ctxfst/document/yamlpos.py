@@ -70,6 +70,12 @@ class SourceMap:
             built = load_yaml(text, path, line_offset, positions=True).source_map
             self._keys, self._values = built._keys, built._values
 
+    def alias(self, path: Path, source: Path) -> None:
+        """Locate path where source is (a field lifted from elsewhere in the YAML)."""
+        found = self.values.get(source) or self.keys.get(source)
+        if found:
+            self._values[path] = found
+
     @property
     def keys(self) -> dict[Path, tuple]:
         self._materialize()

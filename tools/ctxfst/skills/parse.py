@@ -1,18 +1,22 @@
-"""Parse skills/<name>/SKILL.md into a typed skill record with located diagnostics."""
+"""Parse skills/<name>/SKILL.md (either dialect) into a typed skill record."""
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+from typing import Any
 
-from ..diagnostics import diag
-from ..document.parse import load_frontmatter, validate_record
+from ..diagnostics import Diagnostic, diag
+from ..document.parse import load_frontmatter, validate_record, wrong_type
 from ..document.source import Source, load_text
 from ..document.yamlpos import SourceMap
-from .model import SKILL_NAME_PATTERN, ParsedSkill, SkillRecord
+from .model import (LIST_FIELDS, SKILL_NAME_PATTERN, WORLD_MODEL_FIELDS, ParsedSkill,
+                    SkillRecord, split_words)
 
 SKILL_FILE = "SKILL.md"
 _NAME = re.compile(SKILL_NAME_PATTERN)
+_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
 
 
 def parse_skill(source: Source) -> ParsedSkill:
@@ -28,19 +32,100 @@ def parse_skill(source: Source) -> ParsedSkill:
         return skill
     skill.frontmatter = data
     skill.body = "\n".join(text.split("\n")[body_start:])
-    record = validate_record(skill, SkillRecord, data, (), "skill",
-                             0, ("name", "description"))
-    skill.record = record
-    name = data.get("name")
-    if isinstance(name, str) and name:
-        pos = skill.source_map.value(("name",))
-        if not _NAME.match(name) or len(name) > 64:
-            skill.diagnostics.append(diag(
-                "CTX401", f"skill name {name!r} must be 1-64 lowercase letters, digits and "
-                "single hyphens, not starting or ending with a hyphen", source.path,
-                pos.line, pos.column))
-        elif directory and name != directory:
-            skill.diagnostics.append(diag(
-                "CTX402", f"skill name '{name}' differs from its directory '{directory}'",
-                source.path, pos.line, pos.column))
+    normalized = _from_metadata(skill, data)
+    allowed_tools = data.get("allowed-tools")
+    if allowed_tools is not None and not isinstance(allowed_tools, str):
+        wrong_type(skill, ("allowed-tools",), "allowed-tools", "a space-separated string",
+                   allowed_tools)
+    skill.record = validate_record(skill, SkillRecord, normalized, (), "skill", 0,
+                                   ("name", "description"))
+    _check_name(skill, data)
     return skill
+
+
+def _from_metadata(skill: ParsedSkill, data: dict) -> dict:
+    """Lift world-model fields written as metadata strings to the top level."""
+    metadata = data.get("metadata")
+    top = [key for key in WORLD_MODEL_FIELDS if key in data]
+    if not isinstance(metadata, dict):
+        skill.dialect = "ctxfst-v2" if top else "agent-skills"
+        return data
+    lifted = [key for key in WORLD_MODEL_FIELDS if key in metadata]
+    skill.dialect = "ctxfst-v2" if top and not lifted else (
+        "agent-skills" if lifted and not top else ("mixed" if top else "agent-skills"))
+    normalized = dict(data)
+    for key in lifted:
+        path = ("metadata", key)
+        if key in top:
+            skill.diagnostics.append(_at(skill, path, "CTX412",
+                                         f"'{key}' is given both at the top level and in "
+                                         "metadata; keep one"))
+            continue
+        value = metadata[key]
+        if not isinstance(value, str):
+            continue  # reported as a non-string metadata value by the record check
+        converted = _convert(skill, key, value, path)
+        if converted is not None:
+            normalized[key] = converted
+            skill.source_map.alias((key,), path)  # errors on it point into metadata
+    return normalized
+
+
+def _convert(skill: ParsedSkill, key: str, value: str, path: tuple) -> Any:
+    text = value.strip()
+    if key in LIST_FIELDS:
+        return split_words(text)
+    if key == "idempotent":
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        skill.diagnostics.append(_at(skill, path, "CTX103",
+                                     f"metadata idempotent {value!r} must be \"true\" or "
+                                     "\"false\""))
+        return None
+    if key == "cost":
+        return float(text) if _NUMBER.match(text) else text
+    return text
+
+
+def _at(skill: ParsedSkill, path: tuple, code: str, message: str) -> Diagnostic:
+    pos = skill.source_map.value(path)
+    return diag(code, message, skill.path, pos.line, pos.column)
+
+
+def _check_name(skill: ParsedSkill, data: dict) -> None:
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        return
+    pos = skill.source_map.value(("name",))
+    if not _NAME.match(name) or len(name) > 64:
+        skill.diagnostics.append(diag(
+            "CTX401", f"skill name {name!r} must be 1-64 lowercase letters, digits and "
+            "single hyphens, not starting or ending with a hyphen", skill.path,
+            pos.line, pos.column))
+    elif skill.directory_name and name != skill.directory_name:
+        skill.diagnostics.append(diag(
+            "CTX402", f"skill name '{name}' differs from its directory "
+            f"'{skill.directory_name}'", skill.path, pos.line, pos.column))
+
+
+def check_skill_dirs(skills_dir: Path, root: Path, shown: str) -> list[Diagnostic]:
+    """Every folder of skills/ holds a SKILL.md; none links outside the knowledge base."""
+    found: list[Diagnostic] = []
+    if not skills_dir.is_dir():
+        return found
+    root = root.resolve()
+    for entry in sorted(os.scandir(skills_dir), key=lambda e: e.name):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=True):
+            continue
+        path = f"{shown}/{entry.name}"
+        if entry.is_symlink():
+            target = Path(entry.path).resolve()
+            if target != root and root not in target.parents:
+                found.append(diag("CTX411", f"skill folder '{entry.name}' is a link to "
+                                  f"{target}, outside the knowledge base; it is not read",
+                                  path))
+                continue
+        if not (Path(entry.path) / SKILL_FILE).is_file():
+            found.append(diag("CTX410", f"skill folder '{entry.name}' has no {SKILL_FILE}",
+                              path))
+    return found
