@@ -79,12 +79,14 @@ def test_full_build_then_noop(tmp_path, capsys):
     root = example(tmp_path)
     code, out = build(root, capsys)
     assert code == 0, out
-    assert ran(out) == {"validate", "compile", "profiles", "embed", "graph", "manifest"}
+    assert ran(out) == {"validate", "compile", "skills", "profiles", "embed", "graph",
+                        "manifest"}
     for name, schema_name in (("chunks.json", "chunks-export"),
                               ("entity-profiles.json", "entity-profiles"),
                               ("entity-graph.json", "entity-graph"),
                               ("manifest.json", "manifest"),
-                              ("run_results.json", "run-results")):
+                              ("run_results.json", "run-results"),
+                              ("skill-index.json", "skill-index")):
         jsonschema.Draft202012Validator.check_schema(schema(schema_name))
         jsonschema.validate(json.loads((root / "build" / name).read_text()), schema(schema_name))
     jsonschema.validate(json.loads((root / "build/entity-graph.json").read_text()),
@@ -207,7 +209,8 @@ def test_extra_edges_merge_and_bad_ones_are_located(tmp_path, capsys):
     code, out = build(root, capsys)
     assert code == 0, out
     graph = json.loads((root / "build/entity-graph.json").read_text())
-    implied = [e for e in graph["edges"] if e["relation"] == "IMPLIES"]
+    implied = [e for e in graph["edges"] if e["relation"] == "IMPLIES"
+               and e["source"].startswith("entity:")]
     assert implied == [{"source": "entity:fastapi", "target": "entity:hono",
                         "relation": "IMPLIES", "properties": {"confidence": 0.8,
                                                               "status": "active"}}]

@@ -47,6 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("out", type=Path)
     mock.add_argument("--docs", type=int, default=200)
     mock.add_argument("--seed", type=int, default=0)
+    skills = commands.add_parser("skills", help="skill tools: migrate, to-prompt")
+    skill_commands = skills.add_subparsers(dest="skills_command", required=True,
+                                           metavar="SKILLS_COMMAND")
+    migrate = skill_commands.add_parser(
+        "migrate", help="rewrite v2-dialect SKILL.md files into the Agent Skills form")
+    migrate.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                         help="SKILL.md files or folders (default: the project's skills)")
+    migrate.add_argument("--check", action="store_true",
+                         help="change nothing; exit 1 if a file would change")
+    prompt = skill_commands.add_parser(
+        "to-prompt", help="print the <available_skills> block for an agent's prompt")
+    prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH")
     hook = commands.add_parser("install-hook",
                                help="install a git pre-commit hook that validates staged files")
     hook.add_argument("--force", action="store_true",
@@ -103,6 +115,60 @@ def _generate_mock(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _skill_files(paths: list[Path]) -> list[Path]:
+    from .config import find_project
+    from .files import walk
+
+    if not paths:
+        config = find_project(Path.cwd())
+        if config is None:
+            raise _Usage("no ctxfst project here; name the skill files or folders")
+        paths = [config.skills_dir]
+    files: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise _Usage(f"{path}: no such file or directory")
+        files.extend(p for p in (walk(path, follow_links=True) if path.is_dir() else [path])
+                     if p.name == "SKILL.md")
+    return files
+
+
+def _skills(args: argparse.Namespace) -> int:
+    files = _skill_files(args.paths)
+    if args.skills_command == "migrate":
+        from .build.io import write_atomic
+        from .skills.migrate import MigrationError, migrate_text
+
+        changed = failed = 0
+        for path in files:
+            try:
+                text, differs = migrate_text(path.read_text(encoding="utf-8"), str(path))
+            except (MigrationError, UnicodeDecodeError) as error:
+                print(f"{path}: error: {error}", file=sys.stderr)
+                failed += 1
+                continue
+            if differs:
+                changed += 1
+                print(f"{'would migrate' if args.check else 'migrated'} {path}")
+                if not args.check:
+                    write_atomic(path, text.encode("utf-8"))
+        print(f"{len(files)} skill file(s): {changed} {'to migrate' if args.check else 'migrated'}"
+              f", {failed} failed")
+        return EXIT_FAILED if failed or (args.check and changed) else EXIT_OK
+    from .document.kb import Input, load_kb
+    from .document.source import Source
+    from .files import display_path
+    from .skills.index import build_index, to_prompt
+
+    kb = load_kb(Path.cwd(), [Input(Source(display_path(p), p), True) for p in files])
+    problems = [d for d in kb.parse_diagnostics() if d.severity.value == "error"]
+    for problem in problems:
+        print(f"{problem.path}:{problem.line}:{problem.column}: {problem.severity.value} "
+              f"{problem.code}: {problem.message}", file=sys.stderr)
+    sys.stdout.write(to_prompt(build_index(kb.skills, Path.cwd())["skills"], Path.cwd()))
+    return EXIT_FAILED if problems else EXIT_OK
+
+
 class _Usage(Exception):
     pass
 
@@ -127,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             return _init(args)
         if args.command == "generate-mock":
             return _generate_mock(args)
+        if args.command == "skills":
+            return _skills(args)
     except (UsageError, ConfigError, HookError, ScaffoldError, _Usage) as error:
         print(f"ctxfst: error: {error}", file=sys.stderr)
         return EXIT_USAGE

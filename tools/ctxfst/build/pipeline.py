@@ -32,14 +32,17 @@ ARTIFACTS: dict[str, tuple[str, str]] = {
     "entities.parquet": ("profiles", "1.0.0"),
     "chunk_vectors.parquet": ("embed", "1.0.0"),
     "entity_vectors.parquet": ("embed", "1.0.0"),
+    "skill-index.json": ("skills", "1.0.0"),
+    "skills.parquet": ("skills", "1.0.0"),
     "entity-graph.json": ("graph", "1.0.0"),
     "edges.parquet": ("graph", "1.0.0"),
 }
-STAGES = ("validate", "compile", "profiles", "embed", "graph", "manifest")
+STAGES = ("validate", "compile", "skills", "profiles", "embed", "graph", "manifest")
 # Which settings each stage's output depends on (a change re-runs that stage only).
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "validate": ("extra_edges",),
     "compile": (),
+    "skills": (),
     "profiles": (),
     "embed": ("embedding_model", "embed_batch_size"),
     "graph": ("similar_top_k", "similar_min_score"),
@@ -142,6 +145,27 @@ def stage_compile(config: Config) -> None:
             chunks=len(export.chunks), entities=len(export.entities))
 
 
+def stage_skills(config: Config) -> None:
+    from ..document.kb import Input, load_kb
+    from ..files import display_path, walk
+    from ..skills.index import build_index, skills_table
+    from ..skills.parse import SKILL_FILE
+    from .io import write_parquet
+
+    started = time.perf_counter()
+    root = config.root.resolve()
+    files = [path for path in walk(config.skills_dir, follow_links=True)
+             if path.name == SKILL_FILE and root in path.resolve().parents] \
+        if config.skills_dir.is_dir() else []
+    from ..document.source import Source
+
+    kb = load_kb(config.root, [Input(Source(display_path(p), p), False) for p in files])
+    index = build_index(kb.skills, config.root)
+    write_json(staged(config, "skill-index.json"), index)
+    write_parquet(staged(config, "skills.parquet"), skills_table(index["skills"]))
+    _record(config, "skills", started, skills=len(index["skills"]))
+
+
 def _export(config: Config):
     from ..compile.chunks import Export
 
@@ -234,7 +258,12 @@ def stage_graph(config: Config) -> None:
     mentions = {p["id"]: set(p["mentioned_chunks"]) for p in profiles}
     similar = similar_edges(ids, matrix, settings.similar_top_k, settings.similar_min_score,
                             mentions)
-    nodes = [graph_node(p) for p in profiles]
+    from ..skills.index import graph_nodes_and_links
+
+    entity_nodes = [graph_node(p) for p in profiles]
+    skill_nodes, skill_links = graph_nodes_and_links(
+        read_json(staged(config, "skill-index.json"))["skills"], entity_nodes)
+    nodes = entity_nodes + skill_nodes
     inferred = condition_edges(nodes)
     extra = [{"source": e["source"], "target": e["target"], "relation": e["relation"],
               **({"score": e["score"]} if "score" in e else {}),
@@ -242,7 +271,7 @@ def stage_graph(config: Config) -> None:
                  if "shared_chunk_count" in e else {}),
               "properties": e.get("properties", {})}
              for e in read_json(staged(config, "extra-edges.json"))]
-    edges = merge_edges(extra, inferred, similar)
+    edges = merge_edges(extra, skill_links, inferred, similar)
     document = graph_document(nodes, edges, model_id=model_id, top_k=settings.similar_top_k,
                               min_score=settings.similar_min_score, extra_count=len(extra),
                               inferred_count=len(inferred),
@@ -271,9 +300,11 @@ def _rows(path: Path) -> int:
 
 _LINEAGE = {
     "compile": ["inputs"],
+    "skills": ["inputs:skills"],
     "profiles": ["chunks.json"],
     "embed": ["chunks.json", "entity-profiles.json"],
-    "graph": ["entity-profiles.json", "entity_vectors.parquet", "inputs:extra-edges"],
+    "graph": ["entity-profiles.json", "entity_vectors.parquet", "skill-index.json",
+              "inputs:extra-edges"],
 }
 
 
@@ -296,6 +327,8 @@ def stage_manifest(config: Config) -> None:
                 feeds.extend(i["path"] for i in inputs)
             elif item == "inputs:extra-edges":
                 feeds.extend(edge_inputs)
+            elif item == "inputs:skills":
+                feeds.extend(i["path"] for i in inputs if i["path"].endswith("/SKILL.md"))
             else:
                 feeds.append(item)
         artifacts.append({"path": name, "stage": stage, "schema_version": version,
@@ -353,6 +386,7 @@ def recover(config: Config) -> bool:
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[Config], None]] = {
-    "validate": stage_validate, "compile": stage_compile, "profiles": stage_profiles,
+    "validate": stage_validate, "compile": stage_compile, "skills": stage_skills,
+    "profiles": stage_profiles,
     "embed": stage_embed, "graph": stage_graph, "manifest": stage_manifest,
 }

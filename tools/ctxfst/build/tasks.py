@@ -17,7 +17,8 @@ from ..config import ConfigError, find_project
 from ..files import project_files
 
 DOIT_CONFIG = {
-    "default_tasks": ["validate", "compile", "profiles", "embed", "graph", "manifest"],
+    "default_tasks": ["validate", "compile", "skills", "profiles", "embed", "graph",
+                      "manifest"],
     "dep_file": ".ctxfst/doit.db",
     "backend": "sqlite3",
     "verbosity": 2,
@@ -100,6 +101,13 @@ def namespace(CONFIG) -> dict:
                      _paths("chunks.json", "chunks.parquet", "extra-edges.json"))
 
 
+    def task_skills():
+        """Compile skills/*/SKILL.md into the skill index: skill-index.json, skills.parquet."""
+        skill_files = [str(p) for p in project_files(CONFIG)
+                       if p.name == "SKILL.md"]
+        return _task("skills", task_skills.__doc__, skill_files + _paths("validation.json"),
+                     _paths("skill-index.json", "skills.parquet"))
+
     def task_profiles():
         """Build entity profiles: entity-profiles.json, entities.parquet."""
         return _task("profiles", task_profiles.__doc__, _paths("chunks.json"),
@@ -115,7 +123,8 @@ def namespace(CONFIG) -> dict:
     def task_graph():
         """Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges."""
         return _task("graph", task_graph.__doc__,
-                     _paths("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json"),
+                     _paths("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json",
+                            "skill-index.json"),
                      _paths("entity-graph.json", "edges.parquet"))
 
 
@@ -148,7 +157,8 @@ def namespace(CONFIG) -> dict:
         _remove_staging()
 
     return {"DOIT_CONFIG": DOIT_CONFIG, "task_validate": task_validate,
-            "task_compile": task_compile, "task_profiles": task_profiles,
+            "task_compile": task_compile, "task_skills": task_skills,
+            "task_profiles": task_profiles,
             "task_embed": task_embed, "task_graph": task_graph,
             "task_manifest": task_manifest}
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..diagnostics import Diagnostic, diag
 from ..skills.model import SPEC_FIELDS
+from ..skills.index import skill_node_id
 from ..skills.parse import check_skill_dirs
 from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
@@ -63,7 +64,8 @@ def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
                                    "in the knowledge base"))
     _check_cycles(chunks, out)
     _check_skills(kb, catalog, out, strict_spec)
-    edges = _check_extra_edges(kb, set(catalog), out)
+    skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
+    edges = _check_extra_edges(kb, set(catalog) | skill_nodes, out)
     return Validation(catalog=catalog, chunks=chunks, diagnostics=sorted(set(out)),
                       extra_edges=edges)
 
@@ -76,8 +78,8 @@ def _check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdg
             for end in unknown:
                 field_name = "source" if end == edge.source else "target"
                 out.append(_at(edge_file, (index, field_name), "CTX604",
-                               f"edge #{index + 1}: {field_name} '{end}' is no entity of the "
-                               "knowledge base"))
+                               f"edge #{index + 1}: {field_name} '{end}' is no entity or skill "
+                               "(skill:<name>) of the knowledge base"))
             if unknown:
                 continue
             key = (edge.source, edge.target, edge.relation)

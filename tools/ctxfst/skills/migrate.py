@@ -1,0 +1,70 @@
+"""`ctxfst skills migrate`: CtxFST v2 SKILL.md files into the Agent Skills form.
+
+Top-level extension fields move into `metadata` as strings (lists space-separated,
+"NOT <id>" kept); the body is kept byte for byte. Nothing is lost: the skill index
+entry of a migrated file equals the original's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from ..document.parse import split_frontmatter
+from ..document.yamlpos import load_yaml
+from .model import LIST_FIELDS, SPEC_FIELDS, join_words
+
+_ORDER = ("name", "description", "license", "compatibility", "allowed-tools")
+
+
+class MigrationError(Exception):
+    pass
+
+
+def _as_metadata_string(key: str, value: Any) -> str:
+    if key in LIST_FIELDS and isinstance(value, list):
+        return join_words([str(item) for item in value])
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def migrate_text(text: str, path: str = "SKILL.md") -> tuple[str, bool]:
+    """(new text, changed). Raises MigrationError when the file cannot be migrated."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    newline = "\r\n" if "\r\n" in text else "\n"
+    text = text.replace("\r\n", "\n")
+    fm_text, body_start, problem = split_frontmatter(text, path)
+    if problem is not None or fm_text is None:
+        raise MigrationError(problem.message if problem else "no frontmatter")
+    loaded = load_yaml(fm_text, path, 1)
+    if not loaded.ok or not isinstance(loaded.value, dict):
+        raise MigrationError("the frontmatter is not a valid YAML mapping; run "
+                             "`ctxfst validate` for details")
+    data = loaded.value
+    extensions = [key for key in data if key not in SPEC_FIELDS]
+    if not extensions:
+        return text.replace("\n", newline), False
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise MigrationError("'metadata' must be a mapping")
+    clashes = [key for key in extensions if key in metadata]
+    if clashes:
+        raise MigrationError(f"{', '.join(clashes)} given both at the top level and in "
+                             "metadata")
+    migrated: dict[str, Any] = {key: data[key] for key in _ORDER if key in data}
+    new_metadata = {key: _as_metadata_string(key, value) for key, value in metadata.items()}
+    for key in extensions:
+        new_metadata[key] = _as_metadata_string(key, data[key])
+    migrated["metadata"] = new_metadata
+    front = yaml.safe_dump(migrated, sort_keys=False, allow_unicode=True, width=10_000,
+                           default_flow_style=False)
+    body = "\n".join(text.split("\n")[body_start:])
+    return f"---\n{front}---\n{body}".replace("\n", newline), True
