@@ -8,6 +8,7 @@ knowledge base of its own (a folder and everything below it, or a single file).
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ class _Plan:
     inputs: list[Input]
     only: set[Path] | None  # report only diagnostics in these files (None: all)
     skills_dir: Path | None = None
+    cache_dir: Path | None = None  # a project's parse cache, when there is a project
 
 
 def _is_under(path: Path, folder: Path) -> bool:
@@ -64,7 +66,8 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is None:
             raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
                              "pyproject.toml); name the files or folders to check")
-        return [_Plan(config.root, _project_inputs(config), None, config.skills_dir)]
+        return [_Plan(config.root, _project_inputs(config), None, config.skills_dir,
+                      config.cache_dir)]
     plans: list[_Plan] = []
     by_project: dict[Path, _Plan] = {}
     for path in paths:
@@ -75,7 +78,8 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is not None and any(_is_under(resolved, d) for d in config.source_dirs):
             plan = by_project.get(config.root)
             if plan is None:
-                plan = _Plan(config.root, _project_inputs(config), set(), config.skills_dir)
+                plan = _Plan(config.root, _project_inputs(config), set(), config.skills_dir,
+                             config.cache_dir)
                 by_project[config.root] = plan
                 plans.append(plan)
             assert plan.only is not None
@@ -93,7 +97,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
 def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False) -> Report:
     report = Report()
     for plan in plans:
-        kb = load_kb(plan.root, plan.inputs)
+        kb = _load(plan)
         kb.skills_dir = plan.skills_dir
         found = check_kb(kb, with_lint, strict_spec)
         if plan.only is not None:
@@ -104,6 +108,23 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False) -> Repo
             report.files += kb.file_count
         report.diagnostics.extend(found)
     return report
+
+
+def _load(plan: _Plan) -> KnowledgeBase:
+    """Load a plan's files; in a project, unchanged documents come from the parse cache
+    (shared with the build), so a hook on a large KB re-parses only what changed."""
+    if plan.cache_dir is None:
+        return load_kb(plan.root, plan.inputs)
+    from .build.cache import ParseCache
+
+    try:
+        cache = ParseCache(plan.cache_dir / "parse.sqlite")
+    except (OSError, sqlite3.Error):
+        return load_kb(plan.root, plan.inputs)  # a read-only checkout: validate without it
+    try:
+        return load_kb(plan.root, plan.inputs, cache)
+    finally:
+        cache.close()
 
 
 def _resolved(path: str) -> Path:
@@ -170,4 +191,5 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         offset = header_end + 1 + size + 1
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
-    return _run([_Plan(config.root, inputs, None)], lint, strict_spec)
+    return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir)], lint,
+                strict_spec)
