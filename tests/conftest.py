@@ -29,6 +29,17 @@ def write(root: Path, name: str, text: str | bytes) -> Path:
     return path
 
 
+def copy_example(root: Path, model: str = "hash-64", extra: str = "") -> Path:
+    """The repository's example knowledge base in root, with a fast embedder."""
+    import shutil
+
+    shutil.copytree(REPO / "content", root / "content")
+    shutil.copytree(REPO / "skills", root / "skills")
+    write(root, "ctxfst.toml", f'content_dir = "content"\nskills_dir = "skills"\n'
+          f'embedding_model = "{model}"\n{extra}')
+    return root
+
+
 def make_project(root: Path) -> Path:
     write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
     (root / "content").mkdir(exist_ok=True)

@@ -16,14 +16,13 @@ import jsonschema
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from ctxfst.build.pipeline import ARTIFACTS, JOURNAL, recover
 from ctxfst.build.runner import run_build
 from ctxfst.config import find_project
 from ctxfst.mock import generate
 
-from .conftest import CH22, REPO, UPSTREAM, write
+from .conftest import CH22, REPO, UPSTREAM, copy_example, write
 
 SCHEMAS = REPO / "schemas"
 PUBLISHED = [*ARTIFACTS, "manifest.json"]
@@ -39,8 +38,7 @@ def project(root: Path, model: str = "hash-64", **settings) -> Path:
 
 
 def example(root: Path, model: str = "hash-64", **settings) -> Path:
-    shutil.copytree(REPO / "content", root / "content")
-    shutil.copytree(REPO / "skills", root / "skills")
+    copy_example(root, model)
     return project(root, model, **settings)
 
 

@@ -16,7 +16,7 @@ from ctxfst.skills.index import index_entry, to_prompt
 from ctxfst.skills.migrate import migrate_text
 from ctxfst.skills.parse import parse_skill
 
-from .conftest import REPO, UPSTREAM, make_project, write
+from .conftest import REPO, UPSTREAM, copy_example, make_project, write
 
 UPSTREAM_SKILLS = sorted(UPSTREAM.glob("skills/*/SKILL.md"))
 
@@ -183,9 +183,7 @@ def test_migrate_command_check_and_write(tmp_path, cli):
 
 
 def test_skill_index_and_graph_in_the_build(tmp_path, capsys):
-    shutil.copytree(REPO / "content", tmp_path / "content")
-    shutil.copytree(REPO / "skills", tmp_path / "skills")
-    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-64"\n')
+    copy_example(tmp_path)
     assert run_build(tmp_path, []) == 0
     capsys.readouterr()
     index = json.loads((tmp_path / "build/skill-index.json").read_text())

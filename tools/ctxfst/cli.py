@@ -59,11 +59,198 @@ def build_parser() -> argparse.ArgumentParser:
     prompt = skill_commands.add_parser(
         "to-prompt", help="print the <available_skills> block for an agent's prompt")
     prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH")
+    _add_runtime_commands(commands)
     hook = commands.add_parser("install-hook",
                                help="install a git pre-commit hook that validates staged files")
     hook.add_argument("--force", action="store_true",
                       help="replace an existing pre-commit hook")
     return parser
+
+
+def _add_runtime_commands(commands) -> None:
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--state", type=Path, default=None,
+                            help="world-state file (default: .ctxfst/world-state.json)")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+
+    state = commands.add_parser("state", help="the world state: init, show, add, remove, ...")
+    actions = state.add_subparsers(dest="state_command", required=True, metavar="ACTION")
+    init = actions.add_parser("init", help="start a world state")
+    init.add_argument("--goal", required=True)
+    init.add_argument("--seed", action="append", default=[], help="a state that holds")
+    init.add_argument("--force", action="store_true", help="replace an existing state")
+    common(init)
+    for name, text in (("show", "print the state"), ("history", "print the event log"),
+                       ("replay", "rebuild the snapshot from the event log")):
+        common(actions.add_parser(name, help=text))
+    for name in ("add", "remove"):
+        change = actions.add_parser(name, help=f"{name} active states")
+        change.add_argument("ids", nargs="+", metavar="ID")
+        common(change)
+    complete = actions.add_parser("complete", help="record a skill's outcome")
+    complete.add_argument("skill")
+    complete.add_argument("--result", required=True, choices=("success", "failed", "partial"))
+    complete.add_argument("--summary", default=None)
+    common(complete)
+    subgraph = actions.add_parser("subgraph", help="store the goal-relevant subgraph")
+    subgraph.add_argument("--depth", type=int, default=2)
+    common(subgraph)
+    selecting = commands.add_parser("select", help="rank the skills that can run now")
+    selecting.add_argument("--explain", action="store_true")
+    selecting.add_argument("--retries", type=int, default=2,
+                           help="how often a failed skill may be retried")
+    common(selecting)
+    running = commands.add_parser("run", help="the agent loop: plan, execute, record")
+    running.add_argument("--executor", choices=("dry-run", "command", "interactive"),
+                         default="dry-run")
+    running.add_argument("--max-steps", type=int, default=20)
+    running.add_argument("--replan", action="store_true",
+                         help="after a failed step, plan again instead of stopping")
+    running.add_argument("--timeout", type=float, default=60.0,
+                         help="seconds a skill script may run (command executor)")
+    running.add_argument("--retries", type=int, default=2)
+    running.add_argument("--yes", action="store_true",
+                         help="re-run an interrupted non-idempotent skill without asking")
+    common(running)
+    planning = commands.add_parser("plan", help="plan skills from the state to the goal")
+    planning.add_argument("--explain", action="store_true")
+    planning.add_argument("--algorithm", choices=("astar", "ucs", "greedy"), default="astar")
+    planning.add_argument("--goal", default=None, help="plan for this goal instead")
+    planning.add_argument("--seed", action="append", default=None,
+                          help="with --goal: a state that holds at the start")
+    common(planning)
+
+
+def _print(data, fmt: str, text: str) -> None:
+    import json
+
+    if fmt == "json":
+        print(json.dumps(data, ensure_ascii=False, indent=2))
+    else:
+        print(text)
+
+
+def _state_text(state) -> str:
+    done = ", ".join(f"{c['skill']} ({c['result']})" for c in state.completed_skills) or "none"
+    return (f"goal: {state.goal}{'  (reached)' if state.reached else ''}\n"
+            f"active states: {', '.join(state.active_states) or 'none'}\n"
+            f"completed skills: {done}\nserial {state.serial}, lineage {state.lineage}")
+
+
+def _runtime(args: argparse.Namespace) -> int:
+    from .runtime import commands as rt
+    from .runtime.state import StateError
+
+    config = rt.project()
+    store = rt.store_for(config, args.state)
+    try:
+        if args.command == "plan":
+            if args.seed and args.goal is None:
+                raise _Usage("--seed needs --goal")
+            result = rt.make_plan(config, store, args.goal, args.seed, args.algorithm,
+                                  args.explain)
+            _print(result, args.format, _plan_text(result))
+            return EXIT_OK if result["solved"] else EXIT_FAILED
+        if args.command == "run":
+            return _run_loop(args, config, store)
+        if args.command == "select":
+            result = rt.make_selection(config, store, args.retries)
+            _print(result, args.format, _select_text(result, args.explain))
+            return EXIT_OK if result["selected"] or result["goal_reached"] else EXIT_FAILED
+        action = args.state_command
+        if action == "init":
+            state = rt.state_init(config, store, args.goal, args.seed, args.force)
+        elif action in ("add", "remove"):
+            state = rt.state_change(config, store, action, args.ids)
+        elif action == "complete":
+            state = rt.state_complete(store, rt.world_for(config).skills, args.skill,
+                                      args.result, args.summary)
+        elif action == "subgraph":
+            subgraph = rt.world_for(config).subgraph(store.load().goal, args.depth)
+            state = store.change("subgraph", subgraph=subgraph)
+        elif action == "replay":
+            state = store.rebuild()
+        elif action == "history":
+            events = store.history()
+            _print(events, args.format, "\n".join(
+                f"{e['serial']:>4} {e['at']} {e['type']} "
+                + " ".join(f"{k}={v}" for k, v in sorted(e.items())
+                           if k not in ("serial", "at", "type", "lineage")) for e in events))
+            return EXIT_OK
+        else:
+            state = store.load()
+        for note in store.notes:
+            print(f"ctxfst: note: {note}", file=sys.stderr)
+        _print(state.to_json(), args.format, _state_text(state))
+        return EXIT_OK
+    except StateError as error:
+        print(f"ctxfst: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run_loop(args: argparse.Namespace, config, store) -> int:
+    from .runtime import commands as rt
+    from .runtime.loop import RUNTIME_EDGES, command_executor, dry_run, run
+
+    world = rt.world_for(config)
+    if args.executor == "command":
+        executor = command_executor(config.root, args.timeout)
+    else:
+        executor = dry_run
+
+    def ask(question: str) -> bool:
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            return False
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+    interactive = args.executor == "interactive"
+    result = run(world, store, executor, args.max_steps, args.replan,
+                 confirm=ask if (interactive or args.yes or sys.stdin.isatty()) else None,
+                 retries=args.retries, edges_path=config.root / RUNTIME_EDGES)
+    data = {"stop_reason": result.reason, "steps": result.steps,
+            "state": result.state.to_json()}
+    lines = [f"{n}. {s['skill']}: {s['status']} {s['summary']}".rstrip()
+             for n, s in enumerate(result.steps, 1)]
+    lines.append(f"stopped: {result.reason} after {len(result.steps)} step(s)")
+    _print(data, args.format, "\n".join(lines))
+    return EXIT_OK if result.reason == "goal_reached" else EXIT_FAILED
+
+
+def _plan_text(result: dict) -> str:
+    if not result["solved"]:
+        return f"no plan for {result['goal']}: {result['reason']}"
+    lines = [f"plan for {result['goal']} ({result['algorithm']}, cost {result['cost']:g}, "
+             f"{len(result['steps'])} step(s), validated):"]
+    for number, step in enumerate(result["steps"], 1):
+        lines.append(f"  {number}. {step}")
+    for item in result.get("explanation", []):
+        lines.append(f"  step {item['step']} {item['skill']}: needs "
+                     f"{', '.join(item['preconditions_met']) or 'nothing'}"
+                     + (f", not {', '.join(item['must_not_hold'])}" if item["must_not_hold"]
+                        else "")
+                     + f"; adds {', '.join(item['adds']) or 'nothing'}"
+                     + (" (the goal)" if item["reaches_goal"] else "")
+                     + (f"; removes {', '.join(item['removes'])}" if item["removes"] else ""))
+    for alternative in result.get("alternatives", []):
+        lines.append(f"  alternative: {' -> '.join(alternative['steps'])} "
+                     f"(cost {alternative['cost']:g}): {alternative['why_not']}")
+    return "\n".join(lines)
+
+
+def _select_text(result: dict, explain: bool) -> str:
+    if result["goal_reached"]:
+        head = f"goal {result['goal']} already reached"
+    else:
+        head = f"next skill: {result['selected'] or 'none applicable'}"
+    lines = [head]
+    for candidate in result["candidates"]:
+        if explain or candidate["applicable"]:
+            mark = "+" if candidate["applicable"] else "-"
+            lines.append(f"  {mark} {candidate['skill']} (cost {candidate['cost']:g}): "
+                         f"{candidate['reason']}")
+    return "\n".join(lines)
 
 
 def _check(args: argparse.Namespace, lint: bool) -> int:
@@ -180,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     from .hook import HookError
     from .validation import UsageError
 
+    from .runtime.commands import RuntimeUsage
+    from .runtime.world import WorldError
     from .scaffold import ScaffoldError
 
     try:
@@ -195,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
             return _generate_mock(args)
         if args.command == "skills":
             return _skills(args)
-    except (UsageError, ConfigError, HookError, ScaffoldError, _Usage) as error:
+        if args.command in ("state", "select", "plan", "run"):
+            return _runtime(args)
+    except (UsageError, ConfigError, HookError, ScaffoldError, RuntimeUsage, WorldError,
+            _Usage) as error:
         print(f"ctxfst: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -43,4 +43,7 @@ def project_files(config) -> list[Path]:
     if config.content_dir.is_dir():
         files.extend(sorted({path for pattern in config.build.extra_edges
                              for path in config.content_dir.glob(pattern) if path.is_file()}))
+    runtime_edges = config.root / ".ctxfst" / "runtime.edges.json"
+    if runtime_edges.is_file():  # outcomes the agent loop recorded, merged on the next build
+        files.append(runtime_edges)
     return files

@@ -80,7 +80,7 @@ def mock_document(index: int, seed: int, chunks_per_doc: int = 6) -> str:
     lines += [f"  - id: ref:n{index:05d}",
               f'    context: "Reference anchor for notes {index}: what the other notes cite '
               f'when they build on {topics[0][1]}"',
-              f"    entities: [entity:{topics[0][0]}]", f"    tags: [Anchor]"]
+              f"    entities: [entity:{topics[0][0]}]", "    tags: [Anchor]"]
     anchor_text = "\n".join(_sentence(rng, [topics[0][1]], chinese) for _ in range(3))
     bodies.append(f'<Chunk id="ref:n{index:05d}">\n{anchor_text}\n</Chunk>\n')
     return "\n".join(lines) + "\n---\n\n" + "\n".join(bodies)

@@ -11,13 +11,13 @@ class ScaffoldError(Exception):
     pass
 
 
-CONFIG_TEXT = f'''# ctxfst settings (see the ctxfst docs: docs/compiler.md)
+CONFIG_TEXT = '''# ctxfst settings (see the ctxfst docs: docs/compiler.md)
 content_dir = "content"
 skills_dir = "skills"
 build_dir = "build"
 # The bundled offline model; any sentence-transformers model name or path works too,
 # "use-multilingual" (Universal Sentence Encoder v3) suits Chinese text.
-embedding_model = "{{model}}"
+embedding_model = "{model}"
 similar_top_k = 5
 similar_min_score = 0.35
 extra_edges = ["**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml"]

@@ -43,8 +43,18 @@ def index_entry(skill: ParsedSkill, root: Path) -> dict[str, Any]:
         "license": record.license,
         "compatibility": record.compatibility,
         "allowed_tools": (skill.frontmatter or {}).get("allowed-tools"),
+        "script": _script(skill),
         "body_sha256": hashlib.sha256(skill.body.encode("utf-8")).hexdigest(),
     }
+
+
+def _script(skill: ParsedSkill) -> str | None:
+    """The executable the `command` executor runs: `script` at the top level or in
+    metadata, a path inside the skill's folder."""
+    data = skill.frontmatter or {}
+    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    value = data.get("script", metadata.get("script"))
+    return value if isinstance(value, str) and value else None
 
 
 def build_index(skills: list[ParsedSkill], root: Path) -> dict[str, Any]:

@@ -1,0 +1,239 @@
+"""World state, selection, planning from the CLI, and the agent loop with its executors."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxfst.build.runner import run_build
+from ctxfst.runtime.loop import command_executor, dry_run, pending_step, run
+from ctxfst.runtime.state import StateError, StateStore
+from ctxfst.runtime.world import load_world
+
+from .conftest import UPSTREAM, copy_example, make_project, write
+
+GOAL = "goal:edge-api-learning-plan"
+
+
+@pytest.fixture
+def kb(tmp_path, capsys):
+    copy_example(tmp_path, "hash-32")
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    return tmp_path
+
+
+def test_state_commands(kb, cli):
+    result = cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--format",
+                 "json", cwd=kb)
+    assert result.code == 0
+    state = result.json()
+    assert state["serial"] == 1 and state["active_states"] == ["state:has-resume"]
+    assert cli("state", "add", "state:has-skill-inventory", cwd=kb).code == 0
+    assert cli("state", "remove", "state:has-skill-inventory", cwd=kb).code == 0
+    done = cli("state", "complete", "inventory-skills", "--result", "success", "--summary",
+               "ok", "--format", "json", cwd=kb).json()
+    assert done["serial"] == 4 and "state:has-skill-inventory" in done["active_states"]
+    assert done["completed_skills"][0]["summary"] == "ok"
+    history = cli("state", "history", "--format", "json", cwd=kb).json()
+    assert [e["type"] for e in history] == ["init", "add", "remove", "complete"]
+    subgraph = cli("state", "subgraph", "--depth", "1", "--format", "json", cwd=kb).json()
+    assert GOAL in subgraph["current_subgraph"]["nodes"]
+    assert len({(e["source"], e["target"], e["relation"])
+                for e in subgraph["current_subgraph"]["edges"]}) == len(
+        subgraph["current_subgraph"]["edges"])
+    again = cli("state", "init", "--goal", GOAL, cwd=kb)
+    assert again.code == 1 and "already exists" in again.err
+
+
+def test_unknown_ids_name_close_matches(kb, cli):
+    result = cli("state", "init", "--goal", "goal:edge-api-plan", cwd=kb)
+    assert result.code == 2 and "did you mean goal:edge-api-learning-plan" in result.err
+    cli("state", "init", "--goal", GOAL, cwd=kb)
+    result = cli("state", "add", "state:has-resum", cwd=kb)
+    assert result.code == 2 and "state:has-resume" in result.err
+    result = cli("state", "complete", "inventory-skill", "--result", "success", cwd=kb)
+    assert result.code == 2 and "inventory-skills" in result.err
+
+
+def test_plan_select_and_dry_run(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    planned = cli("plan", "--explain", "--format", "json", cwd=kb).json()
+    assert planned["steps"] == ["inventory-skills", "analyze-gaps", "draft-learning-plan"]
+    assert planned["cost"] == 5 and planned["validated"]
+    assert planned["explanation"][2]["reaches_goal"] is True
+    assert planned["alternatives"][0]["steps"] == ["ask-career-coach", "draft-learning-plan"]
+    selected = cli("select", "--explain", "--format", "json", cwd=kb).json()
+    assert selected["selected"] == "inventory-skills"
+    reasons = {c["skill"]: c["reason"] for c in selected["candidates"]}
+    assert reasons["analyze-gaps"] == "needs state:has-skill-inventory"
+    assert reasons["ask-career-coach"] == "costs 5 against 1"
+    ran = cli("run", "--executor", "dry-run", "--format", "json", cwd=kb).json()
+    assert ran["stop_reason"] == "goal_reached" and len(ran["steps"]) == 3
+    edges = json.loads((kb / ".ctxfst/runtime.edges.json").read_text())
+    assert {e["relation"] for e in edges} == {"COMPLETED"}
+    text = cli("plan", "--goal", GOAL, cwd=kb)  # no seed: nothing produces the resume
+    assert text.code == 1 and "needs state:has-resume" in text.out
+
+
+def test_upstream_chain_end_to_end(tmp_path, cli, capsys):
+    make_project(tmp_path)
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
+    shutil.copytree(UPSTREAM / "skills", tmp_path / "skills", dirs_exist_ok=True)
+    shutil.copy(UPSTREAM / "world-model-example.md", tmp_path / "content")
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    assert cli("state", "init", "--seed", "entity:has-raw-resume", "--goal",
+               "entity:learn-kubernetes-path", cwd=tmp_path).code == 0
+    planned = cli("plan", "--format", "json", cwd=tmp_path).json()
+    assert planned["steps"] == ["analyze-resume", "match-skills", "generate-plan"]
+    ran = cli("run", "--executor", "dry-run", "--format", "json", cwd=tmp_path).json()
+    assert ran["stop_reason"] == "goal_reached" and len(ran["steps"]) == 3
+
+
+def test_truncated_log_line_is_dropped_and_replay_matches(tmp_path):
+    store = StateStore(tmp_path / "ws.json")
+    store.init(GOAL, ["state:a"])
+    store.change("add", states=["state:b"])
+    with open(store.log, "ab") as log:
+        log.write(b'{"type": "add", "serial": 3, "lin')  # a crash mid-write
+    state = store.load()
+    assert state.active_states == ["state:a", "state:b"] and state.serial == 2
+    assert "dropped a cut-off last line" in store.notes[0]
+    rebuilt = store.rebuild()
+    assert rebuilt.to_json() == json.loads(store.path.read_text())
+    assert store.log.read_bytes().endswith(b"\n")
+
+
+def test_snapshot_behind_its_log_loads_as_the_replay(tmp_path):
+    store = StateStore(tmp_path / "ws.json")
+    store.init(GOAL, [])
+    snapshot = store.path.read_bytes()
+    store.change("add", states=["state:x"])
+    store.path.write_bytes(snapshot)  # killed after the log append, before the snapshot
+    assert store.load().active_states == ["state:x"]
+
+
+def test_stale_writer_and_foreign_lineage_are_refused(tmp_path):
+    store = StateStore(tmp_path / "ws.json")
+    store.init(GOAL, [])
+    store.change("add", states=["state:x"])
+    with pytest.raises(StateError, match="stale write refused"):
+        store.change("add", expected_serial=1, states=["state:y"])
+    other = StateStore(tmp_path / "other.json")
+    other.init(GOAL, [])
+    shutil.copy(other.path, store.path)
+    with pytest.raises(StateError, match="different sessions"):
+        store.load()
+    store.log.write_text("not json\n")
+    with pytest.raises(StateError, match="corrupted"):
+        store.load()
+
+
+def _add_many(path: str, worker: int, count: int) -> None:
+    store = StateStore(Path(path), lock_timeout=60)
+    for index in range(count):
+        store.change("add", states=[f"state:w{worker}-{index}"])
+
+
+def test_concurrent_writers_lose_no_update(tmp_path):
+    store = StateStore(tmp_path / "ws.json")
+    store.init(GOAL, [])
+    workers = [multiprocessing.Process(target=_add_many, args=(str(store.path), n, 15))
+               for n in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    state = store.load()
+    assert len(state.active_states) == 60 and state.serial == 61
+
+
+def test_killed_writers_leave_a_loadable_state_equal_to_its_replay(tmp_path):
+    path = tmp_path / "ws.json"
+    StateStore(path).init(GOAL, [])
+    code = ("import sys\nfrom pathlib import Path\nfrom ctxfst.runtime.state import StateStore\n"
+            "s = StateStore(Path(sys.argv[1]))\nfor i in range(10000):\n"
+            "    s.change('add', states=[f'state:k{i}'])\n")
+    for delay in (0.2, 0.35, 0.5, 0.65, 0.8):
+        proc = subprocess.Popen([sys.executable, "-c", code, str(path)])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        store = StateStore(path)
+        loaded = store.load()
+        assert loaded.to_json() == store.replay().state.to_json()
+        assert loaded.serial == len(store.replay().events)
+
+
+def _skill_script(kb: Path, skill: str, body: str) -> None:
+    script = kb / "skills" / skill / "run.py"
+    script.write_text(f"#!{sys.executable}\n{body}")
+    script.chmod(0o755)
+    skill_file = kb / "skills" / skill / "SKILL.md"
+    skill_file.write_text(skill_file.read_text().replace("cost:", "script: run.py\ncost:", 1))
+
+
+def test_command_executor_outcomes(kb, capsys):
+    _skill_script(kb, "inventory-skills",
+                  "import json, sys\nstate = json.load(sys.stdin)\n"
+                  "assert state['goal']\nprint(json.dumps({'status': 'success', 'summary': "
+                  "'inventoried', 'add_states': ['state:has-skill-inventory']}))\n")
+    _skill_script(kb, "analyze-gaps", "import sys\nprint('garbage')\n")
+    _skill_script(kb, "ask-career-coach", "import sys\nsys.exit(3)\n")
+    _skill_script(kb, "draft-learning-plan", "import time\ntime.sleep(30)\n")
+    assert run_build(kb, []) == 0
+    capsys.readouterr()
+    world = load_world(kb / "build")
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    store.init(GOAL, ["state:has-resume"])
+    result = run(world, store, command_executor(kb, timeout=1.0), max_steps=3, replan=False)
+    assert result.reason == "execution_failure"
+    assert [s["status"] for s in result.steps] == ["success", "failed"]
+    assert "no valid JSON" in result.steps[1]["summary"]
+    assert "state:has-gap-analysis" not in result.state.active_states
+    retried = run(world, store, command_executor(kb, timeout=1.0), max_steps=6, replan=True)
+    summaries = " | ".join(s["summary"] for s in retried.steps)
+    assert "exited 3" in summaries or "no valid JSON" in summaries
+    skills = {entry["name"]: entry for entry in world.skills}
+    timed = command_executor(kb, timeout=1.0)(skills["draft-learning-plan"], store.load())
+    assert timed.status == "failed" and "timed out" in timed.summary
+
+
+def test_non_idempotent_skill_is_not_rerun_after_a_crash(kb, capsys):
+    world = load_world(kb / "build")
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    store.init(GOAL, ["state:has-gap-analysis"])
+    # A run killed while draft-learning-plan (not idempotent) was executing:
+    store.change("step_started", step_id=2, skill="draft-learning-plan")
+    calls = []
+
+    def counting(skill, state):
+        calls.append(skill["name"])
+        return dry_run(skill, state)
+
+    for _ in range(2):  # it stays pending until confirmed
+        result = run(world, store, counting)
+        assert result.reason == "pending_needs_confirmation" and calls == []
+        assert pending_step(store)["skill"] == "draft-learning-plan"
+    result = run(world, store, counting, confirm=lambda question: True)
+    assert result.reason == "goal_reached" and calls == ["draft-learning-plan"]
+    assert pending_step(store) is None
+
+
+def test_an_outcome_recorded_by_hand_closes_a_pending_step(kb):
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    store.init(GOAL, ["state:has-gap-analysis"])
+    store.change("step_started", step_id=2, skill="draft-learning-plan")
+    store.change("complete", skill="draft-learning-plan", result="success",
+                 added=["state:has-learning-plan", GOAL], removed=[])
+    assert pending_step(store) is None
+    assert run(load_world(kb / "build"), store, dry_run).reason == "goal_reached"

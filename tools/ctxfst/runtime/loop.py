@@ -1,0 +1,186 @@
+"""The agent loop: plan, execute one skill, record the outcome, repeat.
+
+Each step is journaled before it starts (step_started) and after it ends
+(step_finished), so a run killed mid-step is resumed safely: an idempotent skill left
+pending runs again; a non-idempotent one never runs twice without confirmation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..build.io import write_json
+from .planner import Plan, plan
+from .select import DEFAULT_RETRIES, attempts
+from .state import StateStore, WorldState
+from .world import World
+
+STOP_REASONS = ("goal_reached", "no_candidates", "no_plan", "max_steps",
+                "execution_failure", "user_aborted", "pending_needs_confirmation")
+RUNTIME_EDGES = Path(".ctxfst") / "runtime.edges.json"
+
+
+@dataclass
+class Outcome:
+    status: str  # success | failed | partial
+    summary: str = ""
+    add_states: list[str] = field(default_factory=list)
+    remove_states: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+
+
+Executor = Callable[[dict[str, Any], WorldState], Outcome]
+
+
+def dry_run(skill: dict[str, Any], state: WorldState) -> Outcome:
+    """Pretend the skill ran: apply its postconditions."""
+    return Outcome("success", "dry run: postconditions applied", list(skill["add_effects"]),
+                   list(skill["delete_effects"]))
+
+
+def command_executor(root: Path, timeout: float) -> Executor:
+    """Run the skill's declared script (inside its folder) with the state as JSON on
+    stdin; read {status, summary, add_states, remove_states, evidence} from stdout."""
+
+    def run(skill: dict[str, Any], state: WorldState) -> Outcome:
+        script = skill.get("script")
+        if not script:
+            return Outcome("failed", f"skill {skill['name']} declares no script")
+        folder = (root / skill["path"]).resolve().parent
+        target = (folder / script).resolve()
+        if folder not in target.parents or not target.is_file():
+            return Outcome("failed", f"script {script!r} is not a file inside {folder}")
+        if not os.access(target, os.X_OK):
+            return Outcome("failed", f"script {target} is not executable")
+        try:
+            proc = subprocess.run([str(target)], input=json.dumps(state.to_json()),
+                                  capture_output=True, text=True, timeout=timeout,
+                                  cwd=folder, check=False)  # never through a shell
+        except subprocess.TimeoutExpired:
+            return Outcome("failed", f"script timed out after {timeout:g} s")
+        except OSError as error:
+            return Outcome("failed", f"script could not start: {error}")
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+            return Outcome("failed", f"script exited {proc.returncode}: {tail[0][:200]}")
+        try:
+            data = json.loads(proc.stdout)
+            outcome = Outcome(status=data["status"], summary=str(data.get("summary", "")),
+                              add_states=[str(s) for s in data.get("add_states", [])],
+                              remove_states=[str(s) for s in data.get("remove_states", [])],
+                              evidence=[str(s) for s in data.get("evidence", [])])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return Outcome("failed", "script printed no valid JSON result: "
+                           + proc.stdout.strip()[:200])
+        if outcome.status not in ("success", "failed", "partial"):
+            return Outcome("failed", f"script returned an unknown status {outcome.status!r}")
+        return outcome
+
+    return run
+
+
+@dataclass
+class RunResult:
+    reason: str
+    steps: list[dict[str, Any]]
+    state: WorldState
+
+
+def pending_step(store: StateStore) -> dict[str, Any] | None:
+    """The step a killed run left started but not finished, if any."""
+    open_steps: dict[int, dict[str, Any]] = {}
+    for event in store.history():
+        if event["type"] == "step_started":
+            open_steps[event["step_id"]] = event
+        elif event["type"] == "step_finished":
+            open_steps.pop(event["step_id"], None)
+        elif event["type"] == "complete":  # an outcome recorded by hand closes it too
+            for step_id, started in list(open_steps.items()):
+                if started["skill"] == event["skill"]:
+                    del open_steps[step_id]
+    return next(iter(open_steps.values()), None)
+
+
+def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20,
+        replan: bool = True, confirm: Callable[[str], bool] | None = None,
+        retries: int = DEFAULT_RETRIES, edges_path: Path | None = None) -> RunResult:
+    skills = {entry["name"]: entry for entry in world.skills}
+    steps: list[dict[str, Any]] = []
+    pending = pending_step(store)
+    if pending is not None:
+        skill = skills.get(pending["skill"])
+        question = (f"skill {pending['skill']} was interrupted (step {pending['step_id']}); "
+                    "it is not idempotent: run it again?")
+        if skill is not None and not skill["idempotent"] and not (confirm and confirm(question)):
+            # Left pending: every run stops here until someone confirms (--yes) or
+            # records what happened (`ctxfst state complete`).
+            return RunResult("pending_needs_confirmation", steps, store.load())
+        store.change("step_finished", step_id=pending["step_id"], skill=pending["skill"],
+                     status="interrupted")
+    for _ in range(max_steps):
+        state = store.load()
+        if state.reached:
+            return RunResult("goal_reached", steps, state)
+        banned = frozenset(name for name, entry in skills.items()
+                           if _exhausted(entry, state, retries))
+        found = plan(world.problem, frozenset(state.active_states), frozenset({state.goal}),
+                     banned=banned)
+        if not isinstance(found, Plan):
+            reason = "no_candidates" if len(banned) == len(skills) else "no_plan"
+            return RunResult(reason, steps, state)
+        name = found.steps[0]
+        if confirm is not None and not confirm(f"run {name} (plan: {' -> '.join(found.steps)})?"):
+            return RunResult("user_aborted", steps, state)
+        step_id = state.serial + 1
+        store.change("step_started", step_id=step_id, skill=name)
+        outcome = executor(skills[name], state)
+        store.change("complete", skill=name, result=outcome.status, summary=outcome.summary,
+                     added=outcome.add_states if outcome.status != "failed" else [],
+                     removed=outcome.remove_states if outcome.status != "failed" else [])
+        store.change("step_finished", step_id=step_id, skill=name, status=outcome.status)
+        steps.append({"skill": name, "status": outcome.status, "summary": outcome.summary})
+        _record_edges(world, skills[name], outcome, edges_path)
+        if outcome.status == "failed" and not replan:
+            return RunResult("execution_failure", steps, store.load())
+    state = store.load()
+    return RunResult("goal_reached" if state.reached else "max_steps", steps, state)
+
+
+def _exhausted(skill: dict[str, Any], state: WorldState, retries: int) -> bool:
+    successes, failures = attempts(state, skill["name"])
+    return bool(successes and not skill["idempotent"]) or failures > retries
+
+
+def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,
+                  path: Path | None) -> None:
+    """Outcomes as runtime edges (COMPLETED, EVIDENCE, BLOCKED_BY) for the next build."""
+    if path is None:
+        return
+    nodes = {node["id"] for node in world.graph.get("nodes", [])}
+    source = skill["node_id"]
+    if source not in nodes:
+        return
+    properties = {"result_summary": outcome.summary[:200],
+                  "status": "active" if outcome.status == "success" else "failed"}
+    new = []
+    if outcome.status == "failed":
+        new += [{"source": source, "target": fact, "relation": "BLOCKED_BY",
+                 "properties": dict(properties)} for fact in skill["preconditions"]
+                if fact in nodes]
+    else:
+        new += [{"source": source, "target": fact, "relation": "COMPLETED",
+                 "properties": dict(properties)} for fact in outcome.add_states if fact in nodes]
+        new += [{"source": source, "target": item, "relation": "EVIDENCE",
+                 "properties": dict(properties)} for item in outcome.evidence if item in nodes]
+    if not new:
+        return
+    existing = json.loads(path.read_text()) if path.exists() else []
+    keys = {(e["source"], e["target"], e["relation"]) for e in new}
+    kept = [e for e in existing if (e["source"], e["target"], e["relation"]) not in keys]
+    write_json(path, sorted(kept + new, key=lambda e: (e["source"], e["target"],
+                                                       e["relation"])))

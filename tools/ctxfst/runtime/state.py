@@ -1,0 +1,247 @@
+"""The world-state store: a JSON snapshot in upstream's world-state shape, and beside it
+an append-only event log from which the snapshot can always be rebuilt.
+
+Every change, under an exclusive lock: append the event to the log (fsync), then write
+the snapshot atomically. A crash between the two leaves a snapshot one event behind its
+log; loading replays the log, so what loads always equals the replay of the log. A log
+whose last line was cut off by a crash loads with that line dropped and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..build.io import json_bytes, write_atomic
+
+STATE_SCHEMA_VERSION = "1.0.0"
+RESULTS = ("success", "failed", "partial")
+
+
+class StateError(Exception):
+    """A state file that cannot be used as asked; the message says why."""
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+@dataclass
+class WorldState:
+    session_id: str
+    lineage: str
+    goal: str
+    active_states: list[str] = field(default_factory=list)
+    completed_skills: list[dict[str, Any]] = field(default_factory=list)
+    current_subgraph: dict[str, Any] = field(default_factory=lambda: {"nodes": [], "edges": []})
+    created_at: str = ""
+    updated_at: str = ""
+    serial: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": STATE_SCHEMA_VERSION, "session_id": self.session_id,
+                "lineage": self.lineage, "serial": self.serial, "goal": self.goal,
+                "active_states": self.active_states,
+                "completed_skills": self.completed_skills,
+                "current_subgraph": self.current_subgraph,
+                "created_at": self.created_at, "updated_at": self.updated_at}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "WorldState":
+        try:
+            return cls(session_id=data["session_id"], lineage=data["lineage"],
+                       goal=data["goal"], active_states=list(data["active_states"]),
+                       completed_skills=list(data["completed_skills"]),
+                       current_subgraph=data.get("current_subgraph") or {"nodes": [],
+                                                                          "edges": []},
+                       created_at=data.get("created_at", ""),
+                       updated_at=data.get("updated_at", ""), serial=int(data["serial"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateError(f"not a ctxfst world state (missing or bad {error})") from None
+
+    @property
+    def reached(self) -> bool:
+        return self.goal in self.active_states
+
+
+def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
+    """The one definition of what each event does (used live and in replay)."""
+    kind = event["type"]
+    if kind == "init":
+        state = WorldState(session_id=event["session_id"], lineage=event["lineage"],
+                           goal=event["goal"], active_states=sorted(set(event["seeds"])),
+                           created_at=event["at"])
+    elif state is None:
+        raise StateError("the event log does not start with an init event")
+    elif event["lineage"] != state.lineage:
+        raise StateError(f"event {event['serial']} belongs to lineage {event['lineage']}, "
+                         f"not {state.lineage}")
+    elif kind == "add":
+        state.active_states = sorted(set(state.active_states) | set(event["states"]))
+    elif kind == "remove":
+        state.active_states = sorted(set(state.active_states) - set(event["states"]))
+    elif kind == "complete":
+        record = {"skill": event["skill"], "timestamp": event["at"], "result": event["result"]}
+        if event.get("summary"):
+            record["summary"] = event["summary"]
+        state.completed_skills.append(record)
+        state.active_states = sorted((set(state.active_states) - set(event.get("removed", [])))
+                                     | set(event.get("added", [])))
+    elif kind == "subgraph":
+        state.current_subgraph = event["subgraph"]
+    elif kind in ("step_started", "step_finished"):
+        pass  # the agent loop's journal: recorded, no change to the world itself
+    else:
+        raise StateError(f"unknown event type {kind!r}")
+    state.serial = event["serial"]
+    state.updated_at = event["at"]
+    return state
+
+
+@dataclass
+class Replay:
+    state: WorldState | None
+    events: list[dict[str, Any]]
+    dropped: str | None  # a cut-off last line, dropped
+
+
+class StateStore:
+    """One world state: PATH (snapshot), PATH.events.jsonl (log), PATH.lock (lock)."""
+
+    def __init__(self, path: Path, lock_timeout: float = 10.0) -> None:
+        self.path = path
+        self.log = path.with_name(path.name + ".events.jsonl")
+        self.lock_path = path.with_name(path.name + ".lock")
+        self.lock_timeout = lock_timeout
+        self.notes: list[str] = []  # things loading had to repair, for the user
+
+    @property
+    def exists(self) -> bool:
+        return self.log.exists() or self.path.exists()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """An exclusive lock; the kernel releases it if this process dies."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.lock_path, "a+")
+        deadline = time.monotonic() + self.lock_timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        handle.seek(0)
+                        owner = handle.read().strip() or "another process"
+                        raise StateError(f"{self.path} is locked by {owner}; it is released "
+                                         "when that process ends") from None
+                    time.sleep(0.01)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} since {now()}")
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    def replay(self) -> Replay:
+        if not self.log.exists():
+            raise StateError(f"no world state at {self.path} (run `ctxfst state init`)")
+        raw = self.log.read_bytes()
+        lines = raw.split(b"\n")
+        dropped = None
+        if lines and lines[-1] == b"":
+            lines.pop()
+        elif lines:
+            dropped = lines.pop().decode("utf-8", "replace")  # cut off mid-write by a crash
+        events = []
+        state = None
+        for number, line in enumerate(lines, 1):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                raise StateError(f"{self.log}:{number}: not a JSON event; the log is "
+                                 "corrupted") from None
+            state = apply(state, event)
+            events.append(event)
+        return Replay(state, events, dropped)
+
+    def load(self) -> WorldState:
+        replay = self.replay()
+        if replay.state is None:
+            raise StateError(f"{self.log} holds no events")
+        if replay.dropped is not None:
+            self.notes.append(f"dropped a cut-off last line of {self.log.name}: "
+                              f"{replay.dropped[:80]!r}")
+        if self.path.exists():
+            try:
+                snapshot = json.loads(self.path.read_text(encoding="utf-8"))
+            except ValueError:
+                snapshot = None
+                self.notes.append(f"{self.path.name} was unreadable; rebuilt from the log")
+            if isinstance(snapshot, dict) and snapshot.get("lineage") not in (
+                    None, replay.state.lineage):
+                raise StateError(f"{self.path} belongs to lineage {snapshot.get('lineage')} "
+                                 f"but its log to {replay.state.lineage}: they are from "
+                                 "different sessions")
+        return replay.state
+
+    def _append(self, event: dict[str, Any]) -> None:
+        with open(self.log, "ab") as out:
+            out.write(json.dumps(event, ensure_ascii=False, sort_keys=True).encode() + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def _commit(self, state: WorldState | None, event: dict[str, Any]) -> WorldState:
+        new = apply(state, event)
+        self._append(event)
+        write_atomic(self.path, json_bytes(new.to_json()))
+        return new
+
+    def init(self, goal: str, seeds: list[str], force: bool = False) -> WorldState:
+        with self.locked():
+            if self.exists and not force:
+                raise StateError(f"{self.path} already exists; use --force to start over")
+            for path in (self.log, self.path):
+                path.unlink(missing_ok=True)
+            event = {"type": "init", "serial": 1, "lineage": str(uuid.uuid4()),
+                     "session_id": str(uuid.uuid4()), "goal": goal, "seeds": seeds,
+                     "at": now()}
+            return self._commit(None, event)
+
+    def change(self, kind: str, expected_serial: int | None = None, **data: Any) -> WorldState:
+        """Record one event. With expected_serial, refuse if someone wrote since."""
+        with self.locked():
+            state = self.load()
+            if expected_serial is not None and expected_serial != state.serial:
+                raise StateError(f"stale write refused: this change was made against serial "
+                                 f"{expected_serial}, but the state is at serial "
+                                 f"{state.serial}; reload and try again")
+            event = {"type": kind, "serial": state.serial + 1, "lineage": state.lineage,
+                     "at": now(), **data}
+            return self._commit(state, event)
+
+    def rebuild(self) -> WorldState:
+        """`ctxfst state replay`: rewrite the snapshot from the log (and trim a cut line)."""
+        with self.locked():
+            replay = self.replay()
+            if replay.state is None:
+                raise StateError(f"{self.log} holds no events")
+            if replay.dropped is not None:
+                good = b"".join(json.dumps(e, ensure_ascii=False, sort_keys=True).encode()
+                                + b"\n" for e in replay.events)
+                write_atomic(self.log, good)
+            write_atomic(self.path, json_bytes(replay.state.to_json()))
+            return replay.state
+
+    def history(self) -> list[dict[str, Any]]:
+        return self.replay().events

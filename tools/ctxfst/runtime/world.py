@@ -1,0 +1,85 @@
+"""What the runtime reads from build/: the skill index and the entity graph, and the
+checks that state ids name something real."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .strips import Problem, from_skill_index
+
+
+class WorldError(Exception):
+    pass
+
+
+@dataclass
+class World:
+    skills: list[dict[str, Any]]
+    graph: dict[str, Any]
+
+    @property
+    def problem(self) -> Problem:
+        return from_skill_index(self.skills)
+
+    def known_ids(self) -> dict[str, str]:
+        """Every id a state may hold: graph nodes (with their type) and skill facts."""
+        known = {node["id"]: node.get("type", "") for node in self.graph.get("nodes", [])}
+        for skill in self.skills:
+            for key in ("preconditions", "negative_preconditions", "add_effects",
+                        "delete_effects"):
+                for fact in skill[key]:
+                    known.setdefault(fact, "state")
+        return known
+
+    def check(self, ids: list[str], what: str, types: tuple[str, ...] | None = None) -> None:
+        known = self.known_ids()
+        for item in ids:
+            if item not in known:
+                close = difflib.get_close_matches(item, list(known), n=3, cutoff=0.6)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                raise WorldError(f"unknown {what} '{item}': no entity, skill condition or "
+                                 f"graph node has this id{hint}")
+            if types and known[item] not in types:
+                raise WorldError(f"{what} '{item}' is a {known[item]}, not a "
+                                 f"{' or '.join(types)}")
+
+    def subgraph(self, goal: str, depth: int) -> dict[str, Any]:
+        """Nodes within `depth` edges of the goal (either direction), and their edges."""
+        neighbours: dict[str, set[str]] = {}
+        for edge in self.graph.get("edges", []):
+            neighbours.setdefault(edge["source"], set()).add(edge["target"])
+            neighbours.setdefault(edge["target"], set()).add(edge["source"])
+        seen = {goal: 0}
+        queue = deque([goal])
+        while queue:
+            node = queue.popleft()
+            if seen[node] == depth:
+                continue
+            for other in sorted(neighbours.get(node, ())):
+                if other not in seen:
+                    seen[other] = seen[node] + 1
+                    queue.append(other)
+        edges = {}
+        for edge in self.graph.get("edges", []):
+            if edge["source"] in seen and edge["target"] in seen:
+                key = (edge["source"], edge["target"], edge["relation"])
+                edges.setdefault(key, {"source": key[0], "target": key[1],
+                                       "relation": key[2]})
+        return {"nodes": sorted(seen), "edges": [edges[k] for k in sorted(edges)]}
+
+
+def load_world(build_dir: Path) -> World:
+    index = build_dir / "skill-index.json"
+    graph = build_dir / "entity-graph.json"
+    missing = [p.name for p in (index, graph) if not p.is_file()]
+    if missing:
+        raise WorldError(f"{', '.join(missing)} not found in {build_dir}: run `doit` first")
+    try:
+        return World(json.loads(index.read_text())["skills"], json.loads(graph.read_text()))
+    except (ValueError, KeyError) as error:
+        raise WorldError(f"{build_dir}: unreadable build artifacts ({error})") from None
