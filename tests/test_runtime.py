@@ -237,3 +237,55 @@ def test_an_outcome_recorded_by_hand_closes_a_pending_step(kb):
                  added=["state:has-learning-plan", GOAL], removed=[])
     assert pending_step(store) is None
     assert run(load_world(kb / "build"), store, dry_run).reason == "goal_reached"
+
+
+def test_interactive_asks_before_each_step(kb, cli, monkeypatch):
+    import io
+
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\nn\n"))
+    result = cli("run", "--executor", "interactive", "--format", "json", cwd=kb)
+    data = json.loads(result.out[result.out.index("{"):])
+    assert data["stop_reason"] == "user_aborted" and len(data["steps"]) == 1
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    result = cli("run", "--executor", "interactive", "--format", "json", cwd=kb)
+    assert json.loads(result.out[result.out.index("{"):])["stop_reason"] == "user_aborted"
+
+
+def test_killed_runner_never_runs_a_non_idempotent_skill_twice(kb, capsys):
+    counter = kb / "runs.log"
+    for skill in ("inventory-skills", "analyze-gaps", "draft-learning-plan",
+                  "ask-career-coach"):
+        _skill_script(kb, skill,
+                      "import json, sys, time\nstate = json.load(sys.stdin)\n"
+                      f"open({str(counter)!r}, 'a').write({skill!r} + '\\n')\n"
+                      "time.sleep(0.4)\n"
+                      "print(json.dumps({'status': 'success', 'summary': 'ok', "
+                      f"'add_states': {json.dumps(skill_adds(skill))}}}))\n")
+    assert run_build(kb, []) == 0
+    capsys.readouterr()
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    store.init(GOAL, ["state:has-resume"])
+    command = [sys.executable, "-m", "ctxfst", "run", "--executor", "command"]
+    for delay in (0.3, 0.6, 0.9, 1.2, 1.6, 2.0):
+        proc = subprocess.Popen(command, cwd=kb, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert store.load().to_json() == store.replay().state.to_json()
+    finish = subprocess.run([*command, "--format", "json"], cwd=kb, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True)
+    reason = json.loads(finish.stdout)["stop_reason"]
+    assert reason in ("goal_reached", "pending_needs_confirmation")
+    runs = counter.read_text().split()
+    # Without confirmation, the non-idempotent skills never run twice.
+    assert runs.count("draft-learning-plan") <= 1 and runs.count("ask-career-coach") <= 1
+    assert store.load().to_json() == store.replay().state.to_json()
+
+
+def skill_adds(skill: str) -> list[str]:
+    return {"inventory-skills": ["state:has-skill-inventory"],
+            "analyze-gaps": ["state:has-gap-analysis"],
+            "draft-learning-plan": ["state:has-learning-plan", GOAL],
+            "ask-career-coach": ["state:has-gap-analysis"]}[skill]

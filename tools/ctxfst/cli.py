@@ -198,17 +198,19 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     else:
         executor = dry_run
 
-    def ask(question: str) -> bool:
-        if args.yes:
-            return True
-        if not sys.stdin.isatty():
+    def ask_step(question: str) -> bool:
+        try:
+            return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+        except EOFError:  # no one to answer: the answer is no
             return False
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
-    interactive = args.executor == "interactive"
-    result = run(world, store, executor, args.max_steps, args.replan,
-                 confirm=ask if (interactive or args.yes or sys.stdin.isatty()) else None,
-                 retries=args.retries, edges_path=config.root / RUNTIME_EDGES)
+    def ask(question: str) -> bool:
+        return args.yes or (sys.stdin.isatty() and ask_step(question))
+
+    # interactive: asks before each step, then applies the skill's postconditions.
+    result = run(world, store, executor, args.max_steps, args.replan, confirm=ask,
+                 retries=args.retries, edges_path=config.root / RUNTIME_EDGES,
+                 ask_each_step=ask_step if args.executor == "interactive" else None)
     data = {"stop_reason": result.reason, "steps": result.steps,
             "state": result.state.to_json()}
     lines = [f"{n}. {s['skill']}: {s['status']} {s['summary']}".rstrip()

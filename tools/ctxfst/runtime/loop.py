@@ -108,7 +108,10 @@ def pending_step(store: StateStore) -> dict[str, Any] | None:
 
 def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20,
         replan: bool = True, confirm: Callable[[str], bool] | None = None,
-        retries: int = DEFAULT_RETRIES, edges_path: Path | None = None) -> RunResult:
+        retries: int = DEFAULT_RETRIES, edges_path: Path | None = None,
+        ask_each_step: Callable[[str], bool] | None = None) -> RunResult:
+    """Run until a stop reason. `confirm` answers whether to re-run an interrupted
+    non-idempotent skill; `ask_each_step` (interactive) is asked before every step."""
     skills = {entry["name"]: entry for entry in world.skills}
     steps: list[dict[str, Any]] = []
     pending = pending_step(store)
@@ -134,7 +137,8 @@ def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20
             reason = "no_candidates" if len(banned) == len(skills) else "no_plan"
             return RunResult(reason, steps, state)
         name = found.steps[0]
-        if confirm is not None and not confirm(f"run {name} (plan: {' -> '.join(found.steps)})?"):
+        if ask_each_step is not None and not ask_each_step(
+                f"run {name} (plan: {' -> '.join(found.steps)})?"):
             return RunResult("user_aborted", steps, state)
         step_id = state.serial + 1
         store.change("step_started", step_id=step_id, skill=name)
