@@ -289,3 +289,25 @@ def skill_adds(skill: str) -> list[str]:
             "analyze-gaps": ["state:has-gap-analysis"],
             "draft-learning-plan": ["state:has-learning-plan", GOAL],
             "ask-career-coach": ["state:has-gap-analysis"]}[skill]
+
+
+def test_an_upstream_world_state_is_adopted(tmp_path):
+    import jsonschema
+
+    upstream = {"session_id": "5b8c9d2e-0000-4000-8000-000000000001",
+                "goal": "entity:learn-kubernetes-path",
+                "active_states": ["entity:has-raw-resume", "entity:has-parsed-resume"],
+                "completed_skills": [{"skill": "analyze-resume",
+                                      "timestamp": "2026-03-12T10:00:00Z",
+                                      "result": "success"}],
+                "created_at": "2026-03-12T09:00:00Z", "updated_at": "2026-03-12T10:00:00Z"}
+    path = write(tmp_path, "world-state.json", json.dumps(upstream))
+    store = StateStore(path)
+    state = store.load()
+    assert state.active_states == sorted(upstream["active_states"])
+    assert state.completed_skills[0]["skill"] == "analyze-resume" and state.serial == 2
+    changed = store.change("add", states=["entity:has-skill-inventory"])
+    assert changed.serial == 3 and len(store.history()) == 3
+    assert store.load().to_json() == changed.to_json()
+    schema = json.loads((UPSTREAM / "world-state-schema.json").read_text())
+    jsonschema.validate(json.loads(path.read_text()), schema)  # still upstream-readable

@@ -153,8 +153,37 @@ class StateStore:
         finally:
             handle.close()
 
+    def _adopted(self) -> list[dict[str, Any]]:
+        """Events equivalent to an upstream world-state.json that has no event log."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            session, goal = str(data["session_id"]), str(data["goal"])
+            active = [str(s) for s in data["active_states"]]
+            completed = list(data.get("completed_skills", []))
+        except (OSError, ValueError, KeyError, TypeError):
+            raise StateError(f"{self.path} is not a world state ctxfst can read, and it has "
+                             "no event log to rebuild it from") from None
+        lineage = str(data.get("lineage") or uuid.uuid5(uuid.NAMESPACE_URL, session))
+        at = str(data.get("created_at") or now())
+        events = [{"type": "init", "serial": 1, "lineage": lineage, "session_id": session,
+                   "goal": goal, "seeds": active, "at": at, "adopted": True}]
+        for record in completed:  # their effects are already in active_states
+            events.append({"type": "complete", "serial": len(events) + 1, "lineage": lineage,
+                           "skill": str(record.get("skill", "")),
+                           "result": str(record.get("result", "success")),
+                           "summary": str(record.get("summary", "")),
+                           "added": [], "removed": [],
+                           "at": str(record.get("timestamp") or at)})
+        return events
+
     def replay(self) -> Replay:
         if not self.log.exists():
+            if self.path.exists():  # an upstream world state: adopt it as its events
+                events = self._adopted()
+                state = None
+                for event in events:
+                    state = apply(state, event)
+                return Replay(state, events, None)
             raise StateError(f"no world state at {self.path} (run `ctxfst state init`)")
         raw = self.log.read_bytes()
         lines = raw.split(b"\n")
@@ -196,6 +225,12 @@ class StateStore:
         return replay.state
 
     def _append(self, event: dict[str, Any]) -> None:
+        if not self.log.exists() and self.path.exists() and event["type"] != "init":
+            for adopted in self._adopted():  # the log starts with the adopted history
+                self._write_event(adopted)
+        self._write_event(event)
+
+    def _write_event(self, event: dict[str, Any]) -> None:
         with open(self.log, "ab") as out:
             out.write(json.dumps(event, ensure_ascii=False, sort_keys=True).encode() + b"\n")
             out.flush()
