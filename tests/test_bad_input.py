@@ -50,6 +50,15 @@ CASES = {
     "python_tag": ("---\nx: !!python/object/apply:os.system [ls]\nchunks: []\n---\n",
                    "CTX012", 2),
     "two_yaml_documents": ("---\nchunks: []\n--- \n", None, None),
+    "bad_bool_tag": ("---\nchunks: []\nx: !!bool maybe\n---\n", "CTX012", 3),
+    "empty_int_tag": ("---\nchunks: []\nx: !!int ''\n---\n", "CTX012", 3),
+    "bad_timestamp_key": ("---\nchunks: []\n!!timestamp abc: 1\n---\n", "CTX012", 3),
+    "not_a_number": ("---\nchunks: []\nx: .nan\n---\n", "CTX105", 3),
+    "binary_value": ("---\nchunks: []\nx: !!binary aGVsbG8=\n---\n", "CTX012", 3),
+    "control_character": ("---\nchunks: []\n\nfoo: a\x07b\n---\n", "CTX012", 4),
+    "chunks_not_a_list": ("---\ntitle: 'a\u2028b'\nchunks: 5\n---\n", "CTX102", 3),
+    "mixed_case_tag": ("---\nchunks:\n" + GOOD_CHUNK + '---\n<CHunk>\nx\n</chunk>\n',
+                       "CTX306", 6),
 }
 
 

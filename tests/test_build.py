@@ -306,3 +306,27 @@ def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
     assert ("entity:docker", "entity:kubernetes") in pairs
     vectors = pq.read_table(ch22 / "build/entity_vectors.parquet")
     assert vectors.schema.metadata[b"ctxfst.dim"] == b"384"
+
+
+def test_yaml_dates_in_extra_fields_build(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/a.md", "---\nentities:\n  - id: entity:a\n    name: A\n"
+          "    type: concept\n    since: 2024-01-01\nchunks:\n  - id: note:a\n"
+          "    context: \"about A\"\n    entities: [entity:a]\n    reviewed: 2025-02-03\n"
+          "---\n<Chunk id=\"note:a\">\nA.\n</Chunk>\n")
+    code, out = build(root, capsys)
+    assert code == 0, out
+    export = json.loads((root / "build/chunks.json").read_text())
+    assert export["entities"][0]["since"] == "2024-01-01"
+    assert export["chunks"][0]["reviewed"] == "2025-02-03"
+
+
+def test_a_journal_without_staged_files_is_dropped(tmp_path, capsys):
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    (root / "build" / JOURNAL).write_text('{"files": ["chunks.json"]}')
+    shutil.rmtree(root / "build/.staging")
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert not (root / "build" / JOURNAL).exists()
+    assert_consistent(root)

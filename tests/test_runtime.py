@@ -311,3 +311,51 @@ def test_an_upstream_world_state_is_adopted(tmp_path):
     assert store.load().to_json() == changed.to_json()
     schema = json.loads((UPSTREAM / "world-state-schema.json").read_text())
     jsonschema.validate(json.loads(path.read_text()), schema)  # still upstream-readable
+
+
+def test_a_cut_line_is_trimmed_before_the_next_event(tmp_path):
+    store = StateStore(tmp_path / "ws.json")
+    store.init(GOAL, [])
+    with open(store.log, "ab") as log:
+        log.write(b'{"type":"add","serial":2,"lin')
+    store.change("add", states=["state:x"])
+    assert StateStore(tmp_path / "ws.json").load().active_states == ["state:x"]
+    assert store.log.read_bytes().count(b"\n") == 2
+
+
+@pytest.mark.parametrize("line", [b"42", b"null", b"{}", b'{"type":"add","serial":2}',
+                                  b'{"type":"add","serial":2,"lineage":"x","at":"t","states":5}'])
+def test_malformed_events_are_located_errors(tmp_path, line, cli):
+    store = StateStore(tmp_path / "ws.json")
+    store.init(GOAL, [])
+    with open(store.log, "ab") as log:
+        log.write(line + b"\n")
+    with pytest.raises(StateError, match=r"events\.jsonl:2: "):
+        store.load()
+
+
+def test_one_runner_per_state(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    with store.run_lock():
+        result = cli("run", cwd=kb)
+    assert result.code == 1 and "another `ctxfst run`" in result.err
+
+
+def test_undecodable_script_output_and_corrupt_runtime_edges(kb, capsys):
+    _skill_script(kb, "inventory-skills", "import sys\nsys.stdout.buffer.write(b'\\xff\\n')\n")
+    assert run_build(kb, []) == 0
+    capsys.readouterr()
+    (kb / ".ctxfst").mkdir(exist_ok=True)
+    (kb / ".ctxfst/runtime.edges.json").write_text("{bad")
+    world = load_world(kb / "build")
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    store.init(GOAL, ["state:has-resume"])
+    edges = kb / ".ctxfst/runtime.edges.json"
+    result = run(world, store, command_executor(kb, 5.0), max_steps=1, replan=False,
+                 edges_path=edges)
+    assert result.reason == "execution_failure" and pending_step(store) is None
+    assert "no valid JSON" in result.steps[0]["summary"]
+    assert run(world, store, dry_run, edges_path=edges).reason == "goal_reached"
+    assert (kb / ".ctxfst/runtime.edges.json.corrupt").read_text() == "{bad"
+    assert json.loads((kb / ".ctxfst/runtime.edges.json").read_text())

@@ -208,3 +208,15 @@ def test_skill_index_and_graph_in_the_build(tmp_path, capsys):
     assert run_build(tmp_path, []) == 0
     out = capsys.readouterr().out
     assert ".  skills" in out and ".  graph" in out and "-- embed" in out
+
+
+def test_migration_keeps_crlf_and_tiny_costs(tmp_path, cli):
+    path = write(tmp_path, "skills/s/SKILL.md",
+                 b"---\r\nname: s\r\ndescription: d\r\ncost: 1.5e-7\r\n---\r\nbody line\r\n")
+    before = index_entry(parsed(path), tmp_path)
+    assert cli("skills", "migrate", path).code == 0
+    data = path.read_bytes()
+    assert data.endswith(b"---\r\nbody line\r\n") and b"\n" not in data.replace(b"\r\n", b"")
+    after = parsed(path)
+    assert not after.diagnostics
+    assert comparable(index_entry(after, tmp_path)) == comparable(before)

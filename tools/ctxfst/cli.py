@@ -208,7 +208,7 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
         return args.yes or (sys.stdin.isatty() and ask_step(question))
 
     # interactive: asks before each step, then applies the skill's postconditions.
-    result = run(world, store, executor, args.max_steps, args.replan, confirm=ask,
+    result = run(world, store, executor, args.max_steps, replan=args.replan, confirm=ask,
                  retries=args.retries, edges_path=config.root / RUNTIME_EDGES,
                  ask_each_step=ask_step if args.executor == "interactive" else None)
     data = {"stop_reason": result.reason, "steps": result.steps,
@@ -331,7 +331,9 @@ def _skills(args: argparse.Namespace) -> int:
         changed = failed = 0
         for path in files:
             try:
-                text, differs = migrate_text(path.read_text(encoding="utf-8"), str(path))
+                # newline="": keep CRLF files CRLF (the body is kept byte for byte)
+                with open(path, encoding="utf-8", newline="") as handle:
+                    text, differs = migrate_text(handle.read(), str(path))
             except (MigrationError, UnicodeDecodeError) as error:
                 print(f"{path}: error: {error}", file=sys.stderr)
                 failed += 1

@@ -375,9 +375,12 @@ def recover(config: Config) -> bool:
     if not journal.exists():
         return False
     try:
-        names = read_json(journal)["files"]
-    except (ValueError, KeyError, OSError):
+        names = [str(name) for name in read_json(journal)["files"]]
+    except (ValueError, KeyError, TypeError, OSError):
         journal.unlink()
+        return False
+    if not all(staged(config, name).is_file() for name in names):
+        journal.unlink()  # the staged set is gone: the next build publishes afresh
         return False
     for name in names:
         write_atomic(config.build_dir / name, staged(config, name).read_bytes())

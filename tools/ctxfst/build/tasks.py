@@ -131,8 +131,8 @@ def namespace(CONFIG) -> dict:
     def _remove_staging() -> None:
         from .pipeline import JOURNAL, staging
 
+        (CONFIG.build_dir / JOURNAL).unlink(missing_ok=True)  # first: it names staged files
         shutil.rmtree(staging(CONFIG), ignore_errors=True)
-        (CONFIG.build_dir / JOURNAL).unlink(missing_ok=True)
 
 
     def task_manifest():

@@ -283,7 +283,7 @@ def _scan_body(doc: ParsedDocument, text: str, body_start: int) -> None:
             if line.strip() == fence[0] * len(line.strip()) and len(line.strip()) >= len(fence):
                 fence = None
                 continue
-        if fence is not None or ("hunk" not in line and "HUNK" not in line):
+        if fence is not None or "hunk" not in line.lower():
             continue
         for match in _TOKEN.finditer(line):
             if line.count("`", 0, match.start()) % 2:

@@ -167,7 +167,8 @@ def _suggest(reference: str, catalog: dict[str, CatalogEntry]) -> str:
 def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
     declared = {record.id: (index, record) for index, record in doc.chunks}
     raw_ids = set()
-    for item in (doc.frontmatter or {}).get("chunks") or []:
+    raw_chunks = (doc.frontmatter or {}).get("chunks")
+    for item in raw_chunks if isinstance(raw_chunks, list) else []:
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             raw_ids.add(item["id"])
     for body in doc.bodies.values():

@@ -8,6 +8,9 @@ with positions, duplicate-key detection, a nesting limit and an alias-expansion 
 
 from __future__ import annotations
 
+import bisect
+import datetime as _dt
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -101,6 +104,24 @@ class SourceMap:
         return Pos(*found) if found else self.key(path)
 
 
+_YAML_ONLY_BREAKS = ("\u0085", "\u2028", "\u2029")
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    index = text.find("\n")
+    while index >= 0:
+        starts.append(index + 1)
+        index = text.find("\n", index + 1)
+    return starts
+
+
+def _locate(line_starts: list[int], index: int, line_offset: int) -> tuple[int, int]:
+    """(file line, column) of a character index into the YAML text."""
+    line = bisect.bisect_right(line_starts, index)
+    return (line + line_offset, index - line_starts[line - 1] + 1)
+
+
 class _Refused(Exception):
     def __init__(self, code: str, message: str, mark: Any) -> None:
         super().__init__(message)
@@ -131,9 +152,12 @@ _NO_KEY = object()
 
 
 class _Builder:
-    def __init__(self, path: str, line_offset: int, positions: bool) -> None:
+    def __init__(self, path: str, line_offset: int, positions: bool, text: str = "") -> None:
         self.record = positions
         self.file = path
+        # libyaml also breaks lines at NEL, LS and PS; files do not. Locate by index then.
+        self.line_starts = _line_starts(text) if any(c in text for c in _YAML_ONLY_BREAKS) \
+            else None
         self.line_offset = line_offset
         self.smap = SourceMap()
         self.diagnostics: list[Diagnostic] = []
@@ -145,6 +169,8 @@ class _Builder:
         self.have_root = False
 
     def pos(self, mark) -> Pos:
+        if self.line_starts is not None:
+            return _locate(self.line_starts, mark.index, self.line_offset)
         return (mark.line + 1 + self.line_offset, mark.column + 1)  # a Pos, built cheaply
 
     # The path a new value gets, and whether it is a mapping key.
@@ -221,10 +247,20 @@ class _Builder:
             raise _Refused("CTX012", f"unsupported YAML tag {event.tag}", event.start_mark)
         node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
         try:
-            return constructor(_constructor, node)
-        except (ConstructorError, ValueError, TypeError) as error:
-            raise _Refused("CTX012", f"cannot read scalar {event.value!r}: {error}",
-                           event.start_mark) from None
+            value = constructor(_constructor, node)
+        except Exception as error:  # PyYAML raises KeyError/IndexError/... on odd tagged input
+            raise _Refused("CTX012", f"cannot read {event.value!r} as {tag.rsplit(':', 1)[-1]}"
+                           f": {type(error).__name__} {error}".rstrip(), event.start_mark) from None
+        # Keep to what JSON can carry: the frontmatter ends up in JSON artifacts.
+        if isinstance(value, (_dt.date, _dt.datetime)):
+            return value.isoformat()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _Refused("CTX105", f"{event.value!r} is not a finite number",
+                           event.start_mark)
+        if isinstance(value, (bytes, bytearray)):
+            raise _Refused("CTX012", "binary (!!binary) values are not supported",
+                           event.start_mark)
+        return value
 
     def emit(self, value, size, mark, anchor, raw) -> None:
         if anchor:
@@ -320,7 +356,7 @@ def load_yaml(text: str, path: str, line_offset: int = 0, positions: bool = Fals
 
 
 def _load(text: str, path: str, line_offset: int, positions: bool) -> YamlResult:
-    builder = _Builder(path, line_offset, positions)
+    builder = _Builder(path, line_offset, positions, text)
     documents = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
@@ -357,6 +393,10 @@ def _load(text: str, path: str, line_offset: int, positions: bool) -> YamlResult
 
 
 def _syntax_error(error: yaml.YAMLError, text: str, path: str, line_offset: int) -> Diagnostic:
+    if isinstance(error, yaml.reader.ReaderError):  # no marks: a character position only
+        line, column = _locate(_line_starts(text), error.position, line_offset)
+        return diag("CTX012", f"invalid YAML: {error.reason} (character "
+                    f"{error.character!r})", path, line, column)
     mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
     line = (mark.line + 1 + line_offset) if mark else 1 + line_offset
     column = (mark.column + 1) if mark else 1

@@ -59,8 +59,9 @@ def command_executor(root: Path, timeout: float) -> Executor:
             return Outcome("failed", f"script {target} is not executable")
         try:
             proc = subprocess.run([str(target)], input=json.dumps(state.to_json()),
-                                  capture_output=True, text=True, timeout=timeout,
-                                  cwd=folder, check=False)  # never through a shell
+                                  capture_output=True, text=True, encoding="utf-8",
+                                  errors="replace", timeout=timeout, cwd=folder,
+                                  check=False)  # never through a shell
         except subprocess.TimeoutExpired:
             return Outcome("failed", f"script timed out after {timeout:g} s")
         except OSError as error:
@@ -107,6 +108,13 @@ def pending_step(store: StateStore) -> dict[str, Any] | None:
 
 
 def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20,
+        **options: Any) -> RunResult:
+    """Run the loop while holding the store's run lock (one runner per state)."""
+    with store.run_lock():
+        return _run(world, store, executor, max_steps, **options)
+
+
+def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 20,
         replan: bool = True, confirm: Callable[[str], bool] | None = None,
         retries: int = DEFAULT_RETRIES, edges_path: Path | None = None,
         ask_each_step: Callable[[str], bool] | None = None) -> RunResult:
@@ -141,8 +149,11 @@ def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20
                 f"run {name} (plan: {' -> '.join(found.steps)})?"):
             return RunResult("user_aborted", steps, state)
         step_id = state.serial + 1
-        store.change("step_started", step_id=step_id, skill=name)
-        outcome = executor(skills[name], state)
+        store.change("step_started", expected_serial=state.serial, step_id=step_id, skill=name)
+        try:
+            outcome = executor(skills[name], state)
+        except Exception as error:  # an executor bug must not leave the step pending
+            outcome = Outcome("failed", f"executor error: {type(error).__name__}: {error}")
         store.change("complete", skill=name, result=outcome.status, summary=outcome.summary,
                      added=outcome.add_states if outcome.status != "failed" else [],
                      removed=outcome.remove_states if outcome.status != "failed" else [])
@@ -183,7 +194,16 @@ def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,
                  "properties": dict(properties)} for item in outcome.evidence if item in nodes]
     if not new:
         return
-    existing = json.loads(path.read_text()) if path.exists() else []
+    try:
+        existing = json.loads(path.read_text()) if path.exists() else []
+        keys_ok = all(isinstance(e, dict) and {"source", "target", "relation"} <= set(e)
+                      for e in existing)
+    except (ValueError, TypeError, OSError):
+        existing, keys_ok = [], False
+    if not isinstance(existing, list) or not keys_ok:
+        # Keep the unreadable file for the user; start the runtime edges afresh.
+        path.replace(path.with_name(path.name + ".corrupt"))
+        existing = []
     keys = {(e["source"], e["target"], e["relation"]) for e in new}
     kept = [e for e in existing if (e["source"], e["target"], e["relation"]) not in keys]
     write_json(path, sorted(kept + new, key=lambda e: (e["source"], e["target"],

@@ -74,7 +74,13 @@ class WorldState:
 
 def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
     """The one definition of what each event does (used live and in replay)."""
+    if not isinstance(event, dict):
+        raise TypeError("an event must be a JSON object")
     kind = event["type"]
+    for key in ("states", "seeds", "added", "removed"):
+        if key in event and not (isinstance(event[key], list)
+                                 and all(isinstance(item, str) for item in event[key])):
+            raise TypeError(f"'{key}' must be a list of ids")
     if kind == "init":
         state = WorldState(session_id=event["session_id"], lineage=event["lineage"],
                            goal=event["goal"], active_states=sorted(set(event["seeds"])),
@@ -157,13 +163,20 @@ class StateStore:
         """Events equivalent to an upstream world-state.json that has no event log."""
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            session, goal = str(data["session_id"]), str(data["goal"])
-            active = [str(s) for s in data["active_states"]]
-            completed = list(data.get("completed_skills", []))
-        except (OSError, ValueError, KeyError, TypeError):
-            raise StateError(f"{self.path} is not a world state ctxfst can read, and it has "
-                             "no event log to rebuild it from") from None
-        lineage = str(data.get("lineage") or uuid.uuid5(uuid.NAMESPACE_URL, session))
+            session, goal = data["session_id"], data["goal"]
+            active = data["active_states"]
+            completed = data.get("completed_skills", [])
+            lineage = data.get("lineage") or str(uuid.uuid5(uuid.NAMESPACE_URL, str(session)))
+            if not (isinstance(session, str) and isinstance(goal, str)
+                    and isinstance(lineage, str) and isinstance(active, list)
+                    and all(isinstance(item, str) for item in active)
+                    and isinstance(completed, list)
+                    and all(isinstance(item, dict) for item in completed)):
+                raise TypeError("wrong field types")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise StateError(f"{self.path} is not a world state ctxfst can read (upstream "
+                             "shape: session_id, goal, active_states list, completed_skills "
+                             "list), and it has no event log to rebuild it from") from None
         at = str(data.get("created_at") or now())
         events = [{"type": "init", "serial": 1, "lineage": lineage, "session_id": session,
                    "goal": goal, "seeds": active, "at": at, "adopted": True}]
@@ -175,6 +188,26 @@ class StateStore:
                            "added": [], "removed": [],
                            "at": str(record.get("timestamp") or at)})
         return events
+
+    @contextlib.contextmanager
+    def run_lock(self) -> Iterator[None]:
+        """Held by `ctxfst run` for its whole life: one agent loop per state at a time."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path.with_name(self.path.name + ".run.lock"), "a+")
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                raise StateError(f"another `ctxfst run` is working on {self.path} "
+                                 f"({handle.read().strip() or 'unknown process'})") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} since {now()}")
+            handle.flush()
+            yield
+        finally:
+            handle.close()
 
     def replay(self) -> Replay:
         if not self.log.exists():
@@ -197,10 +230,12 @@ class StateStore:
         for number, line in enumerate(lines, 1):
             try:
                 event = json.loads(line)
-            except ValueError:
-                raise StateError(f"{self.log}:{number}: not a JSON event; the log is "
-                                 "corrupted") from None
-            state = apply(state, event)
+                state = apply(state, event)
+            except StateError as error:
+                raise StateError(f"{self.log}:{number}: {error}") from None
+            except (ValueError, KeyError, TypeError, AttributeError) as error:
+                raise StateError(f"{self.log}:{number}: not a valid event ({type(error).__name__}"
+                                 f" {error}); the log is corrupted") from None
             events.append(event)
         return Replay(state, events, dropped)
 
@@ -217,8 +252,8 @@ class StateStore:
             except ValueError:
                 snapshot = None
                 self.notes.append(f"{self.path.name} was unreadable; rebuilt from the log")
-            if isinstance(snapshot, dict) and snapshot.get("lineage") not in (
-                    None, replay.state.lineage):
+            if isinstance(snapshot, dict) and snapshot.get("lineage") is not None and str(
+                    snapshot.get("lineage")) != replay.state.lineage:
                 raise StateError(f"{self.path} belongs to lineage {snapshot.get('lineage')} "
                                  f"but its log to {replay.state.lineage}: they are from "
                                  "different sessions")
@@ -231,10 +266,28 @@ class StateStore:
         self._write_event(event)
 
     def _write_event(self, event: dict[str, Any]) -> None:
+        self._trim_cut_line()
         with open(self.log, "ab") as out:
             out.write(json.dumps(event, ensure_ascii=False, sort_keys=True).encode() + b"\n")
             out.flush()
             os.fsync(out.fileno())
+
+    def _trim_cut_line(self) -> None:
+        """Drop a last line a crash cut off, so the next event starts on its own line."""
+        if not self.log.exists():
+            return
+        with open(self.log, "rb+") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            handle.seek(size - 1)
+            if handle.read(1) == b"\n":
+                return
+            handle.seek(0)
+            data = handle.read()
+            handle.truncate(data.rfind(b"\n") + 1)
+            handle.flush()
+            os.fsync(handle.fileno())
 
     def _commit(self, state: WorldState | None, event: dict[str, Any]) -> WorldState:
         new = apply(state, event)

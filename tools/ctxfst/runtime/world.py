@@ -79,7 +79,16 @@ def load_world(build_dir: Path) -> World:
     missing = [p.name for p in (index, graph) if not p.is_file()]
     if missing:
         raise WorldError(f"{', '.join(missing)} not found in {build_dir}: run `doit` first")
+    required = {"name", "node_id", "preconditions", "negative_preconditions", "add_effects",
+                "delete_effects", "cost", "idempotent"}
     try:
-        return World(json.loads(index.read_text())["skills"], json.loads(graph.read_text()))
-    except (ValueError, KeyError) as error:
-        raise WorldError(f"{build_dir}: unreadable build artifacts ({error})") from None
+        skills = json.loads(index.read_text())["skills"]
+        graph_data = json.loads(graph.read_text())
+        if not (isinstance(skills, list) and all(isinstance(s, dict) and required <= set(s)
+                                                 for s in skills)
+                and isinstance(graph_data, dict)):
+            raise TypeError("unexpected shape")
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise WorldError(f"{build_dir}: unreadable build artifacts ({error}); run `doit` "
+                         "again") from None
+    return World(skills, graph_data)

@@ -8,6 +8,7 @@ entry of a migrated file equals the original's.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -28,8 +29,10 @@ def _as_metadata_string(key: str, value: Any) -> str:
         return join_words([str(item) for item in value])
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, float):
+        if value.is_integer():
+            return str(int(value))
+        return format(Decimal(repr(value)), "f")  # never exponent notation
     if isinstance(value, (str, int, float)):
         return str(value)
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)

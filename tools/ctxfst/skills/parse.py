@@ -16,7 +16,6 @@ from .model import (LIST_FIELDS, SKILL_NAME_PATTERN, WORLD_MODEL_FIELDS, ParsedS
 
 SKILL_FILE = "SKILL.md"
 _NAME = re.compile(SKILL_NAME_PATTERN)
-_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
 
 
 def parse_skill(source: Source) -> ParsedSkill:
@@ -83,7 +82,10 @@ def _convert(skill: ParsedSkill, key: str, value: str, path: tuple) -> Any:
                                      "\"false\""))
         return None
     if key == "cost":
-        return float(text) if _NUMBER.match(text) else text
+        try:
+            return float(text)
+        except ValueError:
+            return text  # a level word, or an error the record check reports
     return text
 
 
