@@ -60,6 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
         "to-prompt", help="print the <available_skills> block for an agent's prompt")
     prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH")
     _add_runtime_commands(commands)
+    query = commands.add_parser("query", help="retrieve chunks from the build artifacts")
+    query.add_argument("text")
+    query.add_argument("--mode", choices=("vector", "lexical", "graph", "hybrid"),
+                       default="graph")
+    query.add_argument("--top-k", type=int, default=5)
+    query.add_argument("--hops", type=int, default=2)
+    query.add_argument("--explain", action="store_true", help="show seeds and expansion")
+    query.add_argument("--format", choices=("text", "json"), default="text")
+    query.add_argument("--build", type=Path, default=None, help="build folder (default: the "
+                       "project's)")
+    evaluation = commands.add_parser("eval", help="retrieval quality per mode on a queries file")
+    evaluation.add_argument("queries", type=Path)
+    evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
+                            choices=("vector", "lexical", "graph", "hybrid"))
+    evaluation.add_argument("--k", type=int, default=3)
+    evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    evaluation.add_argument("--build", type=Path, default=None)
     hook = commands.add_parser("install-hook",
                                help="install a git pre-commit hook that validates staged files")
     hook.add_argument("--force", action="store_true",
@@ -218,6 +235,60 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     lines.append(f"stopped: {result.reason} after {len(result.steps)} step(s)")
     _print(data, args.format, "\n".join(lines))
     return EXIT_OK if result.reason == "goal_reached" else EXIT_FAILED
+
+
+def _retrieval(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from .compile.embed import get_embedder
+    from .config import find_project
+    from .retrieval.evaluate import evaluate, load_queries, markdown
+    from .retrieval.search import Index, RetrievalError, search
+
+    config = find_project(Path.cwd())
+    build_dir = args.build or (config.build_dir if config else None)
+    if build_dir is None:
+        raise _Usage("no ctxfst project here; pass --build DIR")
+    model = config.build.embedding_model if config else None
+    try:
+        from .compile.embed import model_id_of
+
+        index = Index(build_dir, model_id_of(model) if model else None)
+        embedder = get_embedder(model or index.model_id)
+
+        def embed(texts: list[str]):
+            return embedder.encode(texts, 32, False)
+
+        if args.command == "query":
+            vector = None if args.mode == "lexical" else embed([args.text])[0]
+            result = search(index, args.text, vector, args.mode, args.top_k, args.hops)
+            if args.format == "json":
+                print(json.dumps(result.as_json(), ensure_ascii=False, indent=2))
+                return EXIT_OK
+            for number, hit in enumerate(result.hits, 1):
+                print(f"{number}. {hit.chunk_id}  {hit.score:.3f}  {hit.source}")
+                print(f"   {hit.context}")
+                for via in hit.via:
+                    print(f"   via {via}")
+            if args.explain:
+                print("seeds: " + ", ".join(f"{s['name']} ({s['score']}, {s['by']})"
+                                            for s in result.seeds))
+                print("expanded: " + ", ".join(f"{e['name']} ({e['activation']})"
+                                               for e in result.expanded[:15]))
+            return EXIT_OK
+        try:
+            queries = load_queries(yaml.safe_load(args.queries.read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as error:
+            raise _Usage(f"{args.queries}: {error}") from None
+        report = evaluate(index, queries, args.modes, args.k, embed)
+        print(json.dumps(report, ensure_ascii=False, indent=2) if args.format == "json"
+              else markdown(report), end="" if args.format == "markdown" else "\n")
+        return EXIT_OK
+    except RetrievalError as error:
+        print(f"ctxfst: error: {error}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def _plan_text(result: dict) -> str:
@@ -390,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             return _skills(args)
         if args.command in ("state", "select", "plan", "run"):
             return _runtime(args)
+        if args.command in ("query", "eval"):
+            return _retrieval(args)
     except (UsageError, ConfigError, HookError, ScaffoldError, RuntimeUsage, WorldError,
             _Usage) as error:
         print(f"ctxfst: error: {error}", file=sys.stderr)

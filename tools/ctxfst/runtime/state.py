@@ -119,6 +119,34 @@ class Replay:
     dropped: str | None  # a cut-off last line, dropped
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path, timeout: float, busy: Any) -> Iterator[None]:
+    """flock path exclusively, waiting up to timeout seconds; busy(owner) words the error.
+
+    The file records the holder (pid, since) for that message.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    raise StateError(busy(handle.read().strip() or "another process")) from None
+                time.sleep(0.01)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} since {now()}")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
+
+
 class StateStore:
     """One world state: PATH (snapshot), PATH.events.jsonl (log), PATH.lock (lock)."""
 
@@ -133,31 +161,11 @@ class StateStore:
     def exists(self) -> bool:
         return self.log.exists() or self.path.exists()
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """An exclusive lock; the kernel releases it if this process dies."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.lock_path, "a+")
-        deadline = time.monotonic() + self.lock_timeout
-        try:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        handle.seek(0)
-                        owner = handle.read().strip() or "another process"
-                        raise StateError(f"{self.path} is locked by {owner}; it is released "
-                                         "when that process ends") from None
-                    time.sleep(0.01)
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()} since {now()}")
-            handle.flush()
-            yield
-        finally:
-            handle.close()
+    def locked(self):
+        """An exclusive lock for one change; the kernel releases it if this process dies."""
+        return _exclusive(self.lock_path, self.lock_timeout,
+                          lambda owner: f"{self.path} is locked by {owner}; it is released "
+                                        "when that process ends")
 
     def _adopted(self) -> list[dict[str, Any]]:
         """Events equivalent to an upstream world-state.json that has no event log."""
@@ -189,25 +197,11 @@ class StateStore:
                            "at": str(record.get("timestamp") or at)})
         return events
 
-    @contextlib.contextmanager
-    def run_lock(self) -> Iterator[None]:
+    def run_lock(self):
         """Held by `ctxfst run` for its whole life: one agent loop per state at a time."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path.with_name(self.path.name + ".run.lock"), "a+")
-        try:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                raise StateError(f"another `ctxfst run` is working on {self.path} "
-                                 f"({handle.read().strip() or 'unknown process'})") from None
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()} since {now()}")
-            handle.flush()
-            yield
-        finally:
-            handle.close()
+        return _exclusive(self.path.with_name(self.path.name + ".run.lock"), 0.0,
+                          lambda owner: f"another `ctxfst run` is working on {self.path} "
+                                        f"({owner})")
 
     def replay(self) -> Replay:
         if not self.log.exists():

@@ -1,0 +1,79 @@
+"""`ctxfst eval`: retrieval quality per mode on a queries file (upstream's format)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from .search import Index, RetrievalError, search
+
+
+def load_queries(data: Any) -> list[dict[str, Any]]:
+    queries = data.get("queries") if isinstance(data, dict) else data
+    if not isinstance(queries, list) or not queries:
+        raise RetrievalError("a queries file holds a list `queries` of {id, query, "
+                             "expected_entities}")
+    for number, item in enumerate(queries, 1):
+        if not (isinstance(item, dict) and isinstance(item.get("query"), str)
+                and isinstance(item.get("expected_entities", []), list)):
+            raise RetrievalError(f"query #{number} needs a `query` text and a list "
+                                 "`expected_entities`")
+    return queries
+
+
+def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: int,
+             embed: Callable[[list[str]], np.ndarray], hops: int = 2) -> dict[str, Any]:
+    vectors = embed([q["query"] for q in queries])
+    entities = {c["chunk_id"]: set(c["entities"]) for c in index.chunks}
+    report: dict[str, Any] = {"k": k, "queries": len(queries), "modes": {}, "per_query": []}
+    rows = {mode: [] for mode in modes}
+    for query, vector in zip(queries, vectors):
+        expected = set(query.get("expected_entities", []))
+        wanted_chunks = set(query.get("expected_chunks", []))
+        detail = {"id": query.get("id", ""), "query": query["query"], "results": {}}
+        for mode in modes:
+            result = search(index, query["query"], vector, mode, k, hops)
+            ids = [hit.chunk_id for hit in result.hits]
+            relevant = [bool(entities[c] & expected) or c in wanted_chunks for c in ids]
+            total_relevant = sum(1 for c, ents in entities.items()
+                                 if ents & expected or c in wanted_chunks)
+            covered = set().union(*(entities[c] for c in ids)) & expected if ids else set()
+            first = next((rank for rank, ok in enumerate(relevant, 1) if ok), None)
+            dcg = sum(1 / math.log2(rank + 1) for rank, ok in enumerate(relevant, 1) if ok)
+            ideal = sum(1 / math.log2(rank + 1) for rank in range(1, min(k, total_relevant) + 1))
+            rows[mode].append({"hit": any(relevant), "relevant": sum(relevant),
+                               "recall": len(covered) / len(expected) if expected else 1.0,
+                               "rr": 1 / first if first else 0.0,
+                               "ndcg": dcg / ideal if ideal else 0.0})
+            detail["results"][mode] = [{"chunk_id": c, "relevant": ok}
+                                       for c, ok in zip(ids, relevant)]
+        report["per_query"].append(detail)
+    for mode, items in rows.items():
+        n = len(items)
+        report["modes"][mode] = {
+            "hit_at_k": sum(i["hit"] for i in items), "relevant_in_top_k": sum(
+                i["relevant"] for i in items), "possible": k * n,
+            "entity_recall": round(sum(i["recall"] for i in items) / n, 4),
+            "mrr": round(sum(i["rr"] for i in items) / n, 4),
+            "ndcg": round(sum(i["ndcg"] for i in items) / n, 4)}
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    k, n = report["k"], report["queries"]
+    lines = [f"| mode | Hit@{k} | relevant in top {k} | entity recall | MRR | nDCG@{k} |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for mode, m in report["modes"].items():
+        lines.append(f"| {mode} | {m['hit_at_k']}/{n} | {m['relevant_in_top_k']}/{m['possible']}"
+                     f" | {m['entity_recall']:.2f} | {m['mrr']:.2f} | {m['ndcg']:.2f} |")
+    for detail in report["per_query"]:
+        lines += ["", f"**{detail['id']}** {detail['query']}", "",
+                  "| mode | " + " | ".join(f"#{i}" for i in range(1, k + 1)) + " |",
+                  "| --- |" + " --- |" * k]
+        for mode, hits in detail["results"].items():
+            cells = [f"{h['chunk_id']}{' ✓' if h['relevant'] else ''}" for h in hits]
+            cells += [""] * (k - len(cells))
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

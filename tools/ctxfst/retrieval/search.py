@@ -1,0 +1,321 @@
+"""Retrieval over the build artifacts: vector, lexical (BM25), graph, and hybrid (RRF).
+
+Graph mode: seed entities from the query (entity-profile vectors, and names or aliases
+that occur in the query text, in any language), spread activation along entity-graph
+edges with relation weights and a per-hop decay, then score chunks by query similarity
+plus the activation of the entities they mention, with MMR diversity.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..document.text import normalize, tokens
+
+MODES = ("vector", "lexical", "graph", "hybrid")
+RELATION_WEIGHT = {"SIMILAR": 1.0, "REQUIRES": 0.8, "LEADS_TO": 0.8, "IMPLIES": 0.8,
+                   "EVIDENCE": 0.6, "COMPLETED": 0.5, "BLOCKED_BY": 0.3}
+HOP_DECAY = 0.6
+SEED_TOP = 8
+SEED_MIN = 0.2
+RRF_K = 60
+SIM_WEIGHT = 0.5       # weight of the chunk's own (min-max scaled) similarity
+ENTITY_AGG = "max"     # how a chunk combines its entities' activation: max or mean-top2
+DIVERSITY = 0.8        # MMR balance; 1.0 turns diversity off
+FEEDBACK_CHUNKS = 3   # pseudo-relevance feedback: entities of the best-matching chunks seed too
+FEEDBACK_WEIGHT = 0.8
+SEED_TEMPERATURE = 0.05  # seed weight exp((s - s_best) / T): relative, so any model's scale works
+
+
+class RetrievalError(Exception):
+    pass
+
+
+@dataclass
+class Hit:
+    chunk_id: str
+    score: float
+    source: str
+    context: str
+    via: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"chunk_id": self.chunk_id, "score": round(self.score, 6), "source": self.source,
+                "context": self.context, "via": self.via}
+
+
+@dataclass
+class Result:
+    query: str
+    mode: str
+    hits: list[Hit]
+    seeds: list[dict[str, Any]] = field(default_factory=list)
+    expanded: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"query": self.query, "mode": self.mode,
+                "results": [hit.as_json() for hit in self.hits],
+                "seeds": self.seeds, "expanded": self.expanded}
+
+
+def _vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    dim = int(meta.get("ctxfst.dim", "0"))
+    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return (table.column("id").to_pylist(), np.asarray(flat, np.float32).reshape(-1, dim),
+            meta.get("ctxfst.model_id", ""))
+
+
+class Index:
+    """Everything a query needs, loaded once from build/."""
+
+    def __init__(self, build_dir: Path, expected_model: str | None = None) -> None:
+        import pyarrow.parquet as pq
+
+        needed = ["chunks.parquet", "chunk_vectors.parquet", "entity_vectors.parquet",
+                  "entities.parquet", "entity-graph.json"]
+        missing = [name for name in needed if not (build_dir / name).is_file()]
+        if missing:
+            raise RetrievalError(f"{', '.join(missing)} missing in {build_dir}: run `doit`")
+        chunks = pq.read_table(build_dir / "chunks.parquet").to_pylist()
+        self.chunks = chunks
+        self.chunk_ids, self.chunk_matrix, self.model_id = _vectors(
+            build_dir / "chunk_vectors.parquet")
+        if self.chunk_ids != [c["chunk_id"] for c in chunks]:
+            raise RetrievalError(f"{build_dir}: chunk vectors do not match the chunks (a stale "
+                                 "or partial build): run `doit`")
+        self.entity_ids, self.entity_matrix, entity_model = _vectors(
+            build_dir / "entity_vectors.parquet")
+        if entity_model != self.model_id:
+            raise RetrievalError(f"{build_dir}: chunk vectors are from {self.model_id} but "
+                                 f"entity vectors from {entity_model}: run `doit`")
+        if expected_model is not None and expected_model != self.model_id:
+            raise RetrievalError(f"the vectors in {build_dir} were made by {self.model_id}, but "
+                                 f"the configured model is {expected_model}: run `doit` to "
+                                 "re-embed, or query with the model they were made with")
+        entities = pq.read_table(build_dir / "entities.parquet").to_pylist()
+        self.entities = {e["entity_id"]: e for e in entities}
+        graph = json.loads((build_dir / "entity-graph.json").read_text())
+        self.names = {node["id"]: node.get("name", node["id"]) for node in graph["nodes"]}
+        self.adjacency: dict[str, list[tuple[str, str, float]]] = {}
+        for edge in graph["edges"]:
+            weight = RELATION_WEIGHT.get(edge["relation"], 0.3)
+            if edge["relation"] == "SIMILAR":
+                weight *= float(edge.get("score", 0.5))
+            for a, b in ((edge["source"], edge["target"]), (edge["target"], edge["source"])):
+                self.adjacency.setdefault(a, []).append((b, edge["relation"], weight))
+        self.mentions: dict[str, list[int]] = {}
+        for row, chunk in enumerate(chunks):
+            for entity in chunk["entities"]:
+                self.mentions.setdefault(entity, []).append(row)
+        self._lexicon = self._build_lexicon()
+        self._bm25 = _BM25([tokens(" ".join([c["context"] or "", c["content"] or "",
+                                             " ".join(c["tags"])])) for c in chunks])
+
+    def _build_lexicon(self) -> list[tuple[str, str, re.Pattern | None]]:
+        """Entity names and aliases to find in query text: (needle, entity id, pattern)."""
+        lexicon = []
+        for entity_id, entity in self.entities.items():
+            for label in dict.fromkeys([entity["name"], *entity["aliases"]]):
+                needle = normalize(label)
+                if len(needle) < 2:
+                    continue
+                # ASCII names need word boundaries (Go is not in "good"); CJK ones do not.
+                pattern = re.compile(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9])") \
+                    if needle.isascii() else None
+                lexicon.append((needle, entity_id, pattern))
+        return lexicon
+
+    def name_matches(self, query: str) -> list[str]:
+        text = normalize(query)
+        found = []
+        for needle, entity_id, pattern in self._lexicon:
+            if (pattern.search(text) if pattern else needle in text) and entity_id not in found:
+                found.append(entity_id)
+        return found
+
+    def hit(self, row: int, score: float, via: list[str] | None = None) -> Hit:
+        chunk = self.chunks[row]
+        return Hit(chunk["chunk_id"], score, chunk["source"], chunk["context"] or "",
+                   via or [])
+
+
+class _BM25:
+    def __init__(self, documents: list[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.counts = [Counter(doc) for doc in documents]
+        self.lengths = [len(doc) for doc in documents]
+        self.average = (sum(self.lengths) / len(self.lengths)) if documents else 0.0
+        frequency: Counter = Counter()
+        for counts in self.counts:
+            frequency.update(counts.keys())
+        total = len(documents)
+        self.idf = {term: math.log(1 + (total - df + 0.5) / (df + 0.5))
+                    for term, df in frequency.items()}
+        self.postings: dict[str, list[int]] = {}
+        for row, counts in enumerate(self.counts):
+            for term in counts:
+                self.postings.setdefault(term, []).append(row)
+
+    def scores(self, query: list[str]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for term in set(query):
+            idf = self.idf.get(term)
+            if idf is None:
+                continue
+            for row in self.postings[term]:
+                tf = self.counts[row][term]
+                norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[row] / self.average)
+                out[row] = out.get(row, 0.0) + idf * tf * (self.k1 + 1) / norm
+        return out
+
+
+def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
+    return sorted(scores, key=lambda row: (-scores[row], index.chunk_ids[row]))[:k]
+
+
+def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
+    sims = index.chunk_matrix @ query_vector
+    scores = {row: float(s) for row, s in enumerate(sims)}
+    return [index.hit(row, scores[row]) for row in _ranked(scores, index, k)]
+
+
+def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
+    scores = index._bm25.scores(tokens(query))
+    return [index.hit(row, scores[row]) for row in _ranked(scores, index, k)]
+
+
+def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
+                 ) -> tuple[list[Hit], list[dict], list[dict]]:
+    # Seeds: names in the query (full weight), then the most similar entity profiles.
+    seeds: dict[str, tuple[float, str]] = {}
+    for entity_id in index.name_matches(query):
+        seeds[entity_id] = (1.0, "name")
+    sims = index.entity_matrix @ query_vector
+    order = sorted(range(len(sims)), key=lambda i: (-sims[i], index.entity_ids[i]))
+    best = float(sims[order[0]]) if order else 0.0
+    for i in order[:SEED_TOP]:
+        weight = math.exp((float(sims[i]) - best) / SEED_TEMPERATURE)
+        if weight >= SEED_MIN and index.entity_ids[i] not in seeds:
+            seeds[index.entity_ids[i]] = (weight, "vector")
+    chunk_sims = index.chunk_matrix @ query_vector
+    top_chunks = sorted(range(len(chunk_sims)), key=lambda r: (-chunk_sims[r],
+                                                                index.chunk_ids[r]))
+    if top_chunks:
+        best_chunk = float(chunk_sims[top_chunks[0]])
+        for row in top_chunks[:FEEDBACK_CHUNKS]:
+            weight = FEEDBACK_WEIGHT * math.exp((float(chunk_sims[row]) - best_chunk)
+                                                / SEED_TEMPERATURE)
+            for entity in index.chunks[row]["entities"]:
+                if weight > seeds.get(entity, (0.0, ""))[0] and weight >= SEED_MIN:
+                    seeds[entity] = (weight, f"chunk {index.chunk_ids[row]}")
+    # Spread activation: best path product of edge weights, decayed per hop.
+    activation: dict[str, float] = {e: s for e, (s, _) in seeds.items()}
+    path: dict[str, list[str]] = {e: [index.names.get(e, e)] for e in seeds}
+    frontier = dict(activation)
+    for _hop in range(hops):
+        nxt: dict[str, float] = {}
+        for node, value in frontier.items():
+            for other, relation, weight in index.adjacency.get(node, ()):
+                score = value * weight * HOP_DECAY
+                if score > activation.get(other, 0.0) + 1e-12:
+                    activation[other] = score
+                    nxt[other] = score
+                    label = f"-{relation}{f' {weight:.2f}' if relation == 'SIMILAR' else ''}->"
+                    path[other] = path[node] + [label, index.names.get(other, other)]
+        frontier = nxt
+    # Chunks: similarity to the query plus the activation of what they mention.
+    per_chunk: dict[int, list[tuple[float, str]]] = {}
+    for entity, value in activation.items():
+        for row in index.mentions.get(entity, ()):
+            per_chunk.setdefault(row, []).append((value, entity))
+    scores: dict[int, float] = {}
+    best_entity: dict[int, str] = {}
+    for row, values in per_chunk.items():
+        values.sort(key=lambda item: (-item[0], item[1]))
+        best_entity[row] = values[0][1]
+        top = [value for value, _ in values[:2]]
+        if ENTITY_AGG == "max":
+            scores[row] = top[0]
+        elif ENTITY_AGG == "mean":
+            scores[row] = sum(top) / 2
+        else:  # sum over all its entities, damped by how many it links
+            scores[row] = sum(v for v, _ in values) / math.sqrt(len(index.chunks[row]["entities"]))
+    low, high = float(chunk_sims.min()), float(chunk_sims.max())
+    spread = (high - low) or 1.0
+    combined = {row: SIM_WEIGHT * (float(chunk_sims[row]) - low) / spread + scores.get(row, 0.0)
+                for row in range(len(index.chunk_ids))}
+    picked = _mmr(index, combined, k, DIVERSITY)
+    hits = [index.hit(row, combined[row],
+                      _via(path.get(best_entity.get(row, ""), []))) for row in picked]
+    seed_list = [{"entity": e, "name": index.names.get(e, e), "score": round(s, 4), "by": by}
+                 for e, (s, by) in sorted(seeds.items(), key=lambda kv: -kv[1][0])]
+    expanded = [{"entity": e, "name": index.names.get(e, e), "activation": round(v, 4)}
+                for e, v in sorted(activation.items(), key=lambda kv: (-kv[1], kv[0]))
+                if e not in seeds][:50]
+    return hits, seed_list, expanded
+
+
+def _via(parts: list[str]) -> list[str]:
+    return [" ".join(parts)] if parts else []
+
+
+def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -> list[int]:
+    """Maximal marginal relevance: skip near-duplicates of what is already picked."""
+    pool = _ranked(scores, index, max(k * 5, 20))
+    picked: list[int] = []
+    while pool and len(picked) < k:
+        def value(row: int) -> float:
+            if not picked:
+                return scores[row]
+            overlap = max(float(index.chunk_matrix[row] @ index.chunk_matrix[p]) for p in picked)
+            return balance * scores[row] - (1 - balance) * overlap
+        best = max(pool, key=lambda row: (value(row), -pool.index(row)))
+        picked.append(best)
+        pool.remove(best)
+    return picked
+
+
+def fuse(rankings: list[list[Hit]], k: int) -> list[Hit]:
+    """Reciprocal rank fusion: sum of 1 / (60 + rank) over the rankings."""
+    scores: dict[str, float] = {}
+    first: dict[str, Hit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, 1):
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+            if hit.chunk_id not in first or (hit.via and not first[hit.chunk_id].via):
+                first[hit.chunk_id] = hit
+    order = sorted(scores, key=lambda cid: (-scores[cid], cid))[:k]
+    return [Hit(cid, scores[cid], first[cid].source, first[cid].context, first[cid].via)
+            for cid in order]
+
+
+def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str, k: int = 5,
+           hops: int = 2) -> Result:
+    if not re.search(r"\w", query):
+        raise RetrievalError("the query is empty or only punctuation")
+    if mode not in MODES:
+        raise RetrievalError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    if mode == "lexical":
+        return Result(query, mode, lexical_search(index, query, k))
+    assert query_vector is not None
+    if mode == "vector":
+        return Result(query, mode, vector_search(index, query_vector, k))
+    hits, seeds, expanded = graph_search(index, query, query_vector, k if mode == "graph"
+                                         else k * 4, hops)
+    if mode == "graph":
+        return Result(query, mode, hits, seeds, expanded)
+    fused = fuse([vector_search(index, query_vector, k * 4),
+                  lexical_search(index, query, k * 4), hits], k)
+    return Result(query, mode, fused, seeds, expanded)
