@@ -100,3 +100,20 @@ def test_ch22_graph_beats_vector_with_the_real_model(tmp_path, capsys):
     assert graph["hit_at_k"] == 6
     # Published: TF-IDF 17/18. Today: vector 15/18, graph 17/18; the target is 18/18.
     assert graph["relevant_in_top_k"] >= 17 > vector["relevant_in_top_k"]
+
+
+def test_lancedb_export_works_with_the_course_code(built, cli, tmp_path):
+    import lancedb
+
+    db = tmp_path / "lance"
+    result = cli("export", "lancedb", "--db", db, cwd=built)
+    assert result.code == 0 and "13 chunks" in result.out
+    table = lancedb.connect(str(db)).open_table("chunks")
+    assert set(table.schema.names) == {"id", "text", "context", "tags", "entities", "source",
+                                       "vector"}
+    found = table.search(embed("Hono on Cloudflare Workers")).limit(3).to_list()
+    assert found[0]["id"] == "reference:hono-on-workers" and len(found) == 3
+    entities = lancedb.connect(str(db)).open_table("entities")
+    assert entities.count_rows() == 26
+    again = cli("export", "lancedb", "--db", db, cwd=built)  # replaces, does not append
+    assert again.code == 0 and lancedb.connect(str(db)).open_table("chunks").count_rows() == 13

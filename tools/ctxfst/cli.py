@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--format", choices=("text", "json"), default="text")
     query.add_argument("--build", type=Path, default=None, help="build folder (default: the "
                        "project's)")
+    export = commands.add_parser("export", help="export artifacts to other systems")
+    targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
+    lance = targets.add_parser("lancedb", help="chunks and entities as LanceDB tables")
+    lance.add_argument("--db", type=Path, required=True, help="LanceDB database folder")
+    lance.add_argument("--build", type=Path, default=None)
     evaluation = commands.add_parser("eval", help="retrieval quality per mode on a queries file")
     evaluation.add_argument("queries", type=Path)
     evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
@@ -253,6 +258,13 @@ def _retrieval(args: argparse.Namespace) -> int:
         raise _Usage("no ctxfst project here; pass --build DIR")
     model = config.build.embedding_model if config else None
     try:
+        if args.command == "export":
+            from .retrieval.export import export_lancedb
+
+            counts = export_lancedb(build_dir, args.db)
+            print(f"wrote {counts['chunks']} chunks and {counts['entities']} entities to "
+                  f"{args.db}")
+            return EXIT_OK
         from .compile.embed import model_id_of
 
         index = Index(build_dir, model_id_of(model) if model else None)
@@ -461,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             return _skills(args)
         if args.command in ("state", "select", "plan", "run"):
             return _runtime(args)
-        if args.command in ("query", "eval"):
+        if args.command in ("query", "eval", "export"):
             return _retrieval(args)
     except (UsageError, ConfigError, HookError, ScaffoldError, RuntimeUsage, WorldError,
             _Usage) as error:
