@@ -117,3 +117,19 @@ def test_lancedb_export_works_with_the_course_code(built, cli, tmp_path):
     assert entities.count_rows() == 26
     again = cli("export", "lancedb", "--db", db, cwd=built)  # replaces, does not append
     assert again.code == 0 and lancedb.connect(str(db)).open_table("chunks").count_rows() == 13
+
+
+def test_keyword_graph_baseline(built, cli):
+    write(built, "skill-graph.json", json.dumps({
+        "nodes": ["Telegram Bot", "Node.js", "Hono", "Edge Runtime", "TypeScript"],
+        "edges": [{"from": "Telegram Bot", "to": "Node.js", "type": "requires"},
+                  {"from": "Hono", "to": "TypeScript", "type": "requires"}]}))
+    result = cli("query", "Telegram Bot ideas", "--mode", "keyword-graph", "--format", "json",
+                 cwd=built)
+    data = json.loads(result.out)
+    assert result.code == 0 and data["seeds"][0]["name"] == "Telegram Bot"
+    vias = [v for hit in data["results"] for v in hit["via"]]
+    assert "Telegram Bot -requires-> Node.js" in vias
+    (built / "skill-graph.json").unlink()
+    missing = cli("query", "x y", "--mode", "keyword-graph", cwd=built)
+    assert missing.code == 1 and "skill graph" in missing.err

@@ -62,8 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runtime_commands(commands)
     query = commands.add_parser("query", help="retrieve chunks from the build artifacts")
     query.add_argument("text")
-    query.add_argument("--mode", choices=("vector", "lexical", "graph", "hybrid"),
-                       default="graph")
+    query.add_argument("--mode", choices=("vector", "lexical", "keyword-graph", "graph",
+                                          "hybrid"), default="graph")
+    query.add_argument("--skill-graph", type=Path, default=None,
+                       help="hand-made skill graph for keyword-graph mode")
     query.add_argument("--top-k", type=int, default=5)
     query.add_argument("--hops", type=int, default=2)
     query.add_argument("--explain", action="store_true", help="show seeds and expansion")
@@ -78,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation = commands.add_parser("eval", help="retrieval quality per mode on a queries file")
     evaluation.add_argument("queries", type=Path)
     evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
-                            choices=("vector", "lexical", "graph", "hybrid"))
+                            choices=("vector", "lexical", "keyword-graph", "graph", "hybrid"))
+    evaluation.add_argument("--skill-graph", type=Path, default=None)
     evaluation.add_argument("--k", type=int, default=3)
     evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown")
     evaluation.add_argument("--build", type=Path, default=None)
@@ -250,7 +253,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     from .compile.embed import get_embedder
     from .config import find_project
     from .retrieval.evaluate import evaluate, load_queries, markdown
-    from .retrieval.search import Index, RetrievalError, search
+    from .retrieval.search import Index, RetrievalError, load_skill_graph, search
 
     config = find_project(Path.cwd())
     build_dir = args.build or (config.build_dir if config else None)
@@ -273,9 +276,13 @@ def _retrieval(args: argparse.Namespace) -> int:
         def embed(texts: list[str]):
             return embedder.encode(texts, 32, False)
 
+        graph_file = args.skill_graph or (config.root / "skill-graph.json" if config else None)
+        skill_graph = load_skill_graph(graph_file) if graph_file and (
+            args.skill_graph or graph_file.is_file()) else None
         if args.command == "query":
-            vector = None if args.mode == "lexical" else embed([args.text])[0]
-            result = search(index, args.text, vector, args.mode, args.top_k, args.hops)
+            vector = None if args.mode in ("lexical", "keyword-graph") else embed([args.text])[0]
+            result = search(index, args.text, vector, args.mode, args.top_k, args.hops,
+                            skill_graph)
             if args.format == "json":
                 print(json.dumps(result.as_json(), ensure_ascii=False, indent=2))
                 return EXIT_OK
@@ -294,7 +301,7 @@ def _retrieval(args: argparse.Namespace) -> int:
             queries = load_queries(yaml.safe_load(args.queries.read_text(encoding="utf-8")))
         except (OSError, yaml.YAMLError) as error:
             raise _Usage(f"{args.queries}: {error}") from None
-        report = evaluate(index, queries, args.modes, args.k, embed)
+        report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph)
         print(json.dumps(report, ensure_ascii=False, indent=2) if args.format == "json"
               else markdown(report), end="" if args.format == "markdown" else "\n")
         return EXIT_OK

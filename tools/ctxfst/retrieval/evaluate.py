@@ -24,7 +24,8 @@ def load_queries(data: Any) -> list[dict[str, Any]]:
 
 
 def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: int,
-             embed: Callable[[list[str]], np.ndarray], hops: int = 2) -> dict[str, Any]:
+             embed: Callable[[list[str]], np.ndarray], hops: int = 2,
+             skill_graph: dict[str, Any] | None = None) -> dict[str, Any]:
     vectors = embed([q["query"] for q in queries])
     entities = {c["chunk_id"]: set(c["entities"]) for c in index.chunks}
     report: dict[str, Any] = {"k": k, "queries": len(queries), "modes": {}, "per_query": []}
@@ -34,7 +35,7 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
         wanted_chunks = set(query.get("expected_chunks", []))
         detail = {"id": query.get("id", ""), "query": query["query"], "results": {}}
         for mode in modes:
-            result = search(index, query["query"], vector, mode, k, hops)
+            result = search(index, query["query"], vector, mode, k, hops, skill_graph)
             ids = [hit.chunk_id for hit in result.hits]
             relevant = [bool(entities[c] & expected) or c in wanted_chunks for c in ids]
             total_relevant = sum(1 for c, ents in entities.items()

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..document.text import normalize, tokens
 
-MODES = ("vector", "lexical", "graph", "hybrid")
+MODES = ("vector", "lexical", "keyword-graph", "graph", "hybrid")
 RELATION_WEIGHT = {"SIMILAR": 1.0, "REQUIRES": 0.8, "LEADS_TO": 0.8, "IMPLIES": 0.8,
                    "EVIDENCE": 0.6, "COMPLETED": 0.5, "BLOCKED_BY": 0.3}
 HOP_DECAY = 0.6
@@ -287,6 +287,55 @@ def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -
     return picked
 
 
+def load_skill_graph(path: Path) -> dict[str, Any]:
+    """A hand-made skill graph: {"nodes": [names], "edges": [{from, to, type}]}."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        nodes = [str(n) for n in data["nodes"]]
+        edges = [(str(e["from"]), str(e["to"]), str(e.get("type", "relatedTo")))
+                 for e in data.get("edges", [])]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise RetrievalError(f"{path}: not a skill graph {{nodes, edges: [{{from, to, type}}]}}"
+                             f" ({error})") from None
+    return {"nodes": nodes, "edges": edges}
+
+
+def keyword_graph_search(index: Index, query: str, graph: dict[str, Any], k: int,
+                         hops: int) -> tuple[list[Hit], list[dict], list[dict]]:
+    """The course's method 2, as a baseline: skill names found in the query, expanded
+    along the hand-made graph, then chunks that contain the names (string match)."""
+    text = query.casefold()
+    found = {name: [name] for name in graph["nodes"] if name.casefold() in text}
+    neighbours: dict[str, list[tuple[str, str]]] = {}
+    for source, target, kind in graph["edges"]:
+        neighbours.setdefault(source, []).append((target, f"-{kind}->"))
+        neighbours.setdefault(target, []).append((source, f"<-{kind}-"))
+    paths = dict(found)
+    frontier = list(found)
+    for _hop in range(hops):
+        nxt = []
+        for name in frontier:
+            for other, label in neighbours.get(name, ()):
+                if other not in paths:
+                    paths[other] = paths[name] + [label, other]
+                    nxt.append(other)
+        frontier = nxt
+    scores: dict[int, float] = {}
+    via: dict[int, list[str]] = {}
+    for row, chunk in enumerate(index.chunks):
+        haystack = " ".join([chunk["context"] or "", chunk["content"] or "",
+                             " ".join(chunk["tags"])]).casefold()
+        for name, path in paths.items():
+            if name.casefold() in haystack:
+                scores[row] = scores.get(row, 0.0) + (2.0 if name in found else 1.0)
+                via.setdefault(row, []).append(" ".join(path))
+    hits = [index.hit(row, scores[row], via[row][:3]) for row in _ranked(scores, index, k)]
+    seeds = [{"entity": name, "name": name, "score": 1.0, "by": "keyword"} for name in found]
+    expanded = [{"entity": name, "name": name, "activation": 1.0} for name in paths
+                if name not in found]
+    return hits, seeds, expanded
+
+
 def fuse(rankings: list[list[Hit]], k: int) -> list[Hit]:
     """Reciprocal rank fusion: sum of 1 / (60 + rank) over the rankings."""
     scores: dict[str, float] = {}
@@ -302,13 +351,19 @@ def fuse(rankings: list[list[Hit]], k: int) -> list[Hit]:
 
 
 def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str, k: int = 5,
-           hops: int = 2) -> Result:
+           hops: int = 2, skill_graph: dict[str, Any] | None = None) -> Result:
     if not re.search(r"\w", query):
         raise RetrievalError("the query is empty or only punctuation")
     if mode not in MODES:
         raise RetrievalError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     if mode == "lexical":
         return Result(query, mode, lexical_search(index, query, k))
+    if mode == "keyword-graph":
+        if skill_graph is None:
+            raise RetrievalError("keyword-graph mode needs a hand-made skill graph "
+                                 "(--skill-graph PATH, or skill-graph.json in the project)")
+        hits, seeds, expanded = keyword_graph_search(index, query, skill_graph, k, hops)
+        return Result(query, mode, hits, seeds, expanded)
     assert query_vector is not None
     if mode == "vector":
         return Result(query, mode, vector_search(index, query_vector, k))
