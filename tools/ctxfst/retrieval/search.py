@@ -28,7 +28,6 @@ SEED_TOP = 8
 SEED_MIN = 0.2
 RRF_K = 60
 SIM_WEIGHT = 0.5       # weight of the chunk's own (min-max scaled) similarity
-ENTITY_AGG = "max"     # how a chunk combines its entities' activation: max or mean-top2
 DIVERSITY = 0.8        # MMR balance; 1.0 turns diversity off
 FEEDBACK_CHUNKS = 3   # pseudo-relevance feedback: entities of the best-matching chunks seed too
 FEEDBACK_WEIGHT = 0.8
@@ -115,10 +114,11 @@ class Index:
                 weight *= float(edge.get("score", 0.5))
             for a, b in ((edge["source"], edge["target"]), (edge["target"], edge["source"])):
                 self.adjacency.setdefault(a, []).append((b, edge["relation"], weight))
-        self.mentions: dict[str, list[int]] = {}
+        mentions: dict[str, list[int]] = {}
         for row, chunk in enumerate(chunks):
             for entity in chunk["entities"]:
-                self.mentions.setdefault(entity, []).append(row)
+                mentions.setdefault(entity, []).append(row)
+        self.mentions = {e: np.asarray(rows, np.int64) for e, rows in mentions.items()}
         self._lexicon = self._build_lexicon()
         self._bm25 = _BM25([tokens(" ".join([c["context"] or "", c["content"] or "",
                                              " ".join(c["tags"])])) for c in chunks])
@@ -185,10 +185,23 @@ def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
     return sorted(scores, key=lambda row: (-scores[row], index.chunk_ids[row]))[:k]
 
 
+def _top(values: np.ndarray, count: int) -> list[int]:
+    """Rows of the `count` largest values, best first; ties by row (ids are sorted)."""
+    count = min(count, len(values))
+    if count <= 0:
+        return []
+    if count < len(values):
+        kth = np.partition(values, len(values) - count)[len(values) - count]
+        candidates = np.nonzero(values >= kth)[0]
+    else:
+        candidates = np.arange(len(values))
+    order = np.lexsort((candidates, -values[candidates]))
+    return [int(row) for row in candidates[order][:count]]
+
+
 def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
     sims = index.chunk_matrix @ query_vector
-    scores = {row: float(s) for row, s in enumerate(sims)}
-    return [index.hit(row, scores[row]) for row in _ranked(scores, index, k)]
+    return [index.hit(row, float(sims[row])) for row in _top(sims, k)]
 
 
 def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
@@ -203,15 +216,14 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     for entity_id in index.name_matches(query):
         seeds[entity_id] = (1.0, "name")
     sims = index.entity_matrix @ query_vector
-    order = sorted(range(len(sims)), key=lambda i: (-sims[i], index.entity_ids[i]))
+    order = _top(sims, SEED_TOP)
     best = float(sims[order[0]]) if order else 0.0
     for i in order[:SEED_TOP]:
         weight = math.exp((float(sims[i]) - best) / SEED_TEMPERATURE)
         if weight >= SEED_MIN and index.entity_ids[i] not in seeds:
             seeds[index.entity_ids[i]] = (weight, "vector")
     chunk_sims = index.chunk_matrix @ query_vector
-    top_chunks = sorted(range(len(chunk_sims)), key=lambda r: (-chunk_sims[r],
-                                                                index.chunk_ids[r]))
+    top_chunks = _top(chunk_sims, FEEDBACK_CHUNKS)
     if top_chunks:
         best_chunk = float(chunk_sims[top_chunks[0]])
         for row in top_chunks[:FEEDBACK_CHUNKS]:
@@ -236,26 +248,22 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
                     path[other] = path[node] + [label, index.names.get(other, other)]
         frontier = nxt
     # Chunks: similarity to the query plus the activation of what they mention.
-    per_chunk: dict[int, list[tuple[float, str]]] = {}
-    for entity, value in activation.items():
-        for row in index.mentions.get(entity, ()):
-            per_chunk.setdefault(row, []).append((value, entity))
-    scores: dict[int, float] = {}
+    # Each chunk takes the best activation among its entities (vectorised: big builds).
+    entity_score = np.zeros(len(index.chunk_ids), np.float64)
     best_entity: dict[int, str] = {}
-    for row, values in per_chunk.items():
-        values.sort(key=lambda item: (-item[0], item[1]))
-        best_entity[row] = values[0][1]
-        top = [value for value, _ in values[:2]]
-        if ENTITY_AGG == "max":
-            scores[row] = top[0]
-        elif ENTITY_AGG == "mean":
-            scores[row] = sum(top) / 2
-        else:  # sum over all its entities, damped by how many it links
-            scores[row] = sum(v for v, _ in values) / math.sqrt(len(index.chunks[row]["entities"]))
+    for entity, value in sorted(activation.items(), key=lambda kv: (kv[1], kv[0])):
+        rows = index.mentions.get(entity)
+        if rows is None:
+            continue
+        better = rows[entity_score[rows] < value]
+        entity_score[better] = value
+        for row in better.tolist():
+            best_entity[row] = entity
     low, high = float(chunk_sims.min()), float(chunk_sims.max())
     spread = (high - low) or 1.0
-    combined = {row: SIM_WEIGHT * (float(chunk_sims[row]) - low) / spread + scores.get(row, 0.0)
-                for row in range(len(index.chunk_ids))}
+    combined_array = SIM_WEIGHT * (chunk_sims.astype(np.float64) - low) / spread + entity_score
+    pool = _top(combined_array, max(k * 5, 20))
+    combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
     hits = [index.hit(row, combined[row],
                       _via(path.get(best_entity.get(row, ""), []))) for row in picked]
