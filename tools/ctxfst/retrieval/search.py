@@ -120,8 +120,16 @@ class Index:
                 mentions.setdefault(entity, []).append(row)
         self.mentions = {e: np.asarray(rows, np.int64) for e, rows in mentions.items()}
         self._lexicon = self._build_lexicon()
-        self._bm25 = _BM25([tokens(" ".join([c["context"] or "", c["content"] or "",
-                                             " ".join(c["tags"])])) for c in chunks])
+        self._lexical: _BM25 | None = None
+
+    @property
+    def bm25(self) -> "_BM25":
+        """Built on first use: vector and graph queries never pay for it."""
+        if self._lexical is None:
+            self._lexical = _BM25([tokens(" ".join([c["context"] or "", c["content"] or "",
+                                                    " ".join(c["tags"])]))
+                                   for c in self.chunks])
+        return self._lexical
 
     def _build_lexicon(self) -> list[tuple[str, str, re.Pattern | None]]:
         """Entity names and aliases to find in query text: (needle, entity id, pattern)."""
@@ -205,7 +213,7 @@ def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
 
 
 def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
-    scores = index._bm25.scores(tokens(query))
+    scores = index.bm25.scores(tokens(query))
     return [index.hit(row, scores[row]) for row in _ranked(scores, index, k)]
 
 
