@@ -52,7 +52,7 @@ def _is_under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _project_inputs(config: Config) -> list[Input]:
+def project_inputs(config: Config) -> list[Input]:
     return [Input(Source(display_path(path), path), explicit=False)
             for path in project_files(config)]
 
@@ -66,7 +66,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is None:
             raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
                              "pyproject.toml); name the files or folders to check")
-        return [_Plan(config.root, _project_inputs(config), None, config.skills_dir,
+        return [_Plan(config.root, project_inputs(config), None, config.skills_dir,
                       config.cache_dir)]
     plans: list[_Plan] = []
     by_project: dict[Path, _Plan] = {}
@@ -78,7 +78,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is not None and any(_is_under(resolved, d) for d in config.source_dirs):
             plan = by_project.get(config.root)
             if plan is None:
-                plan = _Plan(config.root, _project_inputs(config), set(), config.skills_dir,
+                plan = _Plan(config.root, project_inputs(config), set(), config.skills_dir,
                              config.cache_dir)
                 by_project[config.root] = plan
                 plans.append(plan)

@@ -76,12 +76,12 @@ def _load_validated(config: Config, counts: dict | None = None):
     """Load and validate the knowledge base; raise BuildFailed on any error."""
     from ..document.kb import load_kb
     from ..document.rules import validate
-    from ..validation import _project_inputs
+    from ..validation import project_inputs
     from .cache import ParseCache
 
     cache = ParseCache(config.cache_dir / "parse.sqlite")
     try:
-        kb = load_kb(config.root, _project_inputs(config), cache)
+        kb = load_kb(config.root, project_inputs(config), cache)
     finally:
         cache.close()
     if counts is not None:
@@ -146,20 +146,16 @@ def stage_compile(config: Config) -> None:
 
 
 def stage_skills(config: Config) -> None:
-    from ..document.kb import Input, load_kb
-    from ..files import display_path, walk
+    from ..document.kb import load_kb
     from ..skills.index import build_index, skills_table
     from ..skills.parse import SKILL_FILE
+    from ..validation import project_inputs
     from .io import write_parquet
 
     started = time.perf_counter()
-    root = config.root.resolve()
-    files = [path for path in walk(config.skills_dir, follow_links=True)
-             if path.name == SKILL_FILE and root in path.resolve().parents] \
-        if config.skills_dir.is_dir() else []
-    from ..document.source import Source
-
-    kb = load_kb(config.root, [Input(Source(display_path(p), p), False) for p in files])
+    inputs = [item for item in project_inputs(config)
+              if Path(item.source.path).name == SKILL_FILE]
+    kb = load_kb(config.root, inputs)
     index = build_index(kb.skills, config.root)
     write_json(staged(config, "skill-index.json"), index)
     write_parquet(staged(config, "skills.parquet"), skills_table(index["skills"]))

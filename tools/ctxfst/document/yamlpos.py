@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import yaml
 from yaml import events as ev
-from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.constructor import SafeConstructor
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
