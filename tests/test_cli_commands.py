@@ -53,3 +53,13 @@ def test_build_outside_a_project_and_bad_settings(tmp_path, cli):
     write(tmp_path, "ctxfst.toml", "similar_topk = 3\n")
     result = cli("validate", cwd=tmp_path)
     assert result.code == 2 and "unknown setting" in result.err
+
+
+def test_generate_mock_career_articles_are_valid(tmp_path, cli):
+    assert cli("generate-mock", tmp_path / "kb", "--docs", "3", "--career").code == 0
+    articles = sorted((tmp_path / "kb/content/career").glob("*.ctxfst.md"))
+    assert len(articles) == 19
+    result = cli("validate", "--format", "json", cwd=tmp_path / "kb")
+    assert result.code == 0 and result.json()["summary"]["files"] == 22
+    hono = (tmp_path / "kb/content/career/hono-edge.ctxfst.md").read_text()
+    assert "Python" not in hono and "FastAPI" not in hono  # its wording hides the link

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("out", type=Path)
     mock.add_argument("--docs", type=int, default=200)
     mock.add_argument("--seed", type=int, default=0)
+    mock.add_argument("--career", action="store_true",
+                      help="add the course-style career articles (for retrieval demos)")
     skills = commands.add_parser("skills", help="skill tools: migrate, to-prompt")
     skill_commands = skills.add_subparsers(dest="skills_command", required=True,
                                            metavar="SKILLS_COMMAND")
@@ -389,7 +391,12 @@ def _generate_mock(args: argparse.Namespace) -> int:
 
     if args.docs < 1:
         raise _Usage("--docs must be at least 1")
-    written = generate(args.out, args.docs, args.seed)
+    if args.career:
+        from .mock import generate_career
+
+        written = generate_career(args.out, args.docs, args.seed)
+    else:
+        written = generate(args.out, args.docs, args.seed)
     print(f"wrote {len(written)} documents under {args.out / 'content'}")
     return EXIT_OK
 

@@ -101,3 +101,121 @@ def generate(out: Path, documents: int, seed: int = 0) -> list[Path]:
         path.write_text(mock_document(index, seed), encoding="utf-8")
         written.append(path)
     return written
+
+
+# A small career knowledge base in the shape of the CtxFST course's example: articles
+# whose wording hides their topic (a "personal AI assistant" that is a chat bot in all
+# but name; an edge framework that never mentions Python), among look-alike articles.
+_CAREER_ENTITIES = {
+    "telegram-bot-api": ("Telegram Bot API", "platform"), "nodejs": ("Node.js", "platform"),
+    "llm-api": ("LLM API", "product"), "tool-calling": ("Tool Calling", "concept"),
+    "personal-ai-assistant": ("Personal AI Assistant", "product"),
+    "agent-architecture": ("Agent Architecture", "architecture"),
+    "python": ("Python", "skill"), "fastapi": ("FastAPI", "framework"),
+    "docker": ("Docker", "tool"), "hono": ("Hono", "framework"),
+    "cloudflare-workers": ("Cloudflare Workers", "platform"),
+    "typescript": ("TypeScript", "skill"), "edge-computing": ("Edge Computing", "concept"),
+}
+_CAREER_ARTICLES = [
+    ("telegram-bot-basics", ["telegram-bot-api", "nodejs"],
+     "Building a Telegram chat bot in Node.js: registering the bot, polling for updates",
+     "I built a Telegram chat bot with Node.js. BotFather gives you a token; the bot polls "
+     "getUpdates and answers each message in the chat."),
+    ("telegram-bot-commands", ["telegram-bot-api", "nodejs"],
+     "Telegram chat bot commands, inline keyboards and callback queries",
+     "Commands like /start and /help are the first thing users of a Telegram bot try. "
+     "Inline keyboards turn a chat bot reply into buttons."),
+    ("telegram-bot-webhook", ["telegram-bot-api"],
+     "Running a Telegram chat bot on a webhook instead of polling",
+     "A Telegram bot can receive updates through a webhook: Telegram posts every message "
+     "to your HTTPS endpoint and the bot answers in the same chat."),
+    ("telegram-bot-ai-replies", ["telegram-bot-api", "llm-api"],
+     "A Telegram chat bot that answers with an LLM API",
+     "The simplest AI chat bot on Telegram forwards each message to an LLM API and sends "
+     "the completion back to the chat."),
+    ("telegram-bot-groups", ["telegram-bot-api"],
+     "Moderating Telegram group chats with a bot",
+     "A moderation chat bot deletes spam in Telegram groups, welcomes new members and "
+     "answers FAQ messages automatically."),
+    ("discord-chat-bot", ["llm-api"],
+     "A Discord chat bot that answers questions with AI",
+     "Our Discord chat bot answers questions in the server with an AI model; slash commands "
+     "pick the persona of the bot."),
+    ("chat-bot-prompts", ["llm-api"],
+     "Prompting an AI chat bot: personas, memory and guard rails",
+     "An AI chat bot needs a system prompt for its persona, a short memory of the chat and "
+     "guard rails against prompt injection."),
+    ("line-chat-bot", ["llm-api"],
+     "Building a LINE chat bot with AI answers for customer support",
+     "The customer support chat bot on LINE forwards questions to an AI model and answers in "
+     "the chat within seconds."),
+    ("llm-api-streaming", ["llm-api"],
+     "Calling an LLM API with streaming responses and retries",
+     "Streaming tokens from an LLM API keeps answers responsive; retries with backoff "
+     "handle rate limits."),
+    ("personal-assistant", ["personal-ai-assistant", "llm-api", "tool-calling",
+                            "agent-architecture", "nodejs"],
+     "A personal AI assistant that lives on my laptop and acts on my behalf",
+     "My personal AI assistant keeps my calendar, files and notes in order: it plans the "
+     "steps of a task, calls tools to carry them out and reports back what it did. It runs "
+     "as a small Node.js service on my laptop."),
+    ("agent-architecture", ["agent-architecture", "tool-calling", "llm-api"],
+     "Agent architecture: a planning loop around a language model and its tools",
+     "An agent keeps a loop: read the goal, choose a tool, observe the result, decide again. "
+     "The model only proposes; the runtime executes."),
+    ("tool-calling", ["tool-calling", "llm-api"],
+     "Tool calling: letting a model ask for functions with typed arguments",
+     "With tool calling the model returns a function name and JSON arguments; your code "
+     "validates them, runs the function and hands the result back."),
+    ("nodejs-event-loop", ["nodejs"],
+     "The Node.js event loop and why long handlers block everything",
+     "Node.js runs JavaScript on one thread; a slow handler stalls every other request, so "
+     "move heavy work to workers."),
+    ("fastapi-dependencies", ["fastapi", "python"],
+     "FastAPI dependency injection for database sessions and auth",
+     "FastAPI resolves dependencies per request: a Python function yields a database "
+     "session and another checks the bearer token."),
+    ("fastapi-performance", ["fastapi", "python"],
+     "Tuning FastAPI performance: workers, async endpoints and connection pools",
+     "Most FastAPI latency comes from blocking calls inside async endpoints; Python "
+     "workers and pooled connections fix the rest."),
+    ("fastapi-docker", ["fastapi", "python", "docker"],
+     "Deploying FastAPI in Docker behind a reverse proxy",
+     "A slim Python image, uvicorn workers and a health endpoint make FastAPI containers "
+     "predictable to deploy."),
+    ("fastapi-validation", ["fastapi", "python"],
+     "Request validation in FastAPI with Pydantic models",
+     "FastAPI validates request bodies with Pydantic models and documents them in OpenAPI "
+     "for free."),
+    ("fastapi-testing", ["fastapi", "python"],
+     "Testing FastAPI applications with the test client and fixtures",
+     "The FastAPI test client calls endpoints in-process; fixtures override dependencies."),
+    ("hono-edge", ["hono", "cloudflare-workers", "typescript", "edge-computing"],
+     "A tiny web framework for edge runtimes, with routing and middleware",
+     "Hono is a small TypeScript framework: routes, middleware and typed handlers that run "
+     "unchanged on Workers, Deno and Bun, in the data centre closest to the user."),
+]
+
+
+def career_document(slug: str, entity_ids: list[str], context: str, text: str) -> str:
+    lines = ["---", f'title: "{context}"', "entities:"]
+    for entity in entity_ids:
+        name, kind = _CAREER_ENTITIES[entity]
+        lines += [f"  - id: entity:{entity}", f"    name: {name}", f"    type: {kind}"]
+    lines += ["chunks:", f"  - id: article:{slug}", f'    context: "{context}"',
+              f"    entities: [{', '.join(f'entity:{e}' for e in entity_ids)}]",
+              f"    tags: [{_CAREER_ENTITIES[entity_ids[0]][0]}]", "---", "",
+              f'<Chunk id="article:{slug}">', text, "</Chunk>", ""]
+    return "\n".join(lines)
+
+
+def generate_career(out: Path, filler: int = 10, seed: int = 0) -> list[Path]:
+    """The course-style career KB (career/*.ctxfst.md) plus `filler` mock documents."""
+    written = generate(out, filler, seed)
+    folder = out / "content" / "career"
+    folder.mkdir(parents=True, exist_ok=True)
+    for slug, entities, context, text in _CAREER_ARTICLES:
+        path = folder / f"{slug}.ctxfst.md"
+        path.write_text(career_document(slug, entities, context, text), encoding="utf-8")
+        written.append(path)
+    return written

@@ -288,17 +288,23 @@ def _via(parts: list[str]) -> list[str]:
 
 
 def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -> list[int]:
-    """Maximal marginal relevance: skip near-duplicates of what is already picked."""
+    """Maximal marginal relevance: a candidate loses by how much it repeats what is
+    already picked, as text (vector overlap) or as knowledge (share of its entities that
+    picked chunks already cover), so chunks that bring new entities get their turn."""
     pool = _ranked(scores, index, max(k * 5, 20))
     picked: list[int] = []
+    covered: set[str] = set()
     while pool and len(picked) < k:
         def value(row: int) -> float:
             if not picked:
                 return scores[row]
             overlap = max(float(index.chunk_matrix[row] @ index.chunk_matrix[p]) for p in picked)
-            return balance * scores[row] - (1 - balance) * overlap
+            entities = index.chunks[row]["entities"]
+            repeated = (sum(e in covered for e in entities) / len(entities)) if entities else 1.0
+            return balance * scores[row] - (1 - balance) * max(overlap, repeated)
         best = max(pool, key=lambda row: (value(row), -pool.index(row)))
         picked.append(best)
+        covered.update(index.chunks[best]["entities"])
         pool.remove(best)
     return picked
 
