@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..config import Config
-from ..diagnostics import render_text
+from ..diagnostics import Diagnostic, render_text, summarize
 from .io import read_json, sha256_file, write_atomic, write_json
 
 STAGING = ".staging"
@@ -72,6 +72,10 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
                                             **details})
 
 
+def _show(diagnostics: list[Diagnostic], files: int) -> None:
+    sys.stdout.write(render_text(diagnostics, summarize(diagnostics, files)))
+
+
 def _load_validated(config: Config, counts: dict | None = None):
     """Load and validate the knowledge base; raise BuildFailed on any error."""
     from ..document.kb import load_kb
@@ -89,10 +93,7 @@ def _load_validated(config: Config, counts: dict | None = None):
     validation = validate(kb)
     errors = [d for d in validation.diagnostics if d.severity.value == "error"]
     if errors:
-        from ..diagnostics import summarize
-
-        sys.stdout.write(render_text(validation.diagnostics,
-                                     summarize(validation.diagnostics, kb.file_count)))
+        _show(validation.diagnostics, kb.file_count)
         raise BuildFailed(f"validation found {len(errors)} error(s); the build stopped and "
                           "build/ was left as it was")
     return kb, validation
@@ -110,10 +111,7 @@ def stage_validate(config: Config) -> None:
     kb, validation = _load_validated(config, counts)
     warnings = sum(1 for d in validation.diagnostics if d.severity.value == "warning")
     if validation.diagnostics:
-        from ..diagnostics import summarize
-
-        sys.stdout.write(render_text(validation.diagnostics,
-                                     summarize(validation.diagnostics, kb.file_count)))
+        _show(validation.diagnostics, kb.file_count)
     from ..files import project_files
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.
@@ -132,10 +130,7 @@ def stage_compile(config: Config) -> None:
     try:
         export = compile_export(kb, validation)
     except CompileError as error:
-        from ..diagnostics import summarize
-
-        sys.stdout.write(render_text(error.diagnostics,
-                                     summarize(error.diagnostics, kb.file_count)))
+        _show(error.diagnostics, kb.file_count)
         raise BuildFailed("some chunk content could not be read") from None
     write_json(staged(config, "chunks.json"), export.as_json(), compact=True)
     write_parquet(staged(config, "chunks.parquet"), chunks_table(export))

@@ -27,7 +27,6 @@ class KnowledgeBase:
     documents: list[ParsedDocument] = field(default_factory=list)
     skills: list[ParsedSkill] = field(default_factory=list)
     edge_files: list[EdgeFile] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
     skills_dir: Path | None = None  # checked folder by folder when set (project mode)
 
     @property
@@ -124,10 +123,10 @@ def load_kb(root: Path, inputs: list[Input], cache=None) -> KnowledgeBase:
     parsed again."""
     kb = KnowledgeBase(root=root)
     results = _parse_cached(inputs, cache) if cache is not None else _parse_all(inputs)
-    for item, parsed in zip(inputs, results):
+    for parsed in results:
         if parsed is None:
-            kb.skipped.append(item.source.path)  # plain Markdown beside the documents
-        elif isinstance(parsed, ParsedSkill):
+            continue  # plain Markdown beside the documents
+        if isinstance(parsed, ParsedSkill):
             kb.skills.append(parsed)
         elif isinstance(parsed, EdgeFile):
             kb.edge_files.append(parsed)

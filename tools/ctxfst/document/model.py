@@ -134,10 +134,6 @@ class ParsedDocument:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     text: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return self.frontmatter is not None
-
     def location(self, path: tuple) -> str:
         pos = self.source_map.value(path)
         return f"{self.path}:{pos.line}:{pos.column}"

@@ -150,7 +150,6 @@ _FIELD_HINTS = {
     "version": "must be a positive integer",
     "idempotent": "must be true or false",
     "priority": "must be one of low, medium, high, critical",
-    "type": None,  # set per model below
 }
 _CODE_BY_ERROR = {
     "missing": "CTX101",
@@ -215,7 +214,7 @@ def _field_diagnostic(doc: Any, err: dict, item: dict, path: Path,
     elif code == "CTX103":
         expected = err.get("ctx", {}).get("expected", "")
         message = f"{label}: {field_name} {value!r} is not allowed; expected {expected}"
-    elif field_name in _FIELD_HINTS and _FIELD_HINTS[field_name]:
+    elif field_name in _FIELD_HINTS:
         code = "CTX105" if code == "CTX102" and field_name == "version" else code
         if field_name == "cost":
             code = "CTX103"
