@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--format", choices=("text", "json"), default="text")
     query.add_argument("--build", type=Path, default=None, help="build folder (default: the "
                        "project's)")
+    _bridge_option(query)
     export = commands.add_parser("export", help="export artifacts to other systems")
     targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
     lance = targets.add_parser("lancedb", help="chunks and entities as LanceDB tables")
@@ -87,11 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--k", type=int, default=3)
     evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown")
     evaluation.add_argument("--build", type=Path, default=None)
+    _bridge_option(evaluation)
     hook = commands.add_parser("install-hook",
                                help="install a git pre-commit hook that validates staged files")
     hook.add_argument("--force", action="store_true",
                       help="replace an existing pre-commit hook")
     return parser
+
+
+def _bridge_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bridge-model", default="use-multilingual",
+                        help="multilingual model that seeds graph mode when the build's model "
+                        "cannot read the query (default: use-multilingual; none: off)")
 
 
 def _add_runtime_commands(commands) -> None:
@@ -278,13 +286,20 @@ def _retrieval(args: argparse.Namespace) -> int:
         def embed(texts: list[str]):
             return embedder.encode(texts, 32, False)
 
+        def bridge_for(text: str):
+            if args.bridge_model == "none":
+                return None
+            return index.bridge(text, embedder.readable_fraction(text), args.bridge_model,
+                                config.cache_dir if config else None)
+
         graph_file = args.skill_graph or (config.root / "skill-graph.json" if config else None)
         skill_graph = load_skill_graph(graph_file) if graph_file and (
             args.skill_graph or graph_file.is_file()) else None
         if args.command == "query":
             vector = None if args.mode in ("lexical", "keyword-graph") else embed([args.text])[0]
+            bridge = bridge_for(args.text) if args.mode in ("graph", "hybrid") else None
             result = search(index, args.text, vector, args.mode, args.top_k, args.hops,
-                            skill_graph)
+                            skill_graph, bridge)
             if args.format == "json":
                 print(json.dumps(result.as_json(), ensure_ascii=False, indent=2))
                 return EXIT_OK
@@ -303,7 +318,8 @@ def _retrieval(args: argparse.Namespace) -> int:
             queries = load_queries(yaml.safe_load(args.queries.read_text(encoding="utf-8")))
         except (OSError, yaml.YAMLError) as error:
             raise _Usage(f"{args.queries}: {error}") from None
-        report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph)
+        report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph,
+                          bridge_for=bridge_for)
         print(json.dumps(report, ensure_ascii=False, indent=2) if args.format == "json"
               else markdown(report), end="" if args.format == "markdown" else "\n")
         return EXIT_OK

@@ -29,6 +29,9 @@ class Embedder(Protocol):
     def encode(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
         """Rows of L2-normalised float32 vectors, one per text, in order."""
 
+    def readable_fraction(self, text: str) -> float:
+        """Share of the text's tokens the model knows (1.0: it reads all of it)."""
+
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
     matrix = np.asarray(matrix, dtype=np.float32)
@@ -55,6 +58,9 @@ class HashEmbedder:
                 value = int.from_bytes(digest, "little")
                 matrix[row, value % self.dim] += 1.0 if value >> 63 else -1.0
         return _normalise(matrix)
+
+    def readable_fraction(self, text: str) -> float:
+        return 1.0
 
 
 class SentenceTransformerEmbedder:
@@ -88,6 +94,16 @@ class SentenceTransformerEmbedder:
                                convert_to_numpy=True, normalize_embeddings=True)
         return _normalise(vectors)
 
+    def readable_fraction(self, text: str) -> float:
+        # all-MiniLM's English vocabulary maps most CJK characters to [UNK]: such a
+        # query embeds as noise, and retrieval should know it.
+        tokenizer = getattr(self._load(), "tokenizer", None)
+        unknown = getattr(tokenizer, "unk_token", None)
+        if tokenizer is None or unknown is None:
+            return 1.0
+        pieces = tokenizer.tokenize(text)
+        return 1.0 - pieces.count(unknown) / len(pieces) if pieces else 1.0
+
 
 class UniversalSentenceEncoder:
     """Google's multilingual Universal Sentence Encoder v3 in pure numpy (512-dim)."""
@@ -107,6 +123,9 @@ class UniversalSentenceEncoder:
         for start in _progress(steps, progress, len(texts), batch_size):
             parts.append(np.atleast_2d(self._model.encode(texts[start:start + batch_size])))
         return _normalise(np.vstack(parts)) if parts else np.zeros((0, 512), np.float32)
+
+    def readable_fraction(self, text: str) -> float:
+        return 1.0  # a sentencepiece vocabulary over 16 languages
 
 
 def _progress(steps, enabled: bool, total: int, batch_size: int):

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .search import Index, RetrievalError, search
+from .search import Bridge, Index, RetrievalError, search
 
 
 def load_queries(data: Any) -> list[dict[str, Any]]:
@@ -25,7 +25,8 @@ def load_queries(data: Any) -> list[dict[str, Any]]:
 
 def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: int,
              embed: Callable[[list[str]], np.ndarray], hops: int = 2,
-             skill_graph: dict[str, Any] | None = None) -> dict[str, Any]:
+             skill_graph: dict[str, Any] | None = None,
+             bridge_for: Callable[[str], Bridge | None] | None = None) -> dict[str, Any]:
     vectors = embed([q["query"] for q in queries])
     entities = {c["chunk_id"]: set(c["entities"]) for c in index.chunks}
     report: dict[str, Any] = {"k": k, "queries": len(queries), "modes": {}, "per_query": []}
@@ -34,8 +35,10 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
         expected = set(query.get("expected_entities", []))
         wanted_chunks = set(query.get("expected_chunks", []))
         detail = {"id": query.get("id", ""), "query": query["query"], "results": {}}
+        bridge = bridge_for(query["query"]) if bridge_for and {"graph", "hybrid"} & set(
+            modes) else None
         for mode in modes:
-            result = search(index, query["query"], vector, mode, k, hops, skill_graph)
+            result = search(index, query["query"], vector, mode, k, hops, skill_graph, bridge)
             ids = [hit.chunk_id for hit in result.hits]
             relevant = [bool(entities[c] & expected) or c in wanted_chunks for c in ids]
             total_relevant = sum(1 for c, ents in entities.items()

@@ -4,6 +4,11 @@ Graph mode: seed entities from the query (entity-profile vectors, and names or a
 that occur in the query text, in any language), spread activation along entity-graph
 edges with relation weights and a per-hop decay, then score chunks by query similarity
 plus the activation of the entities they mention, with MMR diversity.
+
+A query the build's model cannot read (all-MiniLM maps most Chinese characters to
+[UNK]) embeds as noise. For such a query graph mode also seeds from a multilingual
+model's view of the entity profiles (the bridge), weighted by how clearly that view
+singles out some entities.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ DIVERSITY = 0.8        # MMR balance; 1.0 turns diversity off
 FEEDBACK_CHUNKS = 3   # pseudo-relevance feedback: entities of the best-matching chunks seed too
 FEEDBACK_WEIGHT = 0.8
 SEED_TEMPERATURE = 0.05  # seed weight exp((s - s_best) / T): relative, so any model's scale works
+BRIDGE_MODEL = "use-multilingual"
+READABLE_MIN = 0.5     # below this share of known tokens the build's model cannot read a query
 
 
 class RetrievalError(Exception):
@@ -49,6 +56,16 @@ class Hit:
     def as_json(self) -> dict[str, Any]:
         return {"chunk_id": self.chunk_id, "score": round(self.score, 6), "source": self.source,
                 "context": self.context, "via": self.via}
+
+
+@dataclass
+class Bridge:
+    """A multilingual view of a query that the build's model could not read."""
+
+    model_id: str
+    readable: float                 # share of the query the build's model could read
+    query_vector: np.ndarray
+    entity_matrix: np.ndarray       # entity profiles in the bridge model's space
 
 
 @dataclass
@@ -121,6 +138,7 @@ class Index:
         self.mentions = {e: np.asarray(rows, np.int64) for e, rows in mentions.items()}
         self._lexicon = self._build_lexicon()
         self._lexical: _BM25 | None = None
+        self._bridge_matrices: dict[str, np.ndarray] = {}
 
     @property
     def bm25(self) -> "_BM25":
@@ -130,6 +148,34 @@ class Index:
                                                     " ".join(c["tags"])]))
                                    for c in self.chunks])
         return self._lexical
+
+    def bridge(self, query: str, readable: float, spec: str = BRIDGE_MODEL,
+               cache_dir: Path | None = None) -> Bridge | None:
+        """The multilingual view of a query the build's model reads less than half of.
+
+        Entity profiles are embedded by the bridge model on first need (cached by text
+        in `cache_dir`, the build's embedding cache), never for readable queries.
+        """
+        if readable >= READABLE_MIN or not self.entity_ids:
+            return None
+        from ..compile.embed import EmbeddingCache, embed_texts, get_embedder
+
+        embedder = get_embedder(spec)
+        if embedder.model_id == self.model_id:
+            return None
+        if spec not in self._bridge_matrices:
+            texts = [self.entities[e]["representation"] for e in self.entity_ids]
+            if cache_dir is None:
+                matrix = embedder.encode(texts, 32, False)
+            else:
+                cache = EmbeddingCache(cache_dir / "embeddings.sqlite")
+                try:
+                    matrix, _ = embed_texts(texts, spec, cache)
+                finally:
+                    cache.close()
+            self._bridge_matrices[spec] = matrix
+        return Bridge(embedder.model_id, readable, embedder.encode([query], 1, False)[0],
+                      self._bridge_matrices[spec])
 
     def _build_lexicon(self) -> list[tuple[str, str, re.Pattern | None]]:
         """Entity names and aliases to find in query text: (needle, entity id, pattern)."""
@@ -218,18 +264,22 @@ def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
 
 
 def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
-                 ) -> tuple[list[Hit], list[dict], list[dict]]:
+                 bridge: Bridge | None = None) -> tuple[list[Hit], list[dict], list[dict]]:
     # Seeds: names in the query (full weight), then the most similar entity profiles.
     seeds: dict[str, tuple[float, str]] = {}
     for entity_id in index.name_matches(query):
         seeds[entity_id] = (1.0, "name")
-    sims = index.entity_matrix @ query_vector
-    order = _top(sims, SEED_TOP)
-    best = float(sims[order[0]]) if order else 0.0
-    for i in order[:SEED_TOP]:
-        weight = math.exp((float(sims[i]) - best) / SEED_TEMPERATURE)
-        if weight >= SEED_MIN and index.entity_ids[i] not in seeds:
-            seeds[index.entity_ids[i]] = (weight, "vector")
+    views = [(index.entity_matrix @ query_vector, 1.0, "vector")]
+    if bridge is not None:
+        bridge_sims = bridge.entity_matrix @ bridge.query_vector
+        views.append((bridge_sims, _peak_confidence(bridge_sims), "multilingual"))
+    for sims, scale, by in views:
+        order = _top(sims, SEED_TOP)
+        best = float(sims[order[0]]) if order else 0.0
+        for i in order:
+            weight = scale * math.exp((float(sims[i]) - best) / SEED_TEMPERATURE)
+            if weight >= SEED_MIN and weight > seeds.get(index.entity_ids[i], (0.0, ""))[0]:
+                seeds[index.entity_ids[i]] = (weight, by)
     chunk_sims = index.chunk_matrix @ query_vector
     top_chunks = _top(chunk_sims, FEEDBACK_CHUNKS)
     if top_chunks:
@@ -269,7 +319,9 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
             best_entity[row] = entity
     low, high = float(chunk_sims.min()), float(chunk_sims.max())
     spread = (high - low) or 1.0
-    combined_array = SIM_WEIGHT * (chunk_sims.astype(np.float64) - low) / spread + entity_score
+    # The chunk's own similarity counts less when the model could not read the query.
+    sim_weight = SIM_WEIGHT * (min(1.0, bridge.readable / READABLE_MIN) if bridge else 1.0)
+    combined_array = sim_weight * (chunk_sims.astype(np.float64) - low) / spread + entity_score
     pool = _top(combined_array, max(k * 5, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
@@ -281,6 +333,16 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
                 for e, v in sorted(activation.items(), key=lambda kv: (-kv[1], kv[0]))
                 if e not in seeds][:50]
     return hits, seed_list, expanded
+
+
+def _peak_confidence(sims: np.ndarray) -> float:
+    """How clearly a similarity profile singles out its best entity, 0..1: the best
+    score's distance above the mean in standard deviations, less one. A flat profile
+    (the model has no opinion about this query) gives 0."""
+    spread = float(sims.std()) if len(sims) > 1 else 0.0
+    if spread == 0.0:
+        return 0.0
+    return min(1.0, max(0.0, (float(sims.max()) - float(sims.mean())) / spread - 1.0))
 
 
 def _via(parts: list[str]) -> list[str]:
@@ -373,7 +435,8 @@ def fuse(rankings: list[list[Hit]], k: int) -> list[Hit]:
 
 
 def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str, k: int = 5,
-           hops: int = 2, skill_graph: dict[str, Any] | None = None) -> Result:
+           hops: int = 2, skill_graph: dict[str, Any] | None = None,
+           bridge: Bridge | None = None) -> Result:
     if not re.search(r"\w", query):
         raise RetrievalError("the query is empty or only punctuation")
     if mode not in MODES:
@@ -390,7 +453,7 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
     if mode == "vector":
         return Result(query, mode, vector_search(index, query_vector, k))
     hits, seeds, expanded = graph_search(index, query, query_vector, k if mode == "graph"
-                                         else k * 4, hops)
+                                         else k * 4, hops, bridge)
     if mode == "graph":
         return Result(query, mode, hits, seeds, expanded)
     fused = fuse([vector_search(index, query_vector, k * 4),
