@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         "to-prompt", help="print the <available_skills> block for an agent's prompt")
     prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH")
     _add_runtime_commands(commands)
+    from .facts.cli import add_parser as add_facts_parser
+
+    add_facts_parser(commands)
     query = commands.add_parser("query", help="retrieve chunks from the build artifacts")
     query.add_argument("text")
     query.add_argument("--mode", choices=("vector", "lexical", "keyword-graph", "graph",
@@ -505,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
             return _runtime(args)
         if args.command in ("query", "eval", "export"):
             return _retrieval(args)
+        if args.command == "facts":
+            from .facts.cli import run as run_facts
+
+            return run_facts(args)
     except (UsageError, ConfigError, HookError, ScaffoldError, RuntimeUsage, WorldError,
             _Usage) as error:
         print(f"ctxfst: error: {error}", file=sys.stderr)

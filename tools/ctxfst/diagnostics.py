@@ -85,6 +85,17 @@ _RULES = [
     Rule("CTX602", Severity.ERROR, "extra edge is not a mapping"),
     Rule("CTX604", Severity.ERROR, "extra edge names an unknown node"),
     Rule("CTX605", Severity.WARNING, "duplicate extra edge"),
+    # Declared facts and tenants (CTX7xx)
+    Rule("CTX701", Severity.ERROR, "malformed facts list or entry"),
+    Rule("CTX702", Severity.ERROR, "fact misses namespace, key or value"),
+    Rule("CTX703", Severity.ERROR, "invalid fact namespace or key"),
+    Rule("CTX704", Severity.ERROR, "fact confidence outside 0-1"),
+    Rule("CTX705", Severity.ERROR, "unknown fact value type"),
+    Rule("CTX706", Severity.ERROR, "fact value does not fit its type"),
+    Rule("CTX707", Severity.ERROR, "unknown field in a fact"),
+    Rule("CTX708", Severity.ERROR, "fact evidence not found in the text"),
+    Rule("CTX709", Severity.ERROR, "invalid tenant"),
+    Rule("CTX710", Severity.WARNING, "fact declared twice"),
     # Quality lint (CTX5xx), reported by `ctxfst lint` only
     Rule("CTX501", Severity.WARNING, "near-duplicate chunks"),
     Rule("CTX502", Severity.WARNING, "context too short"),

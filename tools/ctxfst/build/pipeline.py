@@ -36,8 +36,11 @@ ARTIFACTS: dict[str, tuple[str, str]] = {
     "skills.parquet": ("skills", "1.0.0"),
     "entity-graph.json": ("graph", "1.0.0"),
     "edges.parquet": ("graph", "1.0.0"),
+    "semantic_facts.parquet": ("facts", "1.0.0"),
+    "semantic_fact_extraction_runs.parquet": ("facts", "1.0.0"),
+    "semantic_facts_delta.json": ("facts", "1.0.0"),
 }
-STAGES = ("validate", "compile", "skills", "profiles", "embed", "graph", "manifest")
+STAGES = ("validate", "compile", "skills", "profiles", "embed", "graph", "facts", "manifest")
 # Which settings each stage's output depends on (a change re-runs that stage only).
 STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "validate": ("extra_edges",),
@@ -46,6 +49,7 @@ STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
     "profiles": (),
     "embed": ("embedding_model", "embed_batch_size"),
     "graph": ("similar_top_k", "similar_min_score"),
+    "facts": ("facts_tenants", "facts_extractors"),
     "manifest": (),
 }
 
@@ -276,12 +280,38 @@ def stage_graph(config: Config) -> None:
             edges_by_relation=dict(sorted(counts.items())))
 
 
+def stage_facts(config: Config) -> None:
+    """Semantic facts (docs/facts.md): extract changed sources, invalidate, write the delta."""
+    import datetime
+
+    from ..facts.build import run_facts
+    from ..facts.extractors import ExtractionError
+
+    started = time.perf_counter()
+    wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    kb, _validation = _load_validated(config)
+    try:
+        outcome = run_facts(config.root, kb, config.build, staging(config))
+    except ExtractionError as error:
+        raise BuildFailed(str(error)) from None
+    if outcome.counts["failed"]:
+        print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "
+              "their previous facts are kept (see semantic_fact_extraction_runs.parquet)",
+              file=sys.stderr)
+    finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    # Wall-clock times live here, not in the facts artifacts (they carry build_seq).
+    _record(config, "facts", started, started_at=wall, finished_at=finished,
+            **outcome.counts)
+
+
 def _rows(path: Path) -> int:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(path).metadata.num_rows
     data = read_json(path)
+    if isinstance(data, dict) and isinstance(data.get("counts"), dict):
+        return sum(data["counts"].values())  # the facts delta: facts it changes
     if isinstance(data, dict):
         for key in ("chunks", "entities", "nodes"):
             if isinstance(data.get(key), list):
@@ -296,6 +326,7 @@ _LINEAGE = {
     "embed": ["chunks.json", "entity-profiles.json"],
     "graph": ["entity-profiles.json", "entity_vectors.parquet", "skill-index.json",
               "inputs:extra-edges"],
+    "facts": ["inputs", "ledger:.ctxfst/facts"],
 }
 
 
@@ -318,6 +349,8 @@ def stage_manifest(config: Config) -> None:
                 feeds.extend(i["path"] for i in inputs)
             elif item == "inputs:extra-edges":
                 feeds.extend(edge_inputs)
+            elif item.startswith("ledger:"):
+                feeds.append(item)  # the previous facts state (docs/facts.md)
             elif item == "inputs:skills":
                 feeds.extend(i["path"] for i in inputs if i["path"].endswith("/SKILL.md"))
             else:
@@ -354,10 +387,21 @@ def publish(config: Config, names: list[str], results: dict) -> None:
     """
     journal = config.build_dir / JOURNAL
     write_json(journal, {"files": names})
-    for name in names:
-        write_atomic(config.build_dir / name, staged(config, name).read_bytes())
+    _copy_published(config, names)
     write_json(config.build_dir / "run_results.json", results)
     os.unlink(journal)
+
+
+def _copy_published(config: Config, names: list[str]) -> None:
+    """Staged files into build/, then the facts ones into the facts ledger as well (the
+    next build's prior state, which `doit clean` keeps)."""
+    from ..facts.build import LEDGER_FILES, ledger_dir
+
+    for name in names:
+        write_atomic(config.build_dir / name, staged(config, name).read_bytes())
+    for name in LEDGER_FILES:
+        if name in names:
+            write_atomic(ledger_dir(config.root) / name, staged(config, name).read_bytes())
 
 
 def recover(config: Config) -> bool:
@@ -373,8 +417,7 @@ def recover(config: Config) -> bool:
     if not all(staged(config, name).is_file() for name in names):
         journal.unlink()  # the staged set is gone: the next build publishes afresh
         return False
-    for name in names:
-        write_atomic(config.build_dir / name, staged(config, name).read_bytes())
+    _copy_published(config, names)
     journal.unlink()
     return True
 
@@ -382,5 +425,6 @@ def recover(config: Config) -> bool:
 STAGE_FUNCTIONS: dict[str, Callable[[Config], None]] = {
     "validate": stage_validate, "compile": stage_compile, "skills": stage_skills,
     "profiles": stage_profiles,
-    "embed": stage_embed, "graph": stage_graph, "manifest": stage_manifest,
+    "embed": stage_embed, "graph": stage_graph, "facts": stage_facts,
+    "manifest": stage_manifest,
 }

@@ -17,7 +17,7 @@ from ..config import ConfigError, find_project
 from ..files import project_files
 
 DOIT_CONFIG = {
-    "default_tasks": ["validate", "compile", "skills", "profiles", "embed", "graph",
+    "default_tasks": ["validate", "compile", "skills", "profiles", "embed", "graph", "facts",
                       "manifest"],
     "dep_file": ".ctxfst/doit.db",
     "backend": "sqlite3",
@@ -128,6 +128,15 @@ def namespace(CONFIG) -> dict:
                      _paths("entity-graph.json", "edges.parquet"))
 
 
+    def task_facts():
+        """Extract semantic facts with evidence; invalidate what sources stopped saying."""
+        from .pipeline import ARTIFACTS
+
+        names = [name for name, (stage, _) in ARTIFACTS.items() if stage == "facts"]
+        # validation.json changes exactly when a source does; the ledger is read, not tracked.
+        return _task("facts", task_facts.__doc__, _paths("validation.json"), _paths(*names))
+
+
     def _remove_staging() -> None:
         from .pipeline import JOURNAL, staging
 
@@ -159,7 +168,7 @@ def namespace(CONFIG) -> dict:
     return {"DOIT_CONFIG": DOIT_CONFIG, "task_validate": task_validate,
             "task_compile": task_compile, "task_skills": task_skills,
             "task_profiles": task_profiles,
-            "task_embed": task_embed, "task_graph": task_graph,
+            "task_embed": task_embed, "task_graph": task_graph, "task_facts": task_facts,
             "task_manifest": task_manifest}
 
 

@@ -117,6 +117,7 @@ class ChunkBody:
     column: int
     end_line: int      # line of the closing tag
     syntax: str        # "tag" for <Chunk>, "marker" for %% chunk-start %%
+    offset: int = -1   # character offset of content in the document text
 
 
 @dataclass
@@ -133,6 +134,8 @@ class ParsedDocument:
     bodies: dict[str, ChunkBody] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     text: str = ""
+    # Valid `facts:` entries by record: ("document",), ("entities", i), ("chunks", i).
+    facts: dict[tuple, list] = field(default_factory=dict)
 
     def location(self, path: tuple) -> str:
         pos = self.source_map.value(path)

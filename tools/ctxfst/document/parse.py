@@ -101,6 +101,9 @@ def type_document(doc: ParsedDocument) -> None:
             doc.diagnostics.append(diag("CTX106", f"chunk '{chunk.id}' has no 'context'; "
                                         "retrieval works best with one", path, pos.line,
                                         pos.column))
+    from .facts import check_document
+
+    check_document(doc)
 
 
 def _yaml_kind(value: Any) -> str:
@@ -337,5 +340,7 @@ def _finish(doc: ParsedDocument, opened: _Open, content: str, end_line: int) -> 
                                     f"body (first at line {first.line})", doc.path,
                                     opened.line, opened.column))
         return
+    leading = len(content) - len(content.lstrip())
     doc.bodies[opened.id] = ChunkBody(opened.id, content.strip(), opened.line,
-                                      opened.column, end_line, opened.syntax)
+                                      opened.column, end_line, opened.syntax,
+                                      opened.content_start + leading)

@@ -1,0 +1,271 @@
+"""Declared facts and tenants in the frontmatter: checked during validation.
+
+A `facts:` list may sit on the document (top level), on an entity or on a chunk:
+
+    facts:
+      - namespace: domain        # [a-z0-9][a-z0-9_.-]*
+        key: topic               # same form
+        value: invoicing
+        value_type: keyword      # keyword (default), text, number, date, enum, json
+        confidence: 0.9          # 0..1, default 1.0
+        evidence: "invoice run"  # optional: text that occurs in the record's passage
+
+This module is standard library only: validation (the git hook) imports it, and it must
+stay cheap. The facts build stage (ctxfst.facts) uses the same parsing and value
+normalisation, so what validation accepts is exactly what the build extracts.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from ..diagnostics import Diagnostic
+
+DEFAULT_TENANT = "default"
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
+TENANT_HINT = "letters A-Z a-z, digits, '_' or '-' (for example acme or team_42)"
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
+NAME_HINT = "lowercase letters, digits, '_', '.' or '-', starting with a letter or digit"
+VALUE_TYPES = ("keyword", "text", "number", "date", "enum", "json")
+FIELDS = ("namespace", "key", "value", "value_type", "confidence", "evidence")
+_ENUM_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
+
+
+@dataclass(frozen=True)
+class DeclaredFact:
+    """One valid entry of a `facts:` list."""
+
+    namespace: str
+    key: str
+    value_text: str
+    value_norm: str
+    value_type: str
+    confidence: float
+    evidence: str | None
+    path: tuple  # the entry's frontmatter path, for locating it in the source
+
+
+def tenant_problem(value: Any) -> str | None:
+    """Why value is not a usable tenant id, or None when it is one."""
+    if not isinstance(value, str):
+        return f"must be a string of {TENANT_HINT}, found {type(value).__name__} {value!r}"
+    if not TENANT_PATTERN.fullmatch(value):
+        return f"{value!r} is not a tenant id: use {TENANT_HINT}"
+    return None
+
+
+def normalize_text(text: str) -> str:
+    """NFKC + casefold + collapsed whitespace."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def canonical_number(value: Any) -> str:
+    """A number's canonical text: no exponent, no trailing zeros, no '-0'."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    try:
+        number = Decimal(str(value).strip().replace("_", "")) if isinstance(value, str) \
+            else Decimal(repr(value) if isinstance(value, float) else value)
+    except (InvalidOperation, TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a number") from None
+    if not number.is_finite():
+        raise ValueError(f"{value!r} is not a finite number")
+    text = format(number.normalize(), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def canonical_date(value: Any) -> str:
+    """An ISO 8601 date (YYYY-MM-DD) or date-time (UTC, ending in Z when zoned)."""
+    if isinstance(value, _dt.datetime):
+        moment = value
+    elif isinstance(value, _dt.date):
+        return value.isoformat()
+    elif isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            try:
+                return _dt.date.fromisoformat(text).isoformat()
+            except ValueError:
+                raise ValueError(f"{value!r} is not a valid date") from None
+        try:
+            moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12") from None
+    else:
+        raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12")
+    if moment.tzinfo is not None:
+        return moment.astimezone(_dt.timezone.utc).replace(tzinfo=None).isoformat() + "Z"
+    return moment.isoformat()
+
+
+def normalize_value(value: Any, value_type: str) -> tuple[str, str]:
+    """(raw text, normalised value) of a value of a type; ValueError when it does not fit.
+
+    Keyword values that name an entity are mapped to the entity id later, at extraction
+    time (the alias table needs the whole catalog); this is the context-free part.
+    """
+    if value_type in ("keyword", "text"):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"a {value_type} value must be a string, found "
+                             f"{type(value).__name__}")
+        text = value if isinstance(value, str) else str(value)
+        norm = normalize_text(text)
+        if not norm:
+            raise ValueError(f"a {value_type} value must not be empty")
+        return text, norm
+    if value_type == "enum":
+        if not isinstance(value, str) or not _ENUM_PATTERN.fullmatch(value):
+            raise ValueError("an enum value is one token of letters, digits, '_', '.', ':' "
+                             f"or '-', found {value!r}")
+        return value, value.casefold()
+    if value_type == "number":
+        return (value if isinstance(value, str) else str(value)), canonical_number(value)
+    if value_type == "date":
+        raw = value if isinstance(value, str) else value.isoformat() if isinstance(
+            value, (_dt.date, _dt.datetime)) else str(value)
+        return raw, canonical_date(value)
+    if value_type == "json":
+        try:
+            text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                              allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"not a JSON value ({error})") from None
+        return text, text
+    raise ValueError(f"unknown value type {value_type!r}")
+
+
+def _confidence(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and 0.0 <= value <= 1.0 else None
+
+
+def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: str | None,
+                   out: list[Diagnostic]) -> list[DeclaredFact]:
+    """Check one `facts:` value (raw YAML data) at frontmatter path base + ('facts',).
+
+    passage is the text an `evidence:` excerpt must occur in (None: not checkable here,
+    the build checks it). Diagnostics are located through item.source_map.
+    """
+    from .model import diagnostic_at as at
+
+    where = base + ("facts",)
+    if not isinstance(raw, list):
+        out.append(at(item, where, "CTX701", f"{label}: 'facts' must be a list of "
+                      f"mappings (namespace, key, value), found {type(raw).__name__}"))
+        return []
+    found: list[DeclaredFact] = []
+    seen: dict[tuple, int] = {}
+    for index, entry in enumerate(raw):
+        path = where + (index,)
+        name = f"{label}: fact #{index + 1}"
+        if not isinstance(entry, dict):
+            out.append(at(item, path, "CTX701", f"{name} must be a mapping with namespace, "
+                          f"key and value, found {type(entry).__name__} {entry!r:.60}"))
+            continue
+        problems = len(out)
+        for field_name in sorted(set(entry) - set(FIELDS), key=str):
+            out.append(at(item, path + (field_name,), "CTX707",
+                          f"{name}: unknown field {field_name!r}; a fact has "
+                          f"{', '.join(FIELDS)}"))
+        missing = [f for f in ("namespace", "key", "value") if f not in entry]
+        if missing:
+            out.append(at(item, path, "CTX702", f"{name}: missing {', '.join(missing)}"))
+        for field_name in ("namespace", "key"):
+            value = entry.get(field_name)
+            if field_name in entry and not (isinstance(value, str)
+                                            and NAME_PATTERN.fullmatch(value)):
+                out.append(at(item, path + (field_name,), "CTX703",
+                              f"{name}: {field_name} {value!r} is invalid; use {NAME_HINT}"))
+        confidence = 1.0
+        if "confidence" in entry:
+            checked = _confidence(entry["confidence"])
+            if checked is None:
+                out.append(at(item, path + ("confidence",), "CTX704",
+                              f"{name}: confidence must be a number from 0 to 1, found "
+                              f"{entry['confidence']!r}"))
+            else:
+                confidence = checked
+        value_type = entry.get("value_type", "keyword")
+        if value_type not in VALUE_TYPES:
+            out.append(at(item, path + ("value_type",), "CTX705",
+                          f"{name}: unknown value_type {value_type!r}; expected one of "
+                          f"{', '.join(VALUE_TYPES)}"))
+            value_type = None
+        text = norm = None
+        if "value" in entry and value_type is not None:
+            try:
+                text, norm = normalize_value(entry["value"], value_type)
+            except ValueError as error:
+                out.append(at(item, path + ("value",), "CTX706", f"{name}: {error}"))
+        evidence = entry.get("evidence")
+        if evidence is not None:
+            if not isinstance(evidence, str) or not evidence.strip():
+                out.append(at(item, path + ("evidence",), "CTX708",
+                              f"{name}: evidence must be a non-empty excerpt of the text"))
+                evidence = None
+            elif passage is not None and evidence not in passage:
+                out.append(at(item, path + ("evidence",), "CTX708",
+                              f"{name}: evidence {evidence!r:.60} does not occur in "
+                              f"{'the passage' if label.startswith('chunk') else 'the document passages'}"))
+                evidence = None
+        if len(out) > problems or text is None or norm is None:
+            continue
+        key = (entry["namespace"], entry["key"], norm)
+        if key in seen:
+            out.append(at(item, path, "CTX710", f"{name} repeats fact #{seen[key] + 1} "
+                          f"({entry['namespace']}/{entry['key']} = {text!r})"))
+            continue
+        seen[key] = index
+        found.append(DeclaredFact(entry["namespace"], entry["key"], text, norm,
+                                  value_type, confidence, evidence, path))
+    return found
+
+
+def check_document(doc) -> None:
+    """Validate a typed document's tenant and `facts:` lists; store what is valid.
+
+    Sets doc.facts to {("document",): [...], ("entities", i): [...], ("chunks", i): [...]}.
+    """
+    data = doc.frontmatter or {}
+    out = doc.diagnostics
+    facts: dict[tuple, list[DeclaredFact]] = {}
+    if "tenant" in data:
+        problem = tenant_problem(data["tenant"])
+        if problem is not None:
+            from .model import diagnostic_at
+
+            out.append(diagnostic_at(doc, ("tenant",), "CTX709", f"tenant {problem}"))
+    everything = "\n".join(body.content for body in doc.bodies.values())
+    all_local = all(record.content_path is None for _, record in doc.chunks)
+    if "facts" in data:
+        facts[("document",)] = declared_facts(doc, (), data["facts"], "document", everything
+                                              if all_local else None, out)
+    for section, records in (("entities", doc.entities), ("chunks", doc.chunks)):
+        raw_list = data.get(section)
+        for index, record in records:
+            raw = raw_list[index] if isinstance(raw_list, list) else None
+            if not isinstance(raw, dict) or "facts" not in raw:
+                continue
+            if section == "chunks":
+                body = doc.bodies.get(record.id)
+                passage = body.content if body is not None else None
+                label = f"chunk '{record.id}'"
+            else:
+                passage = everything if all_local else None
+                label = f"entity '{record.id}'"
+            facts[(section, index)] = declared_facts(doc, (section, index), raw["facts"],
+                                                     label, passage, out)
+    doc.facts = facts

@@ -1,0 +1,1 @@
+"""Semantic facts read model: extraction (build stage only), store, query (docs/facts.md)."""

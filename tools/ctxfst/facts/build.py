@@ -1,0 +1,368 @@
+"""The facts stage: extract changed sources, merge evidence, invalidate, write the delta.
+
+State. The facts of the last published build are the prior state. They are kept in a
+ledger, `.ctxfst/facts/` (beside the caches, so `doit clean` does not erase the history
+of invalidated facts), which the manifest stage writes together with build/ under the
+same publication journal. Each source (a document or SKILL.md) has an input fingerprint:
+sha256 of its bytes, the bytes of its content_path passages, its tenant, its tenant's
+entity names (mentions depend on them) and the extractor versions. A source whose
+fingerprint equals the one of its last completed run is not extracted again.
+
+Determinism. The artifacts hold no clock time: runs carry a logical build sequence
+number (`build_seq`, +1 for each build that changes anything); wall-clock times of the
+stage go to run_results.json. A build that changes nothing rewrites the previous
+artifacts byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
+from ..document.source import decode_text
+from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
+                         load_extractors)
+from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Evidence, Fact,
+                    facts_table, runs_table)
+
+LEDGER = Path(".ctxfst") / "facts"
+LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
+
+
+@dataclass
+class Source:
+    path: str                       # project-relative POSIX path
+    kind: str                       # document | skill
+    fs_path: Path
+    record: Any                     # the typed record from the validated KB
+    tenant: str
+    digest: str = ""                # sha256 of its bytes and its passages' bytes
+    entity_id: str = ""
+    fingerprint: str = ""
+
+
+@dataclass
+class Outcome:
+    build_seq: int
+    changed: bool
+    counts: dict[str, Any] = field(default_factory=dict)
+
+
+def ledger_dir(root: Path) -> Path:
+    return root / LEDGER
+
+
+def _sha(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _relative(root: Path, fs_path: Any, fallback: str) -> str:
+    try:
+        return Path(fs_path).resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, TypeError):
+        return Path(fallback).as_posix()
+
+
+def document_tenant(frontmatter: dict | None, relative: str, settings) -> str:
+    declared = (frontmatter or {}).get("tenant")
+    if declared is not None and tenant_problem(declared) is None:
+        return declared
+    return settings.tenant_for(relative) or DEFAULT_TENANT
+
+
+def collect_sources(root: Path, kb, settings) -> list[Source]:
+    """Every document and skill of a validated knowledge base, with its tenant."""
+    sources: list[Source] = []
+    for doc in kb.documents:
+        relative = _relative(root, doc.fs_path, doc.path)
+        sources.append(Source(relative, "document", Path(doc.fs_path), doc,
+                              document_tenant(doc.frontmatter, relative, settings),
+                              entity_id=relative))
+    for skill in kb.skills:
+        if skill.record is None:
+            continue
+        from ..skills.index import skill_node_id
+
+        relative = _relative(root, skill.fs_path, skill.path)
+        sources.append(Source(relative, "skill", Path(skill.fs_path), skill,
+                              settings.tenant_for(relative) or DEFAULT_TENANT,
+                              entity_id=skill_node_id(skill.record.name)))
+    return sorted(sources, key=lambda s: s.path)
+
+
+def _passage_files(source: Source) -> list[Path]:
+    if source.kind != "document":
+        return []
+    base = source.fs_path.resolve().parent
+    return sorted({(base / record.content_path).resolve() for _, record in source.record.chunks
+                   if record.content_path is not None})
+
+
+def _catalogs(sources: list[Source]) -> tuple[dict[str, Catalog], dict[str, str]]:
+    labels: dict[str, dict[str, list[str]]] = {}
+    for source in sources:
+        if source.kind != "document":
+            continue
+        tenant = labels.setdefault(source.tenant, {})
+        for _, entity in source.record.entities:
+            known = tenant.setdefault(entity.id, [])
+            for label in [entity.name, *entity.aliases]:
+                if label not in known:
+                    known.append(label)
+    catalogs = {t: Catalog.build(v) for t, v in labels.items()}
+    digests = {t: hashlib.sha256(json.dumps(sorted((k, sorted(v)) for k, v in d.items()),
+                                            ensure_ascii=False).encode()).hexdigest()
+               for t, d in labels.items()}
+    return catalogs, digests
+
+
+def fingerprint(source: Source, catalog_digest: str, version: str) -> str:
+    return _sha(json.dumps([FACTS_SCHEMA_VERSION, version, source.digest, source.tenant,
+                            catalog_digest, source.kind]).encode())
+
+
+def _read_ledger(directory: Path) -> tuple[dict[str, Fact], list[dict], int]:
+    path = directory / FACTS_FILE
+    if not path.is_file() or not (directory / RUNS_FILE).is_file():
+        return {}, [], 0
+    import pyarrow.parquet as pq
+
+    try:
+        facts_data = pq.read_table(path)
+        runs = pq.read_table(directory / RUNS_FILE).to_pylist()
+        seq = int((facts_data.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
+        facts = {row["fact_id"]: Fact.from_row(row) for row in facts_data.to_pylist()}
+    except Exception as error:  # a corrupt ledger: say so and start afresh, never crash
+        raise ExtractionError(f"{directory}: unreadable facts ledger ({error}); remove the "
+                              "folder to rebuild the facts from scratch") from None
+    return facts, runs, seq
+
+
+def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
+    """Parse a source afresh from its bytes: text, positions, passage offsets."""
+    from ..document.parse import parse_text
+    from ..document.source import Source as Input
+    from ..skills.parse import parse_skill
+
+    data = source.fs_path.read_bytes()
+    text, problem = decode_text(source.path, data)
+    if problem is not None or text is None:
+        raise ExtractionError(f"{source.path}: {problem.message if problem else 'unreadable'}")
+    files = {source.path: text}
+    passages: dict[str, tuple[str, int, str]] = {}
+    freshness = None
+    if source.kind == "document":
+        record = parse_text(text, source.path, source.fs_path, typed=True)
+        data_fm = record.frontmatter or {}
+        for name in ("updated", "date"):
+            if data_fm.get(name) is not None:
+                try:
+                    freshness = canonical_date(data_fm[name])
+                    break
+                except ValueError:
+                    continue
+        for chunk_id, body in record.bodies.items():
+            passages[chunk_id] = (source.path, body.offset, body.content)
+        for _, chunk in record.chunks:
+            if chunk.content_path is None or chunk.id in passages:
+                continue
+            target = (source.fs_path.resolve().parent / chunk.content_path).resolve()
+            relative = _relative(root, target, str(target))
+            passage_text, problem = decode_text(relative, target.read_bytes())
+            if passage_text is None:
+                raise ExtractionError(f"{relative}: {problem.message if problem else ''}")
+            files[relative] = passage_text
+            lead = len(passage_text) - len(passage_text.lstrip())
+            passages[chunk.id] = (relative, lead, passage_text.strip())
+    else:
+        record = parse_skill(Input(source.path, source.fs_path, data))
+        if record.record is None:
+            raise ExtractionError(f"{source.path}: the skill no longer parses")
+        fm = record.frontmatter or {}
+        for name in ("updated", "date"):
+            if fm.get(name) is not None:
+                try:
+                    freshness = canonical_date(fm[name])
+                    break
+                except ValueError:
+                    continue
+    return SourceView(source.path, source.kind, source.tenant, text, record, catalog,
+                      freshness, files, passages)
+
+
+def _run_id(seq: int, path: str) -> str:
+    return f"run:{seq:06d}:{hashlib.sha256(path.encode()).hexdigest()[:12]}"
+
+
+def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
+    """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir."""
+    from ..build.io import json_bytes, parquet_bytes, write_atomic
+
+    extractors = load_extractors(settings.facts_extractors)
+    version = extract_version(extractors)
+    sources = collect_sources(root, kb, settings)
+    for source in sources:
+        source.digest = _sha(source.fs_path.read_bytes(),
+                             *(p.read_bytes() for p in _passage_files(source)))
+    catalogs, catalog_digests = _catalogs(sources)
+    for source in sources:
+        source.fingerprint = fingerprint(source, catalog_digests.get(source.tenant, ""), version)
+    facts, runs, prior_seq = _read_ledger(ledger_dir(root))
+    latest: dict[str, dict] = {}
+    for run in runs:
+        latest[run["source_path"]] = run  # runs are ordered by (build_seq, path)
+    work: list[tuple[Source, str]] = []
+    for source in sources:
+        last = latest.get(source.path)
+        if last is None or last["source_deleted"]:
+            work.append((source, "create"))
+        elif last["input_fingerprint"] == source.fingerprint:
+            if last["status"] == "failed":
+                work.append((source, "manual_retry"))
+        elif fingerprint(source, catalog_digests.get(source.tenant, ""),
+                         last["extract_version"]) == last["input_fingerprint"]:
+            work.append((source, "backfill"))
+        else:
+            work.append((source, "update"))
+    present = {s.path for s in sources}
+    deleted = sorted(path for path, run in latest.items()
+                     if not run["source_deleted"] and path not in present)
+    counts: dict[str, Any] = {"sources": len(sources), "extracted": 0,
+                              "unchanged": len(sources) - len(work), "failed": 0,
+                              "deleted": len(deleted)}
+    if not work and not deleted and (ledger_dir(root) / FACTS_FILE).is_file():
+        for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
+            write_atomic(out_dir / name, (ledger_dir(root) / name).read_bytes())
+        return Outcome(prior_seq, False, _final_counts(counts, facts, prior_seq, {}))
+    seq = prior_seq + 1
+    before = {fid: (fact.is_active, tuple(sorted(fact.evidence, key=Evidence.sort_key)))
+              for fid, fact in facts.items()}
+    lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
+    by_source: dict[str, set[str]] = {}  # source path -> active facts it supports
+    for fid, fact in facts.items():
+        if fact.is_active:
+            for evidence in fact.evidence:
+                by_source.setdefault(evidence.source_path, set()).add(fid)
+    new_runs: list[dict[str, Any]] = []
+    for path in deleted:
+        last = latest[path]
+        run_id = _run_id(seq, path)
+        _drop_evidence(facts, by_source, path, run_id, "source_deleted", lost)
+        new_runs.append(_run_row(run_id, seq, last["tenant_id"], last["entity_type"],
+                                 last["entity_id"], path, "update", "completed", "", True, 0,
+                                 None, version))
+    for source, trigger in work:
+        run_id = _run_id(seq, source.path)
+        try:
+            view = _view(root, source, catalogs.get(source.tenant, Catalog()))
+            candidates = extract(view, extractors)
+        except (ExtractionError, OSError) as error:
+            counts["failed"] += 1
+            new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
+                                     source.path, trigger, "failed", source.fingerprint, False,
+                                     0, str(error), version))
+            continue
+        counts["extracted"] += 1
+        _drop_evidence(facts, by_source, source.path, run_id, "no_longer_extracted", lost)
+        written = _add_candidates(facts, candidates, source.path, run_id, seq)
+        new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
+                                 source.path, trigger, "completed", source.fingerprint, False,
+                                 written, None, version))
+    delta = _settle(facts, before, lost, seq)
+    runs.extend(new_runs)
+    write_atomic(out_dir / FACTS_FILE, parquet_bytes(facts_table(list(facts.values()), seq,
+                                                                 version)))
+    write_atomic(out_dir / RUNS_FILE, parquet_bytes(runs_table(runs, seq, version)))
+    write_atomic(out_dir / DELTA_FILE, json_bytes({
+        "schema_version": FACTS_SCHEMA_VERSION, "build_seq": seq,
+        "base_build_seq": prior_seq, "extract_version": version,
+        "runs": sorted(r["run_id"] for r in new_runs),
+        "counts": {name: len(rows) for name, rows in delta.items()},
+        **delta}, compact=False))
+    return Outcome(seq, True, _final_counts(counts, facts, seq, delta))
+
+
+def _final_counts(counts: dict, facts: dict[str, Fact], seq: int, delta: dict) -> dict:
+    active = sum(1 for f in facts.values() if f.is_active)
+    return {**counts, "build_seq": seq, "facts_active": active,
+            "facts_inactive": len(facts) - active,
+            **{f"facts_{name}": len(rows) for name, rows in delta.items()}}
+
+
+def _run_row(run_id, seq, tenant, entity_type, entity_id, path, trigger, status, fp, deleted,
+             written, reason, version) -> dict[str, Any]:
+    return {"run_id": run_id, "build_seq": seq, "tenant_id": tenant,
+            "entity_type": entity_type, "entity_id": entity_id, "source_path": path,
+            "trigger": trigger, "status": status, "input_fingerprint": fp,
+            "source_deleted": deleted, "facts_written": written, "failure_reason": reason,
+            "extract_version": version, "started_build_seq": seq, "finished_build_seq": seq}
+
+
+def _drop_evidence(facts: dict[str, Fact], by_source: dict[str, set[str]], path: str,
+                   run_id: str, reason: str,
+                   lost: dict[str, tuple[str, str, list[Evidence]]]) -> None:
+    """Remove a source's evidence from the active facts; remember what each fact lost."""
+    for fid in sorted(by_source.get(path, ())):
+        fact = facts[fid]
+        kept = [e for e in fact.evidence if e.source_path != path]
+        if not kept and fact.fact_id not in lost:
+            lost[fact.fact_id] = (run_id, reason, fact.evidence)
+        fact.evidence = kept
+
+
+def _add_candidates(facts: dict[str, Fact], candidates, path: str, run_id: str,
+                    seq: int) -> int:
+    written: set[str] = set()
+    for candidate in candidates:
+        fid = candidate.fact_id
+        evidence = replace(candidate.evidence, source_path=path, run_id=run_id)
+        fact = facts.get(fid)
+        if fact is None:
+            fact = facts[fid] = Fact(fid, candidate.tenant_id, candidate.entity_type,
+                                     candidate.entity_id, candidate.namespace, candidate.key,
+                                     candidate.value_norm, candidate.value_type, [],
+                                     created_run_id=run_id, created_build_seq=seq,
+                                     updated_build_seq=seq)
+        elif not fact.is_active:  # supported again: its old evidence no longer counts
+            fact.is_active, fact.evidence = True, []
+            fact.invalidated_run_id = fact.invalidated_build_seq = None
+            fact.invalidation_reason = None
+        if evidence not in fact.evidence:  # the same span twice in one source adds nothing
+            fact.evidence.append(evidence)
+        written.add(fid)
+    return len(written)
+
+
+def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str, list]],
+            seq: int) -> dict[str, list[dict]]:
+    """Invalidate facts left without evidence; classify every change for the delta."""
+    delta: dict[str, list[dict]] = {"added": [], "updated": [], "invalidated": []}
+    for fid in sorted(facts):
+        fact = facts[fid]
+        if fact.is_active and not fact.evidence:
+            run_id, reason, old = lost[fid]
+            fact.is_active, fact.evidence = False, old  # kept, with what supported it
+            fact.invalidated_run_id, fact.invalidated_build_seq = run_id, seq
+            fact.invalidation_reason = reason
+            fact.updated_build_seq = seq
+            delta["invalidated"].append(fact.as_row())
+            continue
+        previous = before.get(fid)
+        if previous is None:
+            delta["added"].append(fact.as_row())
+        elif fact.is_active and not previous[0]:
+            fact.updated_build_seq = seq  # reactivated
+            delta["added"].append(fact.as_row())
+        elif fact.is_active and previous[1] != tuple(sorted(fact.evidence,
+                                                           key=Evidence.sort_key)):
+            fact.updated_build_seq = seq
+            delta["updated"].append(fact.as_row())
+    return delta

@@ -1,0 +1,154 @@
+"""`ctxfst facts ask|show|list`: arguments and rendering only; the work is in query.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .query import OPS
+
+
+def add_parser(commands) -> None:
+    facts = commands.add_parser("facts", help="semantic facts with evidence: ask, show, list")
+    actions = facts.add_subparsers(dest="facts_command", required=True, metavar="FACTS_COMMAND")
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--tenant", default=None,
+                            help="the tenant to answer for (required; never crosses tenants)")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--build", type=Path, default=None,
+                            help="build folder (default: the project's)")
+
+    def filters(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--entity-type", default=None,
+                            help="document, chunk, entity, skill")
+        parser.add_argument("--namespace", default=None, help="for example theme, domain")
+        parser.add_argument("--key", default=None, help="for example tag, topic")
+        parser.add_argument("--value", default=None,
+                            help="compared normalised (case, width, aliases, dates, numbers)")
+
+    ask = actions.add_parser("ask", help="exists / count / list: yes, no or unknown")
+    common(ask)
+    ask.add_argument("--op", choices=OPS, required=True)
+    filters(ask)
+    ask.add_argument("--min-confidence", type=float, default=0.0)
+    ask.add_argument("--limit", type=int, default=20, help="facts shown (default 20)")
+    show = actions.add_parser("show", help="one fact with all its evidence")
+    show.add_argument("fact_id")
+    common(show)
+    listing = actions.add_parser("list", help="the tenant's facts")
+    common(listing)
+    filters(listing)
+    listing.add_argument("--inactive", action="store_true",
+                         help="include invalidated facts")
+    listing.add_argument("--limit", type=int, default=100)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 with an answer, 1 when it cannot be answered, 2 for bad arguments."""
+    from ..config import find_project
+    from .extractors import ExtractionError, extract_version, load_extractors
+    from .query import FactsError, FactsUsage, Store, ask, check_tenant, list_facts, show
+
+    try:
+        check_tenant(args.tenant)  # before touching any file: fail closed
+        if getattr(args, "limit", 1) < 1:
+            raise FactsUsage("--limit must be at least 1")
+        config = find_project(Path.cwd())
+        build_dir = args.build or (config.build_dir if config else None)
+        if build_dir is None:
+            raise FactsUsage("no ctxfst project here; pass --build DIR")
+        # Source freshness is checked when the build is the project's own.
+        project = config if config is not None and (
+            args.build is None or args.build.resolve() == config.build_dir) else None
+        store = Store.load(build_dir, project)
+        if args.facts_command == "show":
+            data = show(store, args.tenant, args.fact_id)
+            text = _show_text(data)
+        elif args.facts_command == "list":
+            data = list_facts(store, args.tenant, args.entity_type, args.namespace, args.key,
+                              args.value, args.inactive, args.limit)
+            text = _list_text(data)
+        else:
+            from ..config import BuildSettings
+
+            settings = config.build if config else BuildSettings()
+            try:
+                version = extract_version(load_extractors(settings.facts_extractors))
+            except ExtractionError as error:
+                raise FactsError(str(error)) from None
+            data = ask(store, settings, args.tenant, args.op, args.entity_type,
+                       args.namespace, args.key, args.value, args.min_confidence, args.limit,
+                       version)
+            text = _ask_text(data)
+    except FactsUsage as error:
+        print(f"ctxfst: error: {error}", file=sys.stderr)
+        return 2
+    except FactsError as error:
+        print(f"ctxfst: error: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, ensure_ascii=False, indent=2) if args.format == "json" else text)
+    return 0
+
+
+def _evidence_lines(fact: dict, indent: str = "     ") -> list[str]:
+    return [f"{indent}evidence: {e['path']}:{e['start']}-{e['end']} "
+            f"{json.dumps(e['excerpt'], ensure_ascii=False)} ({e['extractor']}, "
+            f"{e['confidence']:g})" for e in fact["evidence"]]
+
+
+def _fact_line(fact: dict) -> str:
+    return (f"{fact['entity_type']} {fact['entity_id']}: {fact['namespace']}/{fact['key']} = "
+            f"{json.dumps(fact['value'], ensure_ascii=False)} (confidence "
+            f"{fact['confidence']:g}) {fact['fact_id']}")
+
+
+def _ask_text(data: dict) -> str:
+    lines = [f"answer: {data['answer']}"]
+    if data["op"] == "count" or data["answer"] == "yes":
+        bound = "" if data["count_exact"] else " (at least)"
+        lines.append(f"count: {data['count']}{bound} "
+                     f"{'entity' if data['count'] == 1 else 'entities'}")
+    lines.append(f"why: {data['reason']}")
+    lines.append(f"tenant {data['tenant']}, min confidence {data['min_confidence']:g}, "
+                 f"build {data['build_seq']}")
+    for number, fact in enumerate(data["facts"], 1):
+        lines.append(f"{number:>3}. {_fact_line(fact)}")
+        lines.extend(_evidence_lines(fact))
+    if data.get("truncated"):
+        lines.append(f"     ... {data['facts_matched'] - len(data['facts'])} more "
+                     "(--op list, --limit N or --format json)")
+    fallback = data["fallback"]
+    if fallback.get("used"):
+        lines.append(f"fallback (lexical, not facts): {len(fallback['hits'])} hit(s) for "
+                     f"{fallback['query']!r} in {fallback['scanned']} chunk(s) of this tenant"
+                     f" (cap {fallback['scan_cap']}"
+                     f"{', more not scanned' if fallback['truncated'] else ''}, "
+                     f"limit {fallback['limit']})")
+        for hit in fallback["hits"]:
+            lines.append(f"  - {hit['chunk_id']} ({hit['source']}, {hit['score']:g}): "
+                         f"{hit['excerpt']}")
+    return "\n".join(lines)
+
+
+def _show_text(data: dict) -> str:
+    state = "active" if data["is_active"] else (
+        f"inactive since build {data['invalidated_build_seq']} "
+        f"({data['invalidation_reason']}, {data['invalidated_run_id']})")
+    lines = [_fact_line(data), f"  tenant {data['tenant_id']}, {data['value_type']} "
+             f"{json.dumps(data['value_norm'], ensure_ascii=False)}, {state}",
+             f"  created by {data['created_run_id']} (build {data['created_build_seq']}), "
+             f"last changed in build {data['updated_build_seq']}, freshness "
+             f"{data['freshness_at'] or 'unknown'}",
+             f"  {data['evidence_count']} evidence:"]
+    lines.extend(_evidence_lines(data, "    - "))
+    return "\n".join(lines)
+
+
+def _list_text(data: dict) -> str:
+    lines = [_fact_line(f) + ("" if f["is_active"] else "  [inactive]") for f in data["facts"]]
+    lines.append(f"{data['total']} fact(s) in tenant {data['tenant']}"
+                 + (f", {len(data['facts'])} shown" if data["truncated"] else ""))
+    return "\n".join(lines)

@@ -1,0 +1,378 @@
+"""Extractors: deterministic, versioned functions from one source to candidate facts.
+
+The interface is small so a model-based extractor can be added later: an object with
+`name`, `version` and `extract(view) -> iterable of Candidate`, made by a factory named
+in the settings (`[facts] extractors = ["package.module:factory"]`). Extractors run in
+the build's facts stage only, never during validation.
+
+Built in:
+- `declared`: the `facts:` lists of documents, entities and chunks (confidence 1.0
+  unless given), evidence the `evidence:` excerpt in the passage or else the value as
+  written in the frontmatter.
+- `derived`: facts the knowledge base implies, one rule each with its own confidence
+  (RULES below).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator, Protocol
+
+from ..document.facts import canonical_date, normalize_text
+from .model import Candidate, Evidence
+
+
+class ExtractionError(Exception):
+    """One source could not be extracted; its run fails, the build goes on."""
+
+
+class Extractor(Protocol):
+    name: str
+    version: str
+
+    def extract(self, view: "SourceView") -> Iterable[Candidate]: ...
+
+
+@dataclass
+class Catalog:
+    """One tenant's entities: names and aliases (normalised) -> entity id."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    pattern: re.Pattern | None = None
+
+    @classmethod
+    def build(cls, labels: dict[str, list[str]]) -> "Catalog":
+        names: dict[str, str] = {}
+        for entity_id in sorted(labels):
+            for label in labels[entity_id]:
+                names.setdefault(normalize_text(label), entity_id)
+        usable = sorted((n for n in names if len(n) >= 2), key=lambda n: (-len(n), n))
+        parts = [rf"(?<![A-Za-z0-9]){re.escape(n)}(?![A-Za-z0-9])" if n.isascii() else re.escape(n)
+                 for n in usable]
+        pattern = re.compile("|".join(parts), re.IGNORECASE) if parts else None
+        return cls(names, pattern)
+
+    def canonical(self, value_norm: str) -> str:
+        """The alias table: a keyword naming an entity normalises to the entity's id."""
+        return self.names.get(value_norm, value_norm)
+
+
+@dataclass
+class SourceView:
+    """What an extractor sees of one source file."""
+
+    path: str                 # project-relative, POSIX
+    kind: str                 # document | skill
+    tenant: str
+    text: str                 # the file's text (UTF-8, LF, no BOM): offsets index it
+    record: Any               # ParsedDocument or ParsedSkill (typed, with source map)
+    catalog: Catalog
+    freshness: str | None     # the source's own date (updated, else date)
+    files: dict[str, str] = field(default_factory=dict)  # path -> text, for evidence
+    passages: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    # chunk id -> (file path, offset of the passage in that file, passage text)
+    _lines: list[int] | None = None
+
+    def offset(self, line: int, column: int) -> int:
+        if self._lines is None:
+            self._lines = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        line = max(1, min(line, len(self._lines)))
+        return self._lines[line - 1] + column - 1
+
+    def at(self, path: tuple, needle: str, source_type: str, source_id: str, rule: "Rule",
+           freshness: str | None = None, confidence: float | None = None) -> Evidence:
+        """Evidence for a frontmatter value: needle as written at (or just after) path."""
+        pos = self.record.source_map.value(path)
+        start = self.offset(pos.line, pos.column)
+        found = self.text.find(needle, start, start + 4096) if needle else -1
+        if found < 0:  # escaped or folded YAML: the rest of the value's line
+            line_end = self.text.find("\n", start)
+            line_end = len(self.text) if line_end < 0 else line_end
+            found, needle = start, self.text[start:line_end].rstrip()
+        return rule.evidence(source_type, source_id, self.path, found, found + len(needle),
+                             self.text[found:found + len(needle)],
+                             freshness if freshness is not None else self.freshness,
+                             confidence)
+
+    def in_passage(self, chunk_id: str, start: int, end: int, rule: "Rule",
+                   freshness: str | None, confidence: float | None = None) -> Evidence:
+        """Evidence for text[start:end] of a chunk's passage (offsets within the passage)."""
+        path, base, passage = self.passages[chunk_id]
+        return rule.evidence("chunk", chunk_id, path, base + start, base + end,
+                             passage[start:end], freshness, confidence)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    version: str
+    confidence: float
+
+    def evidence(self, source_type, source_id, path, start, end, excerpt, freshness,
+                 confidence=None) -> Evidence:
+        return Evidence(source_type, source_id, path, start, end, excerpt, self.name,
+                        self.version, self.confidence if confidence is None else confidence,
+                        freshness)
+
+
+RULES = {rule.name: rule for rule in (
+    Rule("declared", "1", 1.0),                 # confidence from the entry, default 1.0
+    Rule("derived.title", "1", 1.0),
+    Rule("derived.date", "1", 1.0),
+    Rule("derived.entity_type", "1", 1.0),
+    Rule("derived.alias", "1", 1.0),
+    Rule("derived.chunk_tag", "1", 0.9),
+    Rule("derived.document_theme", "1", 0.8),
+    Rule("derived.declared_mention", "1", 0.95),
+    Rule("derived.text_mention", "1", 0.8),     # 0.6 for names shorter than 4 characters
+    Rule("derived.capability", "1", 1.0),
+)}
+
+
+def _candidate(view: SourceView, entity_type: str, entity_id: str, namespace: str, key: str,
+               value_text: str, value_norm: str, value_type: str,
+               evidence: Evidence) -> Candidate:
+    return Candidate(view.tenant, entity_type, entity_id, namespace, key, value_text,
+                     value_norm, value_type, replace(evidence, value_text=value_text))
+
+
+def _keyword(view: SourceView, text: str) -> str:
+    return view.catalog.canonical(normalize_text(text))
+
+
+def _record_freshness(view: SourceView, raw: Any, *fields: str) -> str | None:
+    if isinstance(raw, dict):
+        for name in fields:
+            if raw.get(name) is not None:
+                try:
+                    return canonical_date(raw[name])
+                except ValueError:
+                    continue
+    return view.freshness
+
+
+class DeclaredExtractor:
+    """The `facts:` lists of a document, its entities and its chunks."""
+
+    name, version = "declared", "1"
+
+    def extract(self, view: SourceView) -> Iterator[Candidate]:
+        if view.kind != "document":
+            return
+        doc = view.record
+        rule = RULES["declared"]
+        data = doc.frontmatter or {}
+        entities = dict(doc.entities)
+        chunks = dict(doc.chunks)
+        for owner, declared in sorted(doc.facts.items()):
+            if owner == ("document",):
+                entity_type, entity_id, chunk_ids = "document", view.path, sorted(view.passages)
+                freshness = view.freshness
+            elif owner[0] == "entities":
+                entity_type, entity_id = "entity", entities[owner[1]].id
+                chunk_ids, freshness = sorted(view.passages), view.freshness
+            else:
+                entity_type, entity_id = "chunk", chunks[owner[1]].id
+                chunk_ids = [entity_id]
+                freshness = _record_freshness(view, data["chunks"][owner[1]], "updated",
+                                              "created_at")
+            for fact in declared:
+                norm = _keyword(view, fact.value_text) if fact.value_type == "keyword" \
+                    else fact.value_norm
+                evidence = None
+                if fact.evidence is not None:
+                    for chunk_id in chunk_ids:
+                        passage = view.passages.get(chunk_id)
+                        where = passage[2].find(fact.evidence) if passage else -1
+                        if where >= 0:
+                            evidence = view.in_passage(chunk_id, where,
+                                                       where + len(fact.evidence), rule,
+                                                       freshness, fact.confidence)
+                            break
+                    if evidence is None:
+                        raise ExtractionError(f"{view.path}: evidence {fact.evidence!r} of "
+                                              f"{entity_type} {entity_id} is not in its text")
+                else:
+                    needle = fact.value_text if isinstance(
+                        data_at(data, fact.path + ("value",)), str) else ""
+                    evidence = view.at(fact.path + ("value",), needle, entity_type, entity_id,
+                                       rule, freshness, fact.confidence)
+                yield _candidate(view, entity_type, entity_id, fact.namespace, fact.key,
+                                 fact.value_text, norm, fact.value_type, evidence)
+
+
+def data_at(data: Any, path: tuple) -> Any:
+    for part in path:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+class DerivedExtractor:
+    """Facts the knowledge base implies: titles, dates, entity types and aliases, chunk
+    tags as themes, entity mentions, skill capabilities."""
+
+    name, version = "derived", "1"
+
+    def extract(self, view: SourceView) -> Iterator[Candidate]:
+        if view.kind == "skill":
+            yield from self._skill(view)
+        else:
+            yield from self._document(view)
+
+    def _document(self, view: SourceView) -> Iterator[Candidate]:
+        doc = view.record
+        data = doc.frontmatter or {}
+        me = view.path
+        if isinstance(data.get("title"), str) and data["title"].strip():
+            title = data["title"]
+            yield _candidate(view, "document", me, "document", "title", title,
+                             normalize_text(title), "text",
+                             view.at(("title",), title, "document", me, RULES["derived.title"]))
+        for name in ("date", "updated"):
+            if data.get(name) is not None:
+                try:
+                    norm = canonical_date(data[name])
+                except ValueError:
+                    continue
+                yield _candidate(view, "document", me, "lifecycle", name, str(data[name]), norm,
+                                 "date", view.at((name,), str(data[name]), "document", me,
+                                                 RULES["derived.date"]))
+        for index, entity in doc.entities:
+            base = ("entities", index)
+            yield _candidate(view, "entity", entity.id, "classification", "entity_type",
+                             entity.type, entity.type, "enum",
+                             view.at(base + ("type",), entity.type, "entity", entity.id,
+                                     RULES["derived.entity_type"]))
+            labels = [(("name",), entity.name)] + [(("aliases", i), alias)
+                                                   for i, alias in enumerate(entity.aliases)]
+            for where, label in labels:
+                if normalize_text(label):
+                    yield _candidate(view, "entity", entity.id, "alias", "name", label,
+                                     normalize_text(label), "keyword",
+                                     view.at(base + where, label, "entity", entity.id,
+                                             RULES["derived.alias"]))
+        raw_chunks = data.get("chunks") if isinstance(data.get("chunks"), list) else []
+        for index, chunk in doc.chunks:
+            base = ("chunks", index)
+            raw = raw_chunks[index] if index < len(raw_chunks) else {}
+            freshness = _record_freshness(view, raw, "updated", "created_at")
+            if chunk.created_at:
+                norm = canonical_date(chunk.created_at)
+                yield _candidate(view, "chunk", chunk.id, "lifecycle", "created",
+                                 chunk.created_at, norm, "date",
+                                 view.at(base + ("created_at",), chunk.created_at, "chunk",
+                                         chunk.id, RULES["derived.date"], freshness))
+            for position, tag in enumerate(chunk.tags):
+                if not normalize_text(tag):
+                    continue
+                where = base + ("tags", position)
+                for entity_type, entity_id, rule in (
+                        ("chunk", chunk.id, RULES["derived.chunk_tag"]),
+                        ("document", me, RULES["derived.document_theme"])):
+                    yield _candidate(view, entity_type, entity_id, "theme", "tag", tag,
+                                     _keyword(view, tag), "keyword",
+                                     view.at(where, tag, "chunk", chunk.id, rule, freshness))
+            for position, ref in enumerate(chunk.entities):
+                yield _candidate(view, "chunk", chunk.id, "mention", "entity", ref, ref,
+                                 "keyword", view.at(base + ("entities", position), ref, "chunk",
+                                                    chunk.id, RULES["derived.declared_mention"],
+                                                    freshness))
+            yield from self._mentions(view, chunk.id, freshness)
+
+    def _mentions(self, view: SourceView, chunk_id: str,
+                  freshness: str | None) -> Iterator[Candidate]:
+        """Entity names and aliases in the passage: the first mention of each entity."""
+        pattern = view.catalog.pattern
+        if pattern is None or chunk_id not in view.passages:
+            return
+        passage = view.passages[chunk_id][2]
+        seen: set[str] = set()
+        rule = RULES["derived.text_mention"]
+        for match in pattern.finditer(passage):
+            entity_id = view.catalog.names.get(normalize_text(match.group()))
+            if entity_id is None or entity_id in seen:
+                continue
+            seen.add(entity_id)
+            confidence = rule.confidence if len(match.group()) >= 4 else 0.6
+            yield _candidate(view, "chunk", chunk_id, "mention", "entity", match.group(),
+                             entity_id, "keyword",
+                             view.in_passage(chunk_id, match.start(), match.end(), rule,
+                                             freshness, confidence))
+
+    def _skill(self, view: SourceView) -> Iterator[Candidate]:
+        from ..document.model import strip_not
+        from ..skills.index import skill_node_id
+
+        skill = view.record
+        record = skill.record
+        if record is None:
+            return
+        me = skill_node_id(record.name)
+        rule = RULES["derived.capability"]
+        data = skill.frontmatter or {}
+        for field_name, keys in (("postconditions", ("produces", "removes")),
+                                 ("preconditions", ("requires", "requires_absent"))):
+            top_level = field_name in data
+            for position, reference in enumerate(getattr(record, field_name)):
+                negated, ref_id = strip_not(reference)
+                where = (field_name, position) if top_level else ("metadata", field_name)
+                yield _candidate(view, "skill", me, "capability", keys[negated], ref_id,
+                                 ref_id.casefold(), "keyword",
+                                 view.at(where, ref_id, "skill", me, rule))
+
+
+def load_extractors(names: tuple[str, ...]) -> list[Extractor]:
+    """The built-in extractors, then the configured ones ("module:factory")."""
+    extractors: list[Extractor] = [DeclaredExtractor(), DerivedExtractor()]
+    for spec in names:
+        module_name, _, factory = spec.partition(":")
+        try:
+            made = getattr(importlib.import_module(module_name), factory)()
+        except Exception as error:  # a plugin that cannot load: say which and why
+            raise ExtractionError(f"extractor {spec!r} could not be loaded: "
+                                  f"{type(error).__name__}: {error}") from None
+        if not all(hasattr(made, a) for a in ("name", "version", "extract")):
+            raise ExtractionError(f"extractor {spec!r} has no name, version and extract()")
+        extractors.append(made)
+    return extractors
+
+
+def extract_version(extractors: list[Extractor]) -> str:
+    """The version of the extractor set: what a run records and "no" answers check."""
+    return "+".join(f"{e.name}@{e.version}" for e in extractors)
+
+
+def extract(view: SourceView, extractors: list[Extractor]) -> list[Candidate]:
+    """All candidates of one source, every evidence span checked against its text."""
+    found: list[Candidate] = []
+    for extractor in extractors:
+        try:
+            produced = list(extractor.extract(view))
+        except ExtractionError:
+            raise
+        except Exception as error:
+            raise ExtractionError(f"extractor {extractor.name} failed on {view.path}: "
+                                  f"{type(error).__name__}: {error}") from None
+        for candidate in produced:
+            ev = candidate.evidence
+            text = view.files.get(ev.path)
+            if candidate.tenant_id != view.tenant:
+                raise ExtractionError(f"extractor {extractor.name} gave a fact of tenant "
+                                      f"{candidate.tenant_id!r} for a source of "
+                                      f"{view.tenant!r}")
+            if text is None or not 0 <= ev.start <= ev.end <= len(text) or \
+                    text[ev.start:ev.end] != ev.excerpt:
+                raise ExtractionError(f"extractor {extractor.name}: evidence offsets "
+                                      f"{ev.start}-{ev.end} in {ev.path} do not hold the "
+                                      f"excerpt {ev.excerpt[:60]!r}")
+            if not 0.0 <= ev.confidence <= 1.0:
+                raise ExtractionError(f"extractor {extractor.name}: confidence "
+                                      f"{ev.confidence} outside 0-1")
+            found.append(candidate)
+    return found
+

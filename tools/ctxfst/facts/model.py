@@ -1,0 +1,209 @@
+"""Fact records: ids, evidence, and the Arrow schemas of the facts artifacts.
+
+A fact is (tenant, entity_type, entity_id, namespace, key, normalised value); its id is a
+hash of exactly that tuple encoded as a JSON array, so equal facts from any source or
+build share one row, and each source that supports it adds an evidence entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+FACTS_SCHEMA_VERSION = "1.0.0"
+FACTS_FILE = "semantic_facts.parquet"
+RUNS_FILE = "semantic_fact_extraction_runs.parquet"
+DELTA_FILE = "semantic_facts_delta.json"
+ENTITY_TYPES = ("document", "chunk", "entity", "skill")
+TRIGGERS = ("create", "update", "backfill", "manual_retry")
+STATUSES = ("queued", "running", "completed", "failed")
+
+
+def fact_id(tenant: str, entity_type: str, entity_id: str, namespace: str, key: str,
+            value_norm: str) -> str:
+    """sha256 of the JSON array of the six parts (unambiguous: no separator can collide)."""
+    encoded = json.dumps([tenant, entity_type, entity_id, namespace, key, value_norm],
+                         ensure_ascii=False, separators=(",", ":"))
+    return "fact:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Where a fact was read: a span of a source file's text (LF line endings, no BOM).
+
+    text[start:end] == excerpt, checked when the fact is extracted.
+    """
+
+    source_type: str      # document | chunk | entity | skill: the record the span is in
+    source_id: str        # that record's id (a document's id is its path)
+    path: str             # the project-relative file the offsets index into
+    start: int
+    end: int
+    excerpt: str
+    extractor: str        # the rule, e.g. derived.mention
+    extract_version: str  # the rule's version
+    confidence: float
+    freshness_at: str | None
+    source_path: str = ""  # the input whose extraction produced it (set by the store)
+    run_id: str = ""
+    value_text: str = ""   # the value as this source wrote it
+
+    def sort_key(self) -> tuple:
+        return (-self.confidence, self.source_path, self.path, self.start, self.end,
+                self.extractor)
+
+    def as_row(self) -> dict[str, Any]:
+        return {"source_type": self.source_type, "source_id": self.source_id,
+                "path": self.path, "start": self.start, "end": self.end,
+                "excerpt": self.excerpt, "extractor": self.extractor,
+                "extract_version": self.extract_version, "confidence": self.confidence,
+                "freshness_at": self.freshness_at, "source_path": self.source_path,
+                "run_id": self.run_id, "value_text": self.value_text}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A fact as one extractor sees it in one source, with its evidence."""
+
+    tenant_id: str
+    entity_type: str
+    entity_id: str
+    namespace: str
+    key: str
+    value_text: str
+    value_norm: str
+    value_type: str
+    evidence: Evidence
+
+    @property
+    def fact_id(self) -> str:
+        return fact_id(self.tenant_id, self.entity_type, self.entity_id, self.namespace,
+                       self.key, self.value_norm)
+
+
+@dataclass
+class Fact:
+    """One row of semantic_facts.parquet, with all its current evidence."""
+
+    fact_id: str
+    tenant_id: str
+    entity_type: str
+    entity_id: str
+    namespace: str
+    key: str
+    value_norm: str
+    value_type: str
+    evidence: list[Evidence] = field(default_factory=list)
+    is_active: bool = True
+    created_run_id: str = ""
+    created_build_seq: int = 0
+    updated_build_seq: int = 0
+    invalidated_run_id: str | None = None
+    invalidated_build_seq: int | None = None
+    invalidation_reason: str | None = None
+
+    def primary(self) -> Evidence:
+        return min(self.evidence, key=Evidence.sort_key)
+
+    def as_row(self) -> dict[str, Any]:
+        first = self.primary()
+        dates = [e.freshness_at for e in self.evidence if e.freshness_at]
+        return {
+            "fact_id": self.fact_id, "tenant_id": self.tenant_id,
+            "entity_type": self.entity_type, "entity_id": self.entity_id,
+            "fact_namespace": self.namespace, "fact_key": self.key,
+            "fact_value_text": first.value_text, "fact_value_norm": self.value_norm,
+            "value_type": self.value_type, "confidence": first.confidence,
+            "evidence_source_type": first.source_type,
+            "evidence_source_id": first.source_id, "evidence_path": first.path,
+            "evidence_excerpt": first.excerpt, "evidence_start": first.start,
+            "evidence_end": first.end, "extractor": first.extractor,
+            "extract_version": first.extract_version,
+            "freshness_at": max(dates) if dates else None,
+            "is_active": self.is_active, "created_run_id": self.created_run_id,
+            "created_build_seq": self.created_build_seq,
+            "updated_build_seq": self.updated_build_seq,
+            "invalidated_run_id": self.invalidated_run_id,
+            "invalidated_build_seq": self.invalidated_build_seq,
+            "invalidation_reason": self.invalidation_reason,
+            "evidence_count": len(self.evidence),
+            "evidence": [e.as_row() for e in sorted(self.evidence, key=Evidence.sort_key)],
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Fact":
+        return cls(row["fact_id"], row["tenant_id"], row["entity_type"], row["entity_id"],
+                   row["fact_namespace"], row["fact_key"], row["fact_value_norm"],
+                   row["value_type"],
+                   [Evidence(**e) for e in row["evidence"]], row["is_active"],
+                   row["created_run_id"], row["created_build_seq"], row["updated_build_seq"],
+                   row["invalidated_run_id"], row["invalidated_build_seq"],
+                   row["invalidation_reason"])
+
+
+def facts_schema():
+    import pyarrow as pa
+
+    evidence = pa.struct([
+        ("source_type", pa.string()), ("source_id", pa.string()), ("path", pa.string()),
+        ("start", pa.int64()), ("end", pa.int64()), ("excerpt", pa.string()),
+        ("extractor", pa.string()), ("extract_version", pa.string()),
+        ("confidence", pa.float64()), ("freshness_at", pa.string()),
+        ("source_path", pa.string()), ("run_id", pa.string()),
+        ("value_text", pa.string())])
+    return pa.schema([
+        ("fact_id", pa.string()), ("tenant_id", pa.string()), ("entity_type", pa.string()),
+        ("entity_id", pa.string()), ("fact_namespace", pa.string()),
+        ("fact_key", pa.string()), ("fact_value_text", pa.string()),
+        ("fact_value_norm", pa.string()), ("value_type", pa.string()),
+        ("confidence", pa.float64()), ("evidence_source_type", pa.string()),
+        ("evidence_source_id", pa.string()), ("evidence_path", pa.string()),
+        ("evidence_excerpt", pa.string()), ("evidence_start", pa.int64()),
+        ("evidence_end", pa.int64()), ("extractor", pa.string()),
+        ("extract_version", pa.string()), ("freshness_at", pa.string()),
+        ("is_active", pa.bool_()), ("created_run_id", pa.string()),
+        ("created_build_seq", pa.int64()), ("updated_build_seq", pa.int64()),
+        ("invalidated_run_id", pa.string()), ("invalidated_build_seq", pa.int64()),
+        ("invalidation_reason", pa.string()), ("evidence_count", pa.int32()),
+        ("evidence", pa.list_(evidence)),
+    ])
+
+
+def runs_schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("run_id", pa.string()), ("build_seq", pa.int64()), ("tenant_id", pa.string()),
+        ("entity_type", pa.string()), ("entity_id", pa.string()),
+        ("source_path", pa.string()), ("trigger", pa.string()), ("status", pa.string()),
+        ("input_fingerprint", pa.string()), ("source_deleted", pa.bool_()),
+        ("facts_written", pa.int64()), ("failure_reason", pa.string()),
+        ("extract_version", pa.string()), ("started_build_seq", pa.int64()),
+        ("finished_build_seq", pa.int64()),
+    ])
+
+
+def _metadata(artifact: str, build_seq: int, extract_version: str) -> dict[str, str]:
+    return {"ctxfst.artifact": artifact, "ctxfst.schema_version": FACTS_SCHEMA_VERSION,
+            "ctxfst.build_seq": str(build_seq), "ctxfst.extract_version": extract_version}
+
+
+def facts_table(facts: list[Fact], build_seq: int, extract_version: str):
+    import pyarrow as pa
+
+    rows = [fact.as_row() for fact in sorted(facts, key=lambda f: (
+        f.tenant_id, f.entity_type, f.entity_id, f.namespace, f.key, f.value_norm))]
+    table = pa.Table.from_pylist(rows, schema=facts_schema())
+    return table.replace_schema_metadata(_metadata("semantic_facts", build_seq,
+                                                   extract_version))
+
+
+def runs_table(runs: list[dict[str, Any]], build_seq: int, extract_version: str):
+    import pyarrow as pa
+
+    ordered = sorted(runs, key=lambda r: (r["build_seq"], r["source_path"]))
+    table = pa.Table.from_pylist(ordered, schema=runs_schema())
+    return table.replace_schema_metadata(_metadata("semantic_fact_extraction_runs", build_seq,
+                                                   extract_version))

@@ -1,0 +1,339 @@
+"""The facts-first query path: exists / count / list over build/semantic_facts.parquet.
+
+Answers are three-valued. "yes" comes with the matching facts and their evidence. "no"
+is given only when the key is declared complete for the entity type in the settings
+([facts] complete) and every source that can hold that entity type was extracted by the
+current extractor version; otherwise an empty match is "unknown", and a bounded lexical
+search over the same tenant's chunks is offered (capped, and reported as such).
+Every query needs a tenant, and sees only that tenant's facts and chunks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..document.facts import (canonical_date, canonical_number, normalize_text,
+                              tenant_problem)
+from .model import FACTS_FILE, RUNS_FILE
+
+OPS = ("exists", "count", "list")
+DEFAULT_LIMIT = 20
+# Which kind of source can hold facts of an entity type.
+SOURCE_KIND = {"document": "document", "chunk": "document", "entity": "document",
+               "skill": "skill"}
+
+
+class FactsError(Exception):
+    """A query that cannot be answered: missing build, no tenant, unknown fact..."""
+
+
+class FactsUsage(FactsError):
+    """Bad arguments (exit 2)."""
+
+
+def check_tenant(tenant: str | None) -> str:
+    if tenant is None or tenant == "":
+        raise FactsUsage("a tenant is required (--tenant T): facts are answered per tenant "
+                         "and never across tenants")
+    problem = tenant_problem(tenant)
+    if problem is not None:
+        raise FactsUsage(f"--tenant {problem}")
+    return tenant
+
+
+@dataclass
+class Store:
+    """The facts artifacts of one build, loaded and checked."""
+
+    build_dir: Path
+    facts: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    build_seq: int
+    extract_version: str
+
+    @classmethod
+    def load(cls, build_dir: Path, project=None) -> "Store":
+        import json
+
+        import pyarrow.parquet as pq
+
+        from ..build.io import sha256_file
+
+        manifest_path = build_dir / "manifest.json"
+        missing = [n for n in ("manifest.json", FACTS_FILE, RUNS_FILE)
+                   if not (build_dir / n).is_file()]
+        if missing:
+            raise FactsError(f"{', '.join(missing)} missing in {build_dir}: run `doit` to "
+                             "build the facts")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            listed = {a["path"]: a["sha256"] for a in manifest["artifacts"]}
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise FactsError(f"{manifest_path}: unreadable ({error}): run `doit`") from None
+        for name in (FACTS_FILE, RUNS_FILE):
+            if listed.get(name) != sha256_file(build_dir / name):
+                raise FactsError(f"{build_dir / name} does not match the build manifest (a "
+                                 "stale or partial build): run `doit`")
+        if project is not None:
+            changed = _changed_inputs(project, manifest)
+            if changed:
+                raise FactsError(f"the build is older than the sources ({len(changed)} "
+                                 f"changed, e.g. {changed[0]}): run `doit`")
+        try:
+            table = pq.read_table(build_dir / FACTS_FILE)
+            runs = pq.read_table(build_dir / RUNS_FILE).to_pylist()
+        except Exception as error:
+            raise FactsError(f"unreadable facts artifacts in {build_dir} ({error}): "
+                             "run `doit`") from None
+        meta = table.schema.metadata or {}
+        return cls(build_dir, table.to_pylist(), runs,
+                   int(meta.get(b"ctxfst.build_seq", b"0")),
+                   meta.get(b"ctxfst.extract_version", b"").decode())
+
+    def sources(self, tenant: str) -> dict[str, dict[str, Any]]:
+        """The tenant's current sources: path -> latest run (deleted ones left out)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for run in self.runs:
+            latest[run["source_path"]] = run
+        return {path: run for path, run in latest.items()
+                if run["tenant_id"] == tenant and not run["source_deleted"]}
+
+    def tenant_facts(self, tenant: str, active_only: bool = True) -> list[dict[str, Any]]:
+        return [f for f in self.facts if f["tenant_id"] == tenant
+                and (f["is_active"] or not active_only)]
+
+
+def _changed_inputs(project, manifest: dict) -> list[str]:
+    """Source files added, removed or edited since the build (by size, then hash)."""
+    from ..build.io import sha256_file
+    from ..files import project_files
+
+    recorded = {i["path"]: i for i in manifest.get("inputs", [])}
+    root = project.root.resolve()
+    changed: list[str] = []
+    seen: set[str] = set()
+    for path in project_files(project):
+        relative = path.resolve().relative_to(root).as_posix()
+        seen.add(relative)
+        entry = recorded.get(relative)
+        if entry is None or entry.get("bytes") != path.stat().st_size or \
+                entry.get("sha256") != sha256_file(path):
+            changed.append(relative)
+    changed += [p for p in recorded if p not in seen and not (root / p).exists()]
+    return sorted(changed)
+
+
+def value_forms(value: str, alias: dict[str, str]) -> set[str]:
+    """Every normalised form a query value can take, one per value type."""
+    forms = {normalize_text(value), value.strip().casefold()}
+    forms.add(alias.get(normalize_text(value), normalize_text(value)))
+    for convert in (canonical_number, canonical_date):
+        try:
+            forms.add(convert(value))
+        except ValueError:
+            pass
+    return {f for f in forms if f}
+
+
+def _alias_table(facts: list[dict[str, Any]]) -> dict[str, str]:
+    table: dict[str, str] = {}
+    for fact in sorted(facts, key=lambda f: f["entity_id"]):
+        if fact["entity_type"] == "entity" and fact["fact_namespace"] == "alias":
+            table.setdefault(fact["fact_value_norm"], fact["entity_id"])
+    return table
+
+
+def _public(fact: dict[str, Any], evidence_limit: int | None = 3) -> dict[str, Any]:
+    evidence = fact["evidence"] if evidence_limit is None else fact["evidence"][:evidence_limit]
+    return {"fact_id": fact["fact_id"], "entity_type": fact["entity_type"],
+            "entity_id": fact["entity_id"], "namespace": fact["fact_namespace"],
+            "key": fact["fact_key"], "value": fact["fact_value_text"],
+            "value_norm": fact["fact_value_norm"], "value_type": fact["value_type"],
+            "confidence": fact["confidence"], "freshness_at": fact["freshness_at"],
+            "is_active": fact["is_active"], "evidence_count": fact["evidence_count"],
+            "evidence": [{"path": e["path"], "start": e["start"], "end": e["end"],
+                          "excerpt": e["excerpt"], "source_type": e["source_type"],
+                          "source_id": e["source_id"], "extractor": e["extractor"],
+                          "confidence": e["confidence"]} for e in evidence]}
+
+
+def _matches(fact: dict[str, Any], entity_type, namespace, key, forms) -> bool:
+    return ((entity_type is None or fact["entity_type"] == entity_type)
+            and (namespace is None or fact["fact_namespace"] == namespace)
+            and (key is None or fact["fact_key"] == key)
+            and (forms is None or fact["fact_value_norm"] in forms))
+
+
+def completeness(store: Store, settings, tenant: str, entity_type: str | None,
+                 namespace: str | None, key: str | None, current_version: str) -> dict:
+    """Whether an empty answer may be "no", and why not when it may not."""
+    declared = bool(entity_type and namespace and key and
+                    f"{namespace}/{key}" in settings.complete_keys(entity_type))
+    kind = SOURCE_KIND.get(entity_type or "")
+    sources = {p: r for p, r in store.sources(tenant).items() if r["entity_type"] == kind}
+    behind = sorted(p for p, r in sources.items()
+                    if r["status"] != "completed" or r["extract_version"] != current_version)
+    reasons = []
+    if not declared:
+        reasons.append(f"{namespace or '*'}/{key or '*'} is not declared complete for "
+                       f"{entity_type or 'every entity type'} ([facts] complete)"
+                       if entity_type and namespace and key else
+                       "a \"no\" needs --entity-type, --namespace and --key of a key declared "
+                       "complete ([facts] complete)")
+    if behind:
+        reasons.append(f"{len(behind)} source(s) not extracted by the current extractor "
+                       f"version {current_version} (e.g. {behind[0]})")
+    return {"declared": declared, "extract_version": current_version,
+            "sources_behind": behind[:10], "complete": declared and not behind,
+            "why_not": reasons}
+
+
+def ask(store: Store, settings, tenant: str | None, op: str, entity_type: str | None = None,
+        namespace: str | None = None, key: str | None = None, value: str | None = None,
+        min_confidence: float = 0.0, limit: int = DEFAULT_LIMIT,
+        current_version: str | None = None) -> dict[str, Any]:
+    tenant = check_tenant(tenant)
+    if op not in OPS:
+        raise FactsUsage(f"--op must be one of {', '.join(OPS)}")
+    if not (isinstance(min_confidence, (int, float)) and math.isfinite(min_confidence)
+            and 0.0 <= min_confidence <= 1.0):
+        raise FactsUsage("--min-confidence must be a number from 0 to 1")
+    if value is not None and not value.strip():
+        raise FactsUsage("--value must not be empty")
+    if not store.sources(tenant):
+        raise FactsError(f"tenant {tenant!r} has no sources in this build (nothing to "
+                         "answer from; tenants never see each other's facts)")
+    facts = store.tenant_facts(tenant)
+    forms = value_forms(value, _alias_table(facts)) if value is not None else None
+    candidates = [f for f in facts if _matches(f, entity_type, namespace, key, forms)]
+    matched = [f for f in candidates if f["confidence"] >= min_confidence]
+    below = len(candidates) - len(matched)
+    matched.sort(key=lambda f: (-f["confidence"], f["entity_type"], f["entity_id"],
+                                f["fact_value_norm"]))
+    entities = sorted({(f["entity_type"], f["entity_id"]) for f in matched})
+    complete = completeness(store, settings, tenant, entity_type, namespace, key,
+                            current_version or store.extract_version)
+    result: dict[str, Any] = {
+        "tenant": tenant, "op": op,
+        "filters": {"entity_type": entity_type, "namespace": namespace, "key": key,
+                    "value": value, "value_forms": sorted(forms) if forms else None},
+        "min_confidence": min_confidence, "build_seq": store.build_seq,
+        "answer": "unknown", "count": len(entities), "count_exact": False,
+        "facts_matched": len(matched), "below_threshold": below,
+        "completeness": complete, "facts": [], "entities": [],
+        "fallback": {"used": False},
+    }
+    if matched:
+        result["answer"] = "yes"
+        result["count_exact"] = complete["complete"]
+        result["reason"] = (f"{len(matched)} fact(s) about {len(entities)} "
+                            f"{'entity' if len(entities) == 1 else 'entities'} with confidence "
+                            f">= {min_confidence}" + ("" if complete["complete"] else
+                                                      "; the count is a lower bound"))
+        shown = matched if op == "list" else matched[:min(limit, 5)]
+        result["facts"] = [_public(f) for f in shown[:limit]]
+        result["entities"] = [{"entity_type": t, "entity_id": i} for t, i in entities[:limit]]
+        result["truncated"] = len(matched) > len(result["facts"])
+        return result
+    if complete["complete"] and not below:
+        result["answer"] = "no"
+        result["count_exact"] = True
+        result["reason"] = (f"{namespace}/{key} is declared complete for {entity_type} and "
+                            f"every {SOURCE_KIND[entity_type]} of tenant {tenant} was extracted "
+                            f"by {complete['extract_version']}; no fact matches")
+        return result
+    why = list(complete["why_not"])
+    if below:
+        why.insert(0, f"{below} matching fact(s) are below the confidence threshold "
+                   f"{min_confidence}")
+    result["reason"] = "no fact matches, and an empty answer cannot be \"no\": " + "; ".join(why)
+    text = value or key or ""
+    if text:
+        result["fallback"] = lexical_fallback(store, tenant, text,
+                                              settings.facts_fallback_limit,
+                                              settings.facts_fallback_scan)
+    return result
+
+
+def lexical_fallback(store: Store, tenant: str, text: str, limit: int,
+                     scan_cap: int) -> dict[str, Any]:
+    """BM25 over at most scan_cap of the tenant's chunks; at most limit hits."""
+    import pyarrow.parquet as pq
+
+    from ..document.text import tokens
+
+    sources = set(store.sources(tenant))
+    path = store.build_dir / "chunks.parquet"
+    report: dict[str, Any] = {"used": True, "method": "bm25 over chunk context, content "
+                              "and tags (not facts: read the hits yourself)",
+                              "query": text, "scan_cap": scan_cap, "limit": limit,
+                              "scanned": 0, "truncated": False, "hits": []}
+    if not path.is_file() or limit == 0 or scan_cap == 0:
+        return report
+    table = pq.read_table(path, columns=["chunk_id", "source", "context", "content", "tags"])
+    rows = [r for r in table.to_pylist() if r["source"] in sources]  # this tenant only
+    report["truncated"] = len(rows) > scan_cap
+    rows = rows[:scan_cap]
+    report["scanned"] = len(rows)
+    query = set(tokens(text))
+    if not rows or not query:
+        return report
+    documents = [tokens(" ".join([r["context"] or "", r["content"] or "",
+                                  " ".join(r["tags"] or [])])) for r in rows]
+    frequency = Counter(t for doc in documents for t in set(doc) if t in query)
+    average = sum(len(d) for d in documents) / len(documents) or 1.0
+    scored = []
+    for row, doc in zip(rows, documents):
+        counts = Counter(t for t in doc if t in query)
+        score = 0.0
+        for term, tf in counts.items():
+            idf = math.log(1 + (len(rows) - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            score += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * len(doc) / average))
+        if score > 0:
+            scored.append((-score, row["chunk_id"], row))
+    scored.sort(key=lambda item: item[:2])
+    for negative, chunk_id, row in scored[:limit]:
+        report["hits"].append({"chunk_id": chunk_id, "source": row["source"],
+                               "score": round(-negative, 4), "context": row["context"] or "",
+                               "excerpt": _snippet(row["content"] or "", query)})
+    return report
+
+
+def _snippet(content: str, query: set[str], width: int = 160) -> str:
+    lowered = content.casefold()
+    where = min((lowered.find(t) for t in query if lowered.find(t) >= 0), default=0)
+    start = max(0, where - width // 4)
+    piece = " ".join(content[start:start + width].split())
+    return ("…" if start else "") + piece + ("…" if start + width < len(content) else "")
+
+
+def show(store: Store, tenant: str | None, fact_id: str) -> dict[str, Any]:
+    tenant = check_tenant(tenant)
+    for fact in store.facts:
+        if fact["fact_id"] == fact_id and fact["tenant_id"] == tenant:
+            data = _public(fact, evidence_limit=None)
+            data.update({key: fact[key] for key in (
+                "tenant_id", "extract_version", "created_run_id", "created_build_seq",
+                "updated_build_seq", "invalidated_run_id", "invalidated_build_seq",
+                "invalidation_reason")})
+            return data
+    raise FactsError(f"no fact {fact_id} in tenant {tenant!r}")
+
+
+def list_facts(store: Store, tenant: str | None, entity_type=None, namespace=None, key=None,
+               value=None, include_inactive: bool = False,
+               limit: int = 100) -> dict[str, Any]:
+    tenant = check_tenant(tenant)
+    if not store.sources(tenant):
+        raise FactsError(f"tenant {tenant!r} has no sources in this build")
+    facts = store.tenant_facts(tenant, active_only=not include_inactive)
+    forms = value_forms(value, _alias_table(facts)) if value is not None else None
+    matched = [f for f in facts if _matches(f, entity_type, namespace, key, forms)]
+    return {"tenant": tenant, "build_seq": store.build_seq, "total": len(matched),
+            "facts": [_public(f, evidence_limit=1) for f in matched[:limit]],
+            "truncated": len(matched) > limit}
+
