@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         check_tenant(args.tenant)  # before touching any file: fail closed
         if getattr(args, "limit", 1) < 1:
             raise FactsUsage("--limit must be at least 1")
+        if not 0.0 <= getattr(args, "min_confidence", 0.0) <= 1.0:  # (NaN fails too)
+            raise FactsUsage("--min-confidence must be a number from 0 to 1")
         config = find_project(Path.cwd())
         build_dir = args.build or (config.build_dir if config else None)
         if build_dir is None:

@@ -1,0 +1,465 @@
+"""Semantic facts: real doit builds, real Parquet, the ledger, tenants, three-valued answers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import jsonschema
+import pyarrow.parquet as pq
+import pytest
+
+from ctxfst.build.runner import run_build
+from ctxfst.config import find_project
+from ctxfst.facts.model import facts_schema, runs_schema
+from ctxfst.facts.query import FactsError, Store, ask
+
+from .conftest import REPO, copy_example, run_process, write
+
+FACTS = "build/semantic_facts.parquet"
+RUNS = "build/semantic_fact_extraction_runs.parquet"
+DELTA = "build/semantic_facts_delta.json"
+SCHEMAS = REPO / "schemas"
+
+
+def project(root: Path, facts: str = "") -> Path:
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n'
+          f'embedding_model = "hash-16"\n{facts}')
+    (root / "content").mkdir(parents=True, exist_ok=True)
+    (root / "skills").mkdir(exist_ok=True)
+    return root
+
+
+def build(root: Path, capsys, *args: str) -> str:
+    code = run_build(root, list(args))
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    return out.out + out.err
+
+
+def facts(root: Path) -> list[dict]:
+    return pq.read_table(root / FACTS).to_pylist()
+
+
+def runs(root: Path) -> list[dict]:
+    return pq.read_table(root / RUNS).to_pylist()
+
+
+def delta(root: Path) -> dict:
+    return json.loads((root / DELTA).read_text())
+
+
+def find(rows: list[dict], **match) -> list[dict]:
+    return [r for r in rows if all(r[k] == v for k, v in match.items())]
+
+
+def doc(chunk: str, text: str, *, entities: str = "", tenant: str = "", extra: str = "",
+        chunk_extra: str = "") -> str:
+    """A one-chunk document; entities is YAML for the entities: list."""
+    head = f"tenant: {tenant}\n" if tenant else ""
+    ents = f"entities:\n{entities}" if entities else ""
+    return (f"---\n{head}{extra}{ents}chunks:\n  - id: {chunk}\n    context: \"about {chunk}\"\n"
+            f"{chunk_extra}---\n<Chunk id=\"{chunk}\">\n{text}\n</Chunk>\n")
+
+
+ENTITY_X = "  - id: entity:xylo\n    name: Xylophone\n    type: tool\n    aliases: [xylo]\n"
+
+
+def file_text(root: Path, path: str) -> str:
+    return (root / path).read_bytes().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
+# --- the example KB -------------------------------------------------------------------
+
+
+def test_example_facts_match_their_schema_ids_and_offsets(tmp_path, capsys):
+    root = copy_example(tmp_path, "hash-16")
+    build(root, capsys)
+    rows = facts(root)
+    assert rows and len({r["fact_id"] for r in rows}) == len(rows)
+    fact_schema = json.loads((SCHEMAS / "semantic-facts.schema.json").read_text())
+    runs_schema_json = json.loads((SCHEMAS / "semantic-fact-extraction-runs.schema.json")
+                                  .read_text())
+    delta_schema = json.loads((SCHEMAS / "semantic-facts-delta.schema.json").read_text())
+    for schema in (fact_schema, runs_schema_json, delta_schema):
+        jsonschema.Draft202012Validator.check_schema(schema)
+    # The documented schemas list the Arrow columns in order, with their Arrow types.
+    assert list(fact_schema["properties"]) == facts_schema().names
+    assert list(runs_schema_json["properties"]) == runs_schema().names
+    for field in facts_schema():
+        assert fact_schema["properties"][field.name]["x-arrow-type"] == str(field.type)
+    table = pq.read_table(root / FACTS)
+    assert table.schema.remove_metadata() == facts_schema()
+    assert table.schema.metadata[b"ctxfst.schema_version"] == b"1.0.0"
+    jsonschema.validate(delta(root), delta_schema)
+    texts: dict[str, str] = {}
+    for row in rows:
+        jsonschema.validate(row, fact_schema)
+        encoded = json.dumps([row["tenant_id"], row["entity_type"], row["entity_id"],
+                              row["fact_namespace"], row["fact_key"], row["fact_value_norm"]],
+                             ensure_ascii=False, separators=(",", ":"))
+        assert row["fact_id"] == "fact:" + hashlib.sha256(encoded.encode()).hexdigest()[:32]
+        assert row["tenant_id"] == "default" and row["is_active"]
+        for evidence in row["evidence"]:
+            text = texts.setdefault(evidence["path"], file_text(root, evidence["path"]))
+            assert text[evidence["start"]:evidence["end"]] == evidence["excerpt"], evidence
+        assert (row["evidence_start"], row["evidence_excerpt"]) == (
+            row["evidence"][0]["start"], row["evidence"][0]["excerpt"])
+    for run in runs(root):
+        jsonschema.validate(run, runs_schema_json)
+        assert run["status"] == "completed" and run["trigger"] == "create"
+    # Rules the issue names: entity type and aliases, tags as themes, mentions with
+    # exact offsets (also in Chinese text), skill capabilities, dates.
+    assert find(rows, entity_id="entity:hono", fact_namespace="classification",
+                fact_value_norm="framework")
+    assert find(rows, entity_id="entity:hono", fact_namespace="alias", fact_value_norm="hono.js")
+    assert find(rows, entity_type="chunk", fact_namespace="theme", fact_key="tag")
+    mention = [e for r in find(rows, entity_type="chunk", fact_namespace="mention")
+               for e in r["evidence"] if e["extractor"] == "derived.text_mention"]
+    assert any(not e["excerpt"].isascii() for e in mention)
+    produced = find(rows, entity_type="skill", fact_namespace="capability", fact_key="produces")
+    assert {r["entity_id"] for r in produced} >= {"skill:inventory-skills"}
+    assert find(rows, entity_type="chunk", fact_namespace="lifecycle", fact_key="created",
+                fact_value_norm="2026-02-10")
+    # freshness is the source's own date, never the build's clock
+    assert all(r["freshness_at"] is None or r["freshness_at"].startswith("2026")
+               for r in rows)
+
+
+def test_rebuilds_are_idempotent_and_survive_doit_clean(tmp_path, capsys):
+    root = copy_example(tmp_path, "hash-16")
+    build(root, capsys)
+    before = {name: (root / name).read_bytes() for name in (FACTS, RUNS, DELTA)}
+    build(root, capsys, "forget", "facts")
+    out = build(root, capsys)
+    assert ".  facts" in out  # the stage ran again, and changed nothing
+    assert {name: (root / name).read_bytes() for name in before} == before
+    build(root, capsys, "clean")
+    assert not (root / FACTS).exists() and (root / ".ctxfst/facts/semantic_facts.parquet").exists()
+    build(root, capsys)
+    assert {name: (root / name).read_bytes() for name in before} == before
+    assert len(runs(root)) == len({r["source_path"] for r in runs(root)})
+
+
+def test_equal_inputs_give_byte_identical_facts(tmp_path, capsys):
+    outputs = []
+    for name in ("one", "two"):
+        root = copy_example(tmp_path / name, "hash-16")
+        build(root, capsys)
+        outputs.append([(root / n).read_bytes() for n in (FACTS, RUNS, DELTA)])
+    assert outputs[0] == outputs[1]
+
+
+# --- incremental extraction and invalidation -----------------------------------------
+
+
+def test_edit_and_delete_invalidate_and_multi_source_facts_stay(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "The xylo sits in the corner.", entities=ENTITY_X,
+                                    extra="date: 2025-05-01\n"))
+    write(root, "content/b.md", doc("note:b", "A Xylophone concert.", entities=ENTITY_X))
+    write(root, "content/c.md", doc("note:c", "Nothing to see."))
+    build(root, capsys)
+    rows = facts(root)
+    kind = find(rows, entity_id="entity:xylo", fact_namespace="classification")[0]
+    assert kind["evidence_count"] == 2  # declared in two documents: one fact, two evidence
+    assert {e["source_path"] for e in kind["evidence"]} == {"content/a.md", "content/b.md"}
+    mention_a = find(rows, entity_id="note:a", fact_namespace="mention")[0]
+    assert mention_a["evidence_excerpt"] == "xylo" and mention_a["freshness_at"] == "2025-05-01"
+    assert mention_a["confidence"] == 0.8
+
+    # Edit a.md: the entity declaration and the mention go away.
+    write(root, "content/a.md", doc("note:a", "The piano sits in the corner."))
+    build(root, capsys)
+    rows = facts(root)
+    kind = find(rows, fact_id=kind["fact_id"])[0]
+    assert kind["is_active"] and kind["evidence_count"] == 1  # b.md still says it
+    assert kind["evidence"][0]["source_path"] == "content/b.md"
+    gone = find(rows, fact_id=mention_a["fact_id"])[0]
+    assert not gone["is_active"] and gone["invalidation_reason"] == "no_longer_extracted"
+    assert gone["evidence_excerpt"] == "xylo"  # kept with what supported it
+    new_runs = [r for r in runs(root) if r["build_seq"] == 2]
+    assert [(r["source_path"], r["trigger"]) for r in new_runs] == [("content/a.md", "update")]
+    change = delta(root)
+    assert change["base_build_seq"] == 1 and change["build_seq"] == 2
+    assert mention_a["fact_id"] in {r["fact_id"] for r in change["invalidated"]}
+    assert kind["fact_id"] in {r["fact_id"] for r in change["updated"]}
+
+    # Delete b.md: now nothing supports the entity.
+    (root / "content/b.md").unlink()
+    build(root, capsys)
+    rows = facts(root)
+    kind = find(rows, fact_id=kind["fact_id"])[0]
+    assert not kind["is_active"] and kind["invalidation_reason"] == "source_deleted"
+    # (the tenant's entity names changed too, so a.md and c.md were extracted again)
+    deletion = [r for r in runs(root) if r["build_seq"] == 3 and r["source_deleted"]]
+    assert [r["source_path"] for r in deletion] == ["content/b.md"]
+    assert kind["invalidated_run_id"] == deletion[0]["run_id"]
+    assert len(rows) == len({r["fact_id"] for r in rows})
+
+    # Put it back: the same fact id comes back to life, reported as added.
+    write(root, "content/b.md", doc("note:b", "A Xylophone concert.", entities=ENTITY_X))
+    build(root, capsys)
+    again = find(facts(root), fact_id=kind["fact_id"])[0]
+    assert again["is_active"] and again["invalidation_reason"] is None
+    assert again["created_build_seq"] == 1 and again["updated_build_seq"] == 4
+    assert kind["fact_id"] in {r["fact_id"] for r in delta(root)["added"]}
+    assert [r["trigger"] for r in runs(root)
+            if r["build_seq"] == 4 and r["source_path"] == "content/b.md"] == ["create"]
+
+
+def test_a_new_alias_reextracts_the_tenants_sources(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "We love the marimba.", entities=ENTITY_X))
+    write(root, "content/b.md", doc("note:b", "Nothing here."))
+    build(root, capsys)
+    assert not find(facts(root), entity_id="note:a", fact_namespace="mention")
+    write(root, "content/a.md", doc("note:a", "We love the marimba.", entities=ENTITY_X.replace(
+        "[xylo]", "[xylo, marimba]")))
+    build(root, capsys)
+    mention = find(facts(root), entity_id="note:a", fact_namespace="mention")
+    assert mention and mention[0]["evidence_excerpt"] == "marimba"
+    # b.md's bytes did not change, but its tenant's names did: it is extracted again.
+    assert {r["source_path"] for r in runs(root) if r["build_seq"] == 2} == {
+        "content/a.md", "content/b.md"}
+
+
+def test_declared_facts_with_types_confidence_and_evidence(tmp_path, capsys):
+    root = project(tmp_path)
+    chunk_facts = ("    facts:\n"
+                   "      - {namespace: domain, key: topic, value: Invoicing, evidence: "
+                   "\"invoice run\", confidence: 0.7}\n"
+                   "      - {namespace: metric, key: size, value: \"1.50\", value_type: number}\n")
+    document_facts = ("facts:\n  - namespace: status\n    key: reviewed\n    value: 2025-01-02\n"
+                      "    value_type: date\n  - {namespace: meta, key: spec, value: {a: 1},"
+                      " value_type: json}\n")
+    write(root, "content/a.md", doc("note:a", "The monthly invoice run starts.",
+                                    extra=document_facts, chunk_extra=chunk_facts))
+    build(root, capsys)
+    rows = facts(root)
+    topic = find(rows, fact_namespace="domain")[0]
+    assert (topic["fact_value_text"], topic["fact_value_norm"], topic["confidence"]) == (
+        "Invoicing", "invoicing", 0.7)
+    assert topic["evidence_excerpt"] == "invoice run" and topic["evidence_source_type"] == "chunk"
+    text = file_text(root, "content/a.md")
+    assert text[topic["evidence_start"]:topic["evidence_end"]] == "invoice run"
+    assert text.index("The monthly invoice run") < topic["evidence_start"]
+    assert find(rows, fact_namespace="metric")[0]["fact_value_norm"] == "1.5"
+    reviewed = find(rows, fact_namespace="status")[0]
+    assert reviewed["entity_type"] == "document" and reviewed["fact_value_norm"] == "2025-01-02"
+    assert find(rows, fact_namespace="meta")[0]["fact_value_norm"] == '{"a":1}'
+
+
+# --- tenants and answers --------------------------------------------------------------
+
+
+TENANTS = '[facts]\ntenants = { "content/acme" = "acme", "content/globex" = "globex" }\n'
+
+
+def tenant_kb(root: Path, complete: str = "") -> Path:
+    project(root, TENANTS + complete)
+    fact = ("    facts:\n      - {namespace: domain, key: topic, value: invoicing}\n")
+    write(root, "content/acme/a.md", doc("acme:a", "Acme bills with invoices monthly.",
+                                         chunk_extra=fact))
+    write(root, "content/acme/b.md", doc("acme:b", "Acme ships rockets."))
+    write(root, "content/globex/g.md", doc("globex:g", "Secret payroll payroll payroll.",
+                                           chunk_extra=fact))
+    write(root, "content/other.md", doc("other:o", "Payroll in the open.", tenant="side",
+                                        chunk_extra="    tags: [payroll]\n"))
+    return root
+
+
+def test_tenant_isolation_in_answers_show_and_fallback(tmp_path, capsys, cli):
+    root = tenant_kb(tmp_path)
+    build(root, capsys)
+    rows = facts(root)
+    assert {r["tenant_id"] for r in rows} == {"acme", "globex", "side"}
+    assert all(e["source_path"].startswith("content/acme/") for r in rows
+               if r["tenant_id"] == "acme" for e in r["evidence"])
+    result = cli("facts", "ask", "--tenant", "acme", "--op", "list", "--namespace", "domain",
+                 "--format", "json", cwd=root)
+    assert result.code == 0, result.err
+    data = result.json()
+    assert data["answer"] == "yes" and data["count"] == 1
+    assert [f["entity_id"] for f in data["facts"]] == ["acme:a"]
+    # The fallback reads only acme's chunks, though globex's match the query better.
+    data = cli("facts", "ask", "--tenant", "acme", "--op", "exists", "--value", "payroll",
+               "--format", "json", cwd=root).json()
+    assert data["answer"] == "unknown" and data["fallback"]["used"]
+    assert data["fallback"]["scanned"] == 2 and data["fallback"]["hits"] == []
+    data = cli("facts", "ask", "--tenant", "globex", "--op", "exists", "--value", "payroll",
+               "--format", "json", cwd=root).json()
+    assert [h["chunk_id"] for h in data["fallback"]["hits"]] == ["globex:g"]
+    globex_fact = find(rows, tenant_id="globex", fact_namespace="domain")[0]["fact_id"]
+    shown = cli("facts", "show", globex_fact, "--tenant", "acme", cwd=root)
+    assert shown.code == 1 and "no fact" in shown.err
+    shown = cli("facts", "show", globex_fact, "--tenant", "globex", "--format", "json", cwd=root)
+    assert shown.code == 0 and shown.json()["evidence"][0]["path"] == "content/globex/g.md"
+    listed = cli("facts", "list", "--tenant", "side", "--format", "json", cwd=root).json()
+    assert listed["total"] and all(f["entity_id"] in ("content/other.md", "other:o")
+                                   for f in listed["facts"])
+    missing = cli("facts", "ask", "--tenant", "nobody", "--op", "exists", cwd=root)
+    assert missing.code == 1 and "no sources" in missing.err
+
+
+def test_three_valued_answers(tmp_path, capsys):
+    complete = 'complete = { chunk = ["domain/topic"] }\n'
+    root = tenant_kb(tmp_path, complete)
+    build(root, capsys)
+    config = find_project(root)
+    store = Store.load(root / "build", config)
+    version = store.extract_version
+
+    def answer(**query):
+        return ask(store, config.build, "acme", query.pop("op", "exists"),
+                   current_version=version, **query)
+
+    yes = answer(entity_type="chunk", namespace="domain", key="topic", value=" INVOICING ")
+    assert yes["answer"] == "yes" and yes["facts"][0]["evidence"][0]["excerpt"] == "invoicing"
+    assert yes["count_exact"]  # complete key: the count is exact
+    no = answer(entity_type="chunk", namespace="domain", key="topic", value="rockets")
+    assert no["answer"] == "no" and not no["fallback"]["used"]
+    count = answer(op="count", entity_type="chunk", namespace="domain", key="topic",
+                   value="rockets")
+    assert (count["answer"], count["count"], count["count_exact"]) == ("no", 0, True)
+    # Not declared complete: an empty answer is unknown, never no.
+    unknown = answer(entity_type="chunk", namespace="domain", key="budget", value="rockets")
+    assert unknown["answer"] == "unknown" and unknown["fallback"]["used"]
+    assert [h["chunk_id"] for h in unknown["fallback"]["hits"]] == ["acme:b"]
+    assert answer(namespace="domain", key="topic", value="rockets")["answer"] == "unknown"
+    # Below the confidence threshold: unknown, and the threshold is reported.
+    low = answer(entity_type="chunk", namespace="theme", key="tag", value="x",
+                 min_confidence=0.99)
+    assert low["answer"] == "unknown" and low["min_confidence"] == 0.99
+    below = answer(entity_type="chunk", namespace="domain", key="topic", value="invoicing",
+                   min_confidence=1.0)
+    assert below["answer"] == "yes"
+    # Sources extracted by another extractor version: no "no" either.
+    stale = ask(store, config.build, "acme", "exists", "chunk", "domain", "topic", "rockets",
+                current_version="declared@2+derived@1")
+    assert stale["answer"] == "unknown" and stale["completeness"]["sources_behind"]
+
+
+def test_fallback_is_bounded_and_reported(tmp_path, capsys, cli):
+    root = project(tmp_path, "[facts]\nfallback_limit = 2\nfallback_scan = 3\n")
+    for number in range(6):
+        write(root, f"content/n{number}.md", doc(f"note:n{number}", f"ledger entry {number}"))
+    build(root, capsys)
+    data = cli("facts", "ask", "--tenant", "default", "--op", "exists", "--value", "ledger",
+               "--format", "json", cwd=root).json()
+    fallback = data["fallback"]
+    assert data["answer"] == "unknown"
+    assert (fallback["scanned"], fallback["scan_cap"], fallback["truncated"]) == (3, 3, True)
+    assert len(fallback["hits"]) == 2 and fallback["limit"] == 2
+    text = cli("facts", "ask", "--tenant", "default", "--op", "exists", "--value", "ledger",
+               cwd=root).out
+    assert "answer: unknown" in text and "fallback (lexical, not facts)" in text
+
+
+def test_a_failing_extractor_fails_its_run_and_keeps_previous_facts(tmp_path, capsys,
+                                                                    monkeypatch):
+    plugin = write(tmp_path / "plugins", "boom_extractor.py", """
+        class Boom:
+            name, version = "boom", "1"
+
+            def extract(self, view):
+                if "BOOM" in view.text:
+                    raise RuntimeError("refusing this source")
+                return []
+
+        def make():
+            return Boom()
+    """)
+    monkeypatch.syspath_prepend(str(plugin.parent))
+    sys.modules.pop("boom_extractor", None)
+    root = project(tmp_path / "kb", '[facts]\nextractors = ["boom_extractor:make"]\n')
+    write(root, "content/a.md", doc("note:a", "Quiet text."))
+    build(root, capsys)
+    before = find(facts(root), entity_id="note:a", fact_namespace="theme") + find(
+        facts(root), entity_id="content/a.md")
+    write(root, "content/a.md", doc("note:a", "Now BOOM."))
+    out = build(root, capsys)
+    assert "could not be extracted" in out
+    failed = [r for r in runs(root) if r["build_seq"] == 2][0]
+    assert failed["status"] == "failed" and "refusing this source" in failed["failure_reason"]
+    assert failed["extract_version"] == "declared@1+derived@1+boom@1"
+    assert all(r["is_active"] for r in facts(root))  # previous facts kept
+    assert len(facts(root)) >= len(before)
+    build(root, capsys, "forget", "facts")
+    build(root, capsys)
+    assert [r["trigger"] for r in runs(root) if r["build_seq"] == 3] == ["manual_retry"]
+
+
+# --- bad input ------------------------------------------------------------------------
+
+
+def test_bad_facts_and_tenants_are_located_and_stop_the_build(tmp_path, capsys, cli):
+    root = project(tmp_path)
+    write(root, "content/bad.md", """
+        ---
+        tenant: "acme corp"
+        facts:
+          - namespace: domain
+            key: topic
+            value: x
+            confidence: 1.5
+          - just a string
+          - {namespace: d, key: k, value: v, value_type: colour}
+        chunks:
+          - id: note:bad
+            context: "bad facts"
+            facts: {namespace: d}
+        ---
+        <Chunk id="note:bad">
+        text
+        </Chunk>
+    """)
+    result = cli("validate", "--format", "json", cwd=root)
+    assert result.code == 1
+    found = {(d["code"], d["line"]) for d in result.json()["diagnostics"]}
+    assert {("CTX709", 2), ("CTX704", 7), ("CTX701", 8), ("CTX705", 9), ("CTX701", 13)} <= found
+    code = run_build(root, [])
+    out = capsys.readouterr()
+    assert code != 0 and "content/bad.md:7:17: error CTX704" in out.out + out.err
+    assert "Traceback" not in out.out + out.err
+
+
+def test_cli_refuses_missing_tenant_bad_tenant_and_stale_builds(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "Some text."))
+    none = run_process("facts", "ask", "--op", "exists", cwd=root)
+    assert none.returncode == 2 and "a tenant is required" in none.stderr
+    bad = run_process("facts", "ask", "--tenant", "ac me", "--op", "exists", cwd=root)
+    assert bad.returncode == 2 and "not a tenant id" in bad.stderr
+    unbuilt = run_process("facts", "list", "--tenant", "default", cwd=root)
+    assert unbuilt.returncode == 1 and "run `doit`" in unbuilt.stderr
+    build(root, capsys)
+    ok = run_process("facts", "list", "--tenant", "default", cwd=root)
+    assert ok.returncode == 0 and "fact(s) in tenant default" in ok.stdout
+    write(root, "content/a.md", doc("note:a", "Edited text."))
+    stale = run_process("facts", "list", "--tenant", "default", cwd=root)
+    assert stale.returncode == 1 and "older than the sources" in stale.stderr
+    confidence = run_process("facts", "ask", "--tenant", "default", "--op", "exists",
+                             "--min-confidence", "2", cwd=root)
+    assert confidence.returncode == 2 and "--min-confidence" in confidence.stderr
+    for result in (none, bad, unbuilt, stale, confidence):
+        assert "Traceback" not in result.stderr
+
+
+def test_bad_tenant_settings_are_clear_errors(tmp_path):
+    root = project(tmp_path, '[facts]\ntenants = { "content/x" = "has space" }\n')
+    result = run_process("facts", "list", "--tenant", "default", cwd=root)
+    assert result.returncode == 2 and "is not a tenant id" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_store_refuses_artifacts_that_do_not_match_the_manifest(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "Some text."))
+    build(root, capsys)
+    shutil.copy(root / RUNS, root / FACTS)
+    with pytest.raises(FactsError, match="run `doit`"):
+        Store.load(root / "build")
