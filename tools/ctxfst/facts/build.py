@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class Source:
     record: Any                     # the typed record from the validated KB
     tenant: str
     digest: str = ""                # sha256 of its bytes and its passages' bytes
+    file_sha: str = ""              # sha256 of its own bytes
     entity_id: str = ""
     fingerprint: str = ""
 
@@ -146,29 +147,37 @@ def _read_ledger(directory: Path) -> tuple[dict[str, Fact], list[dict], int]:
     return facts, runs, seq
 
 
-def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
-    """Parse a source afresh from its bytes: text, positions, passage offsets."""
-    from ..document.parse import parse_text
-    from ..document.source import Source as Input
-    from ..skills.parse import parse_skill
+def _date_of(frontmatter: dict | None) -> str | None:
+    """A source's own date: its `updated`, else its `date` field."""
+    for name in ("updated", "date"):
+        value = (frontmatter or {}).get(name)
+        if value is not None:
+            try:
+                return canonical_date(value)
+            except ValueError:
+                continue
+    return None
 
+
+def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
+    """What extractors see of a source: its text and the typed record the validated
+    knowledge base holds for exactly these bytes (positions, passages and their offsets)."""
     data = source.fs_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != source.file_sha:
+        raise ExtractionError(f"{source.path} changed during the build; the next build "
+                              "extracts it")
     text, problem = decode_text(source.path, data)
     if problem is not None or text is None:
         raise ExtractionError(f"{source.path}: {problem.message if problem else 'unreadable'}")
     files = {source.path: text}
     passages: dict[str, tuple[str, int, str]] = {}
-    freshness = None
+    record = source.record
     if source.kind == "document":
-        record = parse_text(text, source.path, source.fs_path, typed=True)
-        data_fm = record.frontmatter or {}
-        for name in ("updated", "date"):
-            if data_fm.get(name) is not None:
-                try:
-                    freshness = canonical_date(data_fm[name])
-                    break
-                except ValueError:
-                    continue
+        if any(text[b.offset:b.offset + len(b.content)] != b.content
+               for b in record.bodies.values()):
+            from ..document.parse import parse_text  # a record from an older parser
+
+            record = parse_text(text, source.path, source.fs_path, typed=True)
         for chunk_id, body in record.bodies.items():
             passages[chunk_id] = (source.path, body.offset, body.content)
         for _, chunk in record.chunks:
@@ -182,20 +191,8 @@ def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
             files[relative] = passage_text
             lead = len(passage_text) - len(passage_text.lstrip())
             passages[chunk.id] = (relative, lead, passage_text.strip())
-    else:
-        record = parse_skill(Input(source.path, source.fs_path, data))
-        if record.record is None:
-            raise ExtractionError(f"{source.path}: the skill no longer parses")
-        fm = record.frontmatter or {}
-        for name in ("updated", "date"):
-            if fm.get(name) is not None:
-                try:
-                    freshness = canonical_date(fm[name])
-                    break
-                except ValueError:
-                    continue
     return SourceView(source.path, source.kind, source.tenant, text, record, catalog,
-                      freshness, files, passages)
+                      _date_of(record.frontmatter), files, passages)
 
 
 def _run_id(seq: int, path: str) -> str:
@@ -210,8 +207,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
     version = extract_version(extractors)
     sources = collect_sources(root, kb, settings)
     for source in sources:
-        source.digest = _sha(source.fs_path.read_bytes(),
-                             *(p.read_bytes() for p in _passage_files(source)))
+        data = source.fs_path.read_bytes()
+        source.file_sha = hashlib.sha256(data).hexdigest()
+        source.digest = _sha(data, *(p.read_bytes() for p in _passage_files(source)))
     catalogs, catalog_digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, catalog_digests.get(source.tenant, ""), version)
@@ -286,7 +284,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         "base_build_seq": prior_seq, "extract_version": version,
         "runs": sorted(r["run_id"] for r in new_runs),
         "counts": {name: len(rows) for name, rows in delta.items()},
-        **delta}, compact=False))
+        **delta}, compact=True))
     return Outcome(seq, True, _final_counts(counts, facts, seq, delta))
 
 
@@ -321,9 +319,16 @@ def _drop_evidence(facts: dict[str, Fact], by_source: dict[str, set[str]], path:
 def _add_candidates(facts: dict[str, Fact], candidates, path: str, run_id: str,
                     seq: int) -> int:
     written: set[str] = set()
+    seen: set[tuple[str, Evidence]] = set()
     for candidate in candidates:
         fid = candidate.fact_id
-        evidence = replace(candidate.evidence, source_path=path, run_id=run_id)
+        ev = candidate.evidence
+        evidence = Evidence(ev.source_type, ev.source_id, ev.path, ev.start, ev.end, ev.excerpt,
+                            ev.extractor, ev.extract_version, ev.confidence, ev.freshness_at,
+                            path, run_id, candidate.value_text)
+        if (fid, evidence) in seen:  # the same span twice in one source adds nothing
+            continue
+        seen.add((fid, evidence))
         fact = facts.get(fid)
         if fact is None:
             fact = facts[fid] = Fact(fid, candidate.tenant_id, candidate.entity_type,
@@ -335,8 +340,7 @@ def _add_candidates(facts: dict[str, Fact], candidates, path: str, run_id: str,
             fact.is_active, fact.evidence = True, []
             fact.invalidated_run_id = fact.invalidated_build_seq = None
             fact.invalidation_reason = None
-        if evidence not in fact.evidence:  # the same span twice in one source adds nothing
-            fact.evidence.append(evidence)
+        fact.evidence.append(evidence)
         written.add(fid)
     return len(written)
 

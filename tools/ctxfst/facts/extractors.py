@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Protocol
 
 from ..document.facts import canonical_date, normalize_text
@@ -35,28 +35,71 @@ class Extractor(Protocol):
     def extract(self, view: "SourceView") -> Iterable[Candidate]: ...
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
 @dataclass
 class Catalog:
-    """One tenant's entities: names and aliases (normalised) -> entity id."""
+    """One tenant's entities: names and aliases (normalised) -> entity id.
+
+    Mentions are found per name (word boundaries for ASCII names, none for CJK ones),
+    after a cheap filter: an ASCII name is tried only when its first word occurs in the
+    passage, so a large catalog costs little per chunk.
+    """
 
     names: dict[str, str] = field(default_factory=dict)
-    pattern: re.Pattern | None = None
+    by_word: dict[str, list[str]] = field(default_factory=dict)
+    other: list[str] = field(default_factory=list)
+    _patterns: dict[str, re.Pattern] = field(default_factory=dict)
 
     @classmethod
     def build(cls, labels: dict[str, list[str]]) -> "Catalog":
-        names: dict[str, str] = {}
+        catalog = cls()
         for entity_id in sorted(labels):
             for label in labels[entity_id]:
-                names.setdefault(normalize_text(label), entity_id)
-        usable = sorted((n for n in names if len(n) >= 2), key=lambda n: (-len(n), n))
-        parts = [rf"(?<![A-Za-z0-9]){re.escape(n)}(?![A-Za-z0-9])" if n.isascii() else re.escape(n)
-                 for n in usable]
-        pattern = re.compile("|".join(parts), re.IGNORECASE) if parts else None
-        return cls(names, pattern)
+                catalog.names.setdefault(normalize_text(label), entity_id)
+        for name in sorted(catalog.names):
+            if len(name) < 2:
+                continue
+            first = _WORD.search(name) if name.isascii() else None
+            if first is None:
+                catalog.other.append(name)
+            else:
+                catalog.by_word.setdefault(first.group(), []).append(name)
+        return catalog
 
     def canonical(self, value_norm: str) -> str:
         """The alias table: a keyword naming an entity normalises to the entity's id."""
         return self.names.get(value_norm, value_norm)
+
+    def _pattern(self, name: str) -> re.Pattern:
+        pattern = self._patterns.get(name)
+        if pattern is None:
+            body = re.escape(name)
+            if name.isascii():
+                body = rf"(?<![A-Za-z0-9]){body}(?![A-Za-z0-9])"
+            pattern = self._patterns[name] = re.compile(body, re.IGNORECASE)
+        return pattern
+
+    def mentions(self, passage: str) -> list[tuple[int, int, str]]:
+        """(start, end, entity id) of names in the passage: leftmost first, the longest
+        name at a position, no overlaps."""
+        if not self.names:
+            return []
+        folded = passage.casefold()
+        candidates = [n for word in set(_WORD.findall(folded)) for n in self.by_word.get(word, ())]
+        if self.other:
+            normalized = normalize_text(passage)
+            candidates += [n for n in self.other if n in normalized or n in folded]
+        found = sorted((m.start(), -(m.end() - m.start()), name)
+                       for name in candidates for m in self._pattern(name).finditer(passage))
+        out: list[tuple[int, int, str]] = []
+        end = -1
+        for start, negative, name in found:
+            if start >= end:
+                end = start - negative
+                out.append((start, end, self.names[name]))
+        return out
 
 
 @dataclass
@@ -135,7 +178,7 @@ def _candidate(view: SourceView, entity_type: str, entity_id: str, namespace: st
                value_text: str, value_norm: str, value_type: str,
                evidence: Evidence) -> Candidate:
     return Candidate(view.tenant, entity_type, entity_id, namespace, key, value_text,
-                     value_norm, value_type, replace(evidence, value_text=value_text))
+                     value_norm, value_type, evidence)
 
 
 def _keyword(view: SourceView, text: str) -> str:
@@ -287,22 +330,20 @@ class DerivedExtractor:
     def _mentions(self, view: SourceView, chunk_id: str,
                   freshness: str | None) -> Iterator[Candidate]:
         """Entity names and aliases in the passage: the first mention of each entity."""
-        pattern = view.catalog.pattern
-        if pattern is None or chunk_id not in view.passages:
+        if chunk_id not in view.passages:
             return
         passage = view.passages[chunk_id][2]
         seen: set[str] = set()
         rule = RULES["derived.text_mention"]
-        for match in pattern.finditer(passage):
-            entity_id = view.catalog.names.get(normalize_text(match.group()))
-            if entity_id is None or entity_id in seen:
+        for start, end, entity_id in view.catalog.mentions(passage):
+            if entity_id in seen:
                 continue
             seen.add(entity_id)
-            confidence = rule.confidence if len(match.group()) >= 4 else 0.6
-            yield _candidate(view, "chunk", chunk_id, "mention", "entity", match.group(),
-                             entity_id, "keyword",
-                             view.in_passage(chunk_id, match.start(), match.end(), rule,
-                                             freshness, confidence))
+            excerpt = passage[start:end]
+            confidence = rule.confidence if len(excerpt) >= 4 else 0.6
+            yield _candidate(view, "chunk", chunk_id, "mention", "entity", excerpt, entity_id,
+                             "keyword", view.in_passage(chunk_id, start, end, rule, freshness,
+                                                        confidence))
 
     def _skill(self, view: SourceView) -> Iterator[Candidate]:
         from ..document.model import strip_not
