@@ -290,6 +290,10 @@ def test_a_killed_build_leaves_the_previous_artifacts_consistent(tmp_path):
             # Killed while publishing: the next build (or any ctxfst build) finishes it.
             assert recover(find_project(root))
         assert_consistent(root)
+        # The facts ledger (the next build's prior state) is published with build/.
+        for name in ("semantic_facts.parquet", "semantic_fact_extraction_runs.parquet"):
+            assert (root / ".ctxfst/facts" / name).read_bytes() == (
+                root / "build" / name).read_bytes()
         now = artifact_bytes(root)
         assert now == previous or all(now[n] != previous[n] for n in ("chunks.json",
                                                                        "manifest.json"))

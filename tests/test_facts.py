@@ -463,3 +463,24 @@ def test_store_refuses_artifacts_that_do_not_match_the_manifest(tmp_path, capsys
     shutil.copy(root / RUNS, root / FACTS)
     with pytest.raises(FactsError, match="run `doit`"):
         Store.load(root / "build")
+
+
+def test_the_readme_facts_example_is_what_the_example_kb_answers(tmp_path, capsys, cli):
+    root = copy_example(tmp_path, "hash-16", '[facts]\ncomplete = { document = ["domain/topic"] }\n')
+    build(root, capsys)
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Facts", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
+    sessions = block.split("$ ")[1:]
+    assert len(sessions) == 2
+    for session in sessions:
+        lines = session.split("\n")
+        command = lines[0].rstrip("\\").strip()
+        output = lines[1:]
+        while output and output[0].startswith("    "):  # continuation lines
+            command += " " + output.pop(0).strip()
+        head, _, rest = command.partition('"')  # the one quoted value, if any
+        quoted, _, tail = rest.partition('"')
+        args = head.split()[1:] + ([quoted] if rest else []) + tail.split()
+        result = cli(*args, cwd=root)
+        assert result.code == 0, result.err
+        assert result.out.rstrip("\n") == "\n".join(output).rstrip("\n")

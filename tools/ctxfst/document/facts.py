@@ -152,12 +152,12 @@ def _confidence(value: Any) -> float | None:
     return value if math.isfinite(value) and 0.0 <= value <= 1.0 else None
 
 
-def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: str | None,
+def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: list[str] | None,
                    out: list[Diagnostic]) -> list[DeclaredFact]:
     """Check one `facts:` value (raw YAML data) at frontmatter path base + ('facts',).
 
-    passage is the text an `evidence:` excerpt must occur in (None: not checkable here,
-    the build checks it). Diagnostics are located through item.source_map.
+    passage lists the texts an `evidence:` excerpt must occur in, one of them (None: not
+    checkable here, the build checks it). Diagnostics are located through item.source_map.
     """
     from .model import diagnostic_at as at
 
@@ -216,10 +216,12 @@ def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: str | 
                 out.append(at(item, path + ("evidence",), "CTX708",
                               f"{name}: evidence must be a non-empty excerpt of the text"))
                 evidence = None
-            elif passage is not None and evidence not in passage:
+            elif passage is not None and not any(evidence in part for part in passage):
+                where_text = "the passage" if label.startswith("chunk") else \
+                    "any passage of the document"
                 out.append(at(item, path + ("evidence",), "CTX708",
                               f"{name}: evidence {evidence!r:.60} does not occur in "
-                              f"{'the passage' if label.startswith('chunk') else 'the document passages'}"))
+                              f"{where_text}"))
                 evidence = None
         if len(out) > problems or text is None or norm is None:
             continue
@@ -248,7 +250,7 @@ def check_document(doc) -> None:
             from .model import diagnostic_at
 
             out.append(diagnostic_at(doc, ("tenant",), "CTX709", f"tenant {problem}"))
-    everything = "\n".join(body.content for body in doc.bodies.values())
+    everything = [body.content for body in doc.bodies.values()]
     all_local = all(record.content_path is None for _, record in doc.chunks)
     if "facts" in data:
         facts[("document",)] = declared_facts(doc, (), data["facts"], "document", everything
@@ -261,7 +263,7 @@ def check_document(doc) -> None:
                 continue
             if section == "chunks":
                 body = doc.bodies.get(record.id)
-                passage = body.content if body is not None else None
+                passage = [body.content] if body is not None else None
                 label = f"chunk '{record.id}'"
             else:
                 passage = everything if all_local else None

@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evidence_lines(fact: dict, indent: str = "     ") -> list[str]:
-    return [f"{indent}evidence: {e['path']}:{e['start']}-{e['end']} "
+def _evidence_lines(fact: dict, indent: str = "     evidence: ") -> list[str]:
+    return [f"{indent}{e['path']}:{e['start']}-{e['end']} "
             f"{json.dumps(e['excerpt'], ensure_ascii=False)} ({e['extractor']}, "
             f"{e['confidence']:g})" for e in fact["evidence"]]
 
