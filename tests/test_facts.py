@@ -484,3 +484,20 @@ def test_the_readme_facts_example_is_what_the_example_kb_answers(tmp_path, capsy
         result = cli(*args, cwd=root)
         assert result.code == 0, result.err
         assert result.out.rstrip("\n") == "\n".join(output).rstrip("\n")
+
+
+def test_moving_a_folder_to_another_tenant_reruns_facts_only(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/team/a.md", doc("note:a", "Text.", chunk_extra="    tags: [alpha]\n"))
+    build(root, capsys)
+    before = find(facts(root), fact_namespace="theme", entity_type="chunk")[0]
+    assert before["tenant_id"] == "default"
+    project(root, '[facts]\ntenants = { "content/team" = "team" }\n')
+    out = build(root, capsys)
+    assert {line.split()[-1] for line in out.splitlines() if line.startswith(".  ")} == {
+        "validate", "facts", "manifest"}
+    rows = facts(root)
+    assert not find(rows, fact_id=before["fact_id"])[0]["is_active"]
+    moved = find(rows, fact_namespace="theme", entity_type="chunk", is_active=True)[0]
+    assert moved["tenant_id"] == "team" and moved["fact_id"] != before["fact_id"]
+    assert [r["trigger"] for r in runs(root) if r["build_seq"] == 2] == ["update"]
