@@ -64,7 +64,12 @@ def test_bad_queries_and_builds(built, tmp_path, cli):
     result = cli("query", "hono", cwd=built)
     assert result.code == 1 and "run `doit`" in result.err
     empty = make_project(tmp_path / "empty")
-    assert cli("query", "x", cwd=empty).code == 1
+    assert cli("query", "x", cwd=empty).code == 1  # no build yet
+    write(empty, "ctxfst.toml", 'embedding_model = "hash-64"\n')
+    assert run_build(empty, []) == 0
+    for mode in ("vector", "lexical", "graph", "hybrid"):
+        result = cli("query", "anything", "--mode", mode, cwd=empty)
+        assert (result.code, result.out.strip()) == (0, "no matching chunks"), mode
 
 
 def test_eval_reports_every_metric(built, cli):
@@ -144,3 +149,39 @@ def test_keyword_graph_baseline(built, cli):
     (built / "skill-graph.json").unlink()
     missing = cli("query", "x y", "--mode", "keyword-graph", cwd=built)
     assert missing.code == 1 and "skill graph" in missing.err
+
+
+TELEGRAM = "I want to build a Telegram chat bot that answers with AI; what should I look at?"
+EDGE = ("I know Python FastAPI well and want to deploy to Cloudflare Workers for lower "
+        "latency; which framework?")
+
+
+def test_course_scenarios_on_a_generated_career_kb(tmp_path, capsys, cli):
+    """The course's two examples: articles whose wording hides their topic, among look-alikes
+    and random filler documents. Vector search misses them; graph search brings them."""
+    from ctxfst.mock import generate_career
+
+    generate_career(tmp_path, filler=10)
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "minilm"\n')
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+
+    def top(query: str, mode: str) -> dict[str, list[str]]:
+        result = cli("query", query, "--mode", mode, "--top-k", "5", "--format", "json",
+                     cwd=tmp_path)
+        assert result.code == 0, result.err
+        return {hit["chunk_id"]: hit["via"] for hit in json.loads(result.out)["results"]}
+
+    vector, graph = top(TELEGRAM, "vector"), top(TELEGRAM, "graph")
+    # Vector: Telegram and other chat-bot articles; the assistant never says "chat bot".
+    assert "article:personal-assistant" not in vector
+    assert sum(cid.startswith("article:telegram") for cid in vector) >= 3
+    assert "article:personal-assistant" in graph
+    assert graph["article:personal-assistant"] and "article:telegram-bot-ai-replies" in graph
+
+    vector, graph = top(EDGE, "vector"), top(EDGE, "graph")
+    # Vector: FastAPI articles the user already knows; Hono never mentions Python/FastAPI.
+    assert "article:hono-edge" not in vector
+    assert sum(cid.startswith("article:fastapi") for cid in vector) >= 2
+    assert "article:hono-edge" in graph
+    assert "Cloudflare Workers" in graph["article:hono-edge"][0]

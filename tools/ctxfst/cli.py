@@ -306,6 +306,8 @@ def _retrieval(args: argparse.Namespace) -> int:
             if args.format == "json":
                 print(json.dumps(result.as_json(), ensure_ascii=False, indent=2))
                 return EXIT_OK
+            if not result.hits:
+                print("no matching chunks")
             for number, hit in enumerate(result.hits, 1):
                 print(f"{number}. {hit.chunk_id}  {hit.score:.3f}  {hit.source}")
                 print(f"   {hit.context}")

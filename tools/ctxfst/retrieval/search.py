@@ -33,6 +33,7 @@ SEED_TOP = 8
 SEED_MIN = 0.2
 RRF_K = 60
 SIM_WEIGHT = 0.5       # weight of the chunk's own (min-max scaled) similarity
+SECOND_ENTITY_WEIGHT = 0.5  # weight of a chunk's second most activated entity
 DIVERSITY = 0.8        # MMR balance; 1.0 turns diversity off
 FEEDBACK_CHUNKS = 3   # pseudo-relevance feedback: entities of the best-matching chunks seed too
 FEEDBACK_WEIGHT = 0.8
@@ -89,7 +90,8 @@ def _vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     dim = int(meta.get("ctxfst.dim", "0"))
     flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return (table.column("id").to_pylist(), np.asarray(flat, np.float32).reshape(-1, dim),
+    return (table.column("id").to_pylist(),
+            np.asarray(flat, np.float32).reshape(table.num_rows, dim),
             meta.get("ctxfst.model_id", ""))
 
 
@@ -305,15 +307,19 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
                     label = f"-{relation}{f' {weight:.2f}' if relation == 'SIMILAR' else ''}->"
                     path[other] = path[node] + [label, index.names.get(other, other)]
         frontier = nxt
-    # Chunks: similarity to the query plus the activation of what they mention.
-    # Each chunk takes the best activation among its entities (vectorised: big builds).
+    # Chunks: similarity to the query plus the activation of what they mention: the best
+    # activation among a chunk's entities plus a share of the second best, so a chunk tied
+    # to two activated entities outranks one that repeats a single seed (vectorised: big
+    # builds). Entities come in ascending order, so a new best demotes the old one.
     entity_score = np.zeros(len(index.chunk_ids), np.float64)
+    second_score = np.zeros(len(index.chunk_ids), np.float64)
     best_entity: dict[int, str] = {}
     for entity, value in sorted(activation.items(), key=lambda kv: (kv[1], kv[0])):
         rows = index.mentions.get(entity)
         if rows is None:
             continue
         better = rows[entity_score[rows] < value]
+        second_score[better] = entity_score[better]
         entity_score[better] = value
         for row in better.tolist():
             best_entity[row] = entity
@@ -321,7 +327,8 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     spread = (high - low) or 1.0
     # The chunk's own similarity counts less when the model could not read the query.
     sim_weight = SIM_WEIGHT * (min(1.0, bridge.readable / READABLE_MIN) if bridge else 1.0)
-    combined_array = sim_weight * (chunk_sims.astype(np.float64) - low) / spread + entity_score
+    combined_array = (sim_weight * (chunk_sims.astype(np.float64) - low) / spread + entity_score
+                      + SECOND_ENTITY_WEIGHT * second_score)
     pool = _top(combined_array, max(k * 5, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
@@ -450,6 +457,8 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
         hits, seeds, expanded = keyword_graph_search(index, query, skill_graph, k, hops)
         return Result(query, mode, hits, seeds, expanded)
     assert query_vector is not None
+    if not index.chunks:
+        return Result(query, mode, [])
     if mode == "vector":
         return Result(query, mode, vector_search(index, query_vector, k))
     hits, seeds, expanded = graph_search(index, query, query_vector, k if mode == "graph"
