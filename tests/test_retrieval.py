@@ -53,7 +53,7 @@ def test_names_match_on_word_boundaries(built):
     assert "entity:kubernetes" in index.name_matches("K8S rollout")  # aliases, any case
 
 
-def test_bad_queries_and_builds(built, tmp_path, cli):
+def test_bad_queries_and_builds(built, tmp_path, cli, capsys):
     index = Index(built / "build", "hash-64")
     for text in ("", "  ", "?!…"):
         with pytest.raises(RetrievalError, match="empty"):
@@ -67,6 +67,7 @@ def test_bad_queries_and_builds(built, tmp_path, cli):
     assert cli("query", "x", cwd=empty).code == 1  # no build yet
     write(empty, "ctxfst.toml", 'embedding_model = "hash-64"\n')
     assert run_build(empty, []) == 0
+    capsys.readouterr()
     for mode in ("vector", "lexical", "graph", "hybrid"):
         result = cli("query", "anything", "--mode", mode, cwd=empty)
         assert (result.code, result.out.strip()) == (0, "no matching chunks"), mode
