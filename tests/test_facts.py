@@ -14,7 +14,8 @@ import pytest
 
 from ctxfst.build.runner import run_build
 from ctxfst.config import find_project
-from ctxfst.facts.model import facts_schema, runs_schema
+from ctxfst.build.io import parquet_bytes
+from ctxfst.facts.model import Fact, facts_schema, facts_table, runs_schema
 from ctxfst.facts.query import FactsError, Store, ask
 
 from .conftest import REPO, copy_example, run_process, write
@@ -41,7 +42,15 @@ def build(root: Path, capsys, *args: str) -> str:
 
 
 def facts(root: Path) -> list[dict]:
-    return pq.read_table(root / FACTS).to_pylist()
+    """The facts, after checking the file is exactly what writing them afresh gives
+    (builds carry untouched rows over as Arrow; the bytes must not depend on that)."""
+    table = pq.read_table(root / FACTS)
+    rows = table.to_pylist()
+    meta = table.schema.metadata
+    fresh = facts_table([Fact.from_row(row) for row in rows], int(meta[b"ctxfst.build_seq"]),
+                        meta[b"ctxfst.extract_version"].decode())
+    assert parquet_bytes(fresh) == (root / FACTS).read_bytes()
+    return rows
 
 
 def runs(root: Path) -> list[dict]:
@@ -501,3 +510,16 @@ def test_moving_a_folder_to_another_tenant_reruns_facts_only(tmp_path, capsys):
     moved = find(rows, fact_namespace="theme", entity_type="chunk", is_active=True)[0]
     assert moved["tenant_id"] == "team" and moved["fact_id"] != before["fact_id"]
     assert [r["trigger"] for r in runs(root) if r["build_seq"] == 2] == ["update"]
+
+
+def test_a_damaged_ledger_stops_the_build_with_a_clear_message(tmp_path, capsys):
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "Text."))
+    build(root, capsys)
+    (root / ".ctxfst/facts/semantic_facts.parquet").write_bytes(b"not parquet")
+    write(root, "content/a.md", doc("note:a", "Edited."))
+    code = run_build(root, [])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code != 0 and "unreadable facts ledger" in text and "Traceback" not in text
+    assert "remove the folder" in text

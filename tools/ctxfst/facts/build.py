@@ -27,7 +27,7 @@ from ..document.source import decode_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Evidence, Fact,
-                    facts_table, runs_table)
+                    facts_schema, facts_table, runs_table)
 
 LEDGER = Path(".ctxfst") / "facts"
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
@@ -130,21 +130,42 @@ def fingerprint(source: Source, catalog_digest: str, version: str) -> str:
                             catalog_digest, source.kind]).encode())
 
 
-def _read_ledger(directory: Path) -> tuple[dict[str, Fact], list[dict], int]:
+def _read_ledger(directory: Path):
+    """The previous facts (an Arrow table, None when there are none), runs and build_seq."""
     path = directory / FACTS_FILE
     if not path.is_file() or not (directory / RUNS_FILE).is_file():
-        return {}, [], 0
+        return None, [], 0
     import pyarrow.parquet as pq
 
     try:
-        facts_data = pq.read_table(path)
+        table = pq.read_table(path)
         runs = pq.read_table(directory / RUNS_FILE).to_pylist()
-        seq = int((facts_data.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
-        facts = {row["fact_id"]: Fact.from_row(row) for row in facts_data.to_pylist()}
-    except Exception as error:  # a corrupt ledger: say so and start afresh, never crash
+        seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
+        # Parquet names list items "element"; cast back to the written schema ("item"),
+        # so carried-over rows encode exactly like fresh ones.
+        table = table.replace_schema_metadata(None).cast(facts_schema())
+    except Exception as error:  # a damaged ledger: say what to do, never a traceback
         raise ExtractionError(f"{directory}: unreadable facts ledger ({error}); remove the "
                               "folder to rebuild the facts from scratch") from None
-    return facts, runs, seq
+    return table, runs, seq
+
+
+def _touched_rows(table, paths: set[str], fact_ids: set[str]) -> list[int]:
+    """Rows of the previous facts that a build changes: those with evidence from the
+    extracted or deleted sources, and those the new candidates name."""
+    if table is None or table.num_rows == 0:
+        return []
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    index = {fid: row for row, fid in enumerate(table.column("fact_id").to_pylist())}
+    rows = {index[fid] for fid in fact_ids if fid in index}
+    if paths:
+        evidence = table.column("evidence").combine_chunks()
+        flat = pc.list_flatten(evidence)
+        hits = pc.is_in(flat.field("source_path"), value_set=pa.array(sorted(paths)))
+        rows.update(pc.filter(pc.list_parent_indices(evidence), hits).to_pylist())
+    return sorted(rows)
 
 
 def _date_of(frontmatter: dict | None) -> str | None:
@@ -199,8 +220,31 @@ def _run_id(seq: int, path: str) -> str:
     return f"run:{seq:06d}:{hashlib.sha256(path.encode()).hexdigest()[:12]}"
 
 
+def _plan(sources: list[Source], latest: dict[str, dict], digests: dict[str, str],
+          version: str) -> list[tuple[Source, str]]:
+    """The sources to extract, with their trigger; unchanged ones are left out."""
+    work: list[tuple[Source, str]] = []
+    for source in sources:
+        last = latest.get(source.path)
+        if last is None or last["source_deleted"]:
+            work.append((source, "create"))
+        elif last["input_fingerprint"] == source.fingerprint:
+            if last["status"] == "failed":
+                work.append((source, "manual_retry"))
+        elif fingerprint(source, digests.get(source.tenant, ""),
+                         last["extract_version"]) == last["input_fingerprint"]:
+            work.append((source, "backfill"))
+        else:
+            work.append((source, "update"))
+    return work
+
+
 def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
-    """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir."""
+    """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir.
+
+    Only the previous facts a build touches become Python objects; the others are
+    carried over as Arrow rows, so an edit costs little on a large knowledge base.
+    """
     from ..build.io import json_bytes, parquet_bytes, write_atomic
 
     extractors = load_extractors(settings.facts_extractors)
@@ -210,37 +254,42 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         data = source.fs_path.read_bytes()
         source.file_sha = hashlib.sha256(data).hexdigest()
         source.digest = _sha(data, *(p.read_bytes() for p in _passage_files(source)))
-    catalogs, catalog_digests = _catalogs(sources)
+    catalogs, digests = _catalogs(sources)
     for source in sources:
-        source.fingerprint = fingerprint(source, catalog_digests.get(source.tenant, ""), version)
-    facts, runs, prior_seq = _read_ledger(ledger_dir(root))
+        source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
+    previous, runs, prior_seq = _read_ledger(ledger_dir(root))
     latest: dict[str, dict] = {}
     for run in runs:
         latest[run["source_path"]] = run  # runs are ordered by (build_seq, path)
-    work: list[tuple[Source, str]] = []
-    for source in sources:
-        last = latest.get(source.path)
-        if last is None or last["source_deleted"]:
-            work.append((source, "create"))
-        elif last["input_fingerprint"] == source.fingerprint:
-            if last["status"] == "failed":
-                work.append((source, "manual_retry"))
-        elif fingerprint(source, catalog_digests.get(source.tenant, ""),
-                         last["extract_version"]) == last["input_fingerprint"]:
-            work.append((source, "backfill"))
-        else:
-            work.append((source, "update"))
+    work = _plan(sources, latest, digests, version)
     present = {s.path for s in sources}
     deleted = sorted(path for path, run in latest.items()
                      if not run["source_deleted"] and path not in present)
     counts: dict[str, Any] = {"sources": len(sources), "extracted": 0,
                               "unchanged": len(sources) - len(work), "failed": 0,
                               "deleted": len(deleted)}
-    if not work and not deleted and (ledger_dir(root) / FACTS_FILE).is_file():
+    if not work and not deleted and previous is not None:
         for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
             write_atomic(out_dir / name, (ledger_dir(root) / name).read_bytes())
-        return Outcome(prior_seq, False, _final_counts(counts, facts, prior_seq, {}))
+        return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}))
     seq = prior_seq + 1
+    new_runs: list[dict[str, Any]] = []
+    extracted: list[tuple[Source, str, list]] = []
+    for source, trigger in work:
+        run_id = _run_id(seq, source.path)
+        try:
+            view = _view(root, source, catalogs.get(source.tenant, Catalog()))
+            extracted.append((source, trigger, extract(view, extractors)))
+        except (ExtractionError, OSError) as error:
+            counts["failed"] += 1
+            new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
+                                     source.path, trigger, "failed", source.fingerprint, False,
+                                     0, str(error), version))
+    counts["extracted"] = len(extracted)
+    touched = _touched_rows(previous, set(deleted) | {s.path for s, _, _ in extracted},
+                            {c.fact_id for _, _, found in extracted for c in found})
+    facts = {row["fact_id"]: Fact.from_row(row)
+             for row in (previous.take(touched).to_pylist() if touched else [])}
     before = {fid: (fact.is_active, tuple(sorted(fact.evidence, key=Evidence.sort_key)))
               for fid, fact in facts.items()}
     lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
@@ -249,7 +298,6 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         if fact.is_active:
             for evidence in fact.evidence:
                 by_source.setdefault(evidence.source_path, set()).add(fid)
-    new_runs: list[dict[str, Any]] = []
     for path in deleted:
         last = latest[path]
         run_id = _run_id(seq, path)
@@ -257,27 +305,18 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         new_runs.append(_run_row(run_id, seq, last["tenant_id"], last["entity_type"],
                                  last["entity_id"], path, "update", "completed", "", True, 0,
                                  None, version))
-    for source, trigger in work:
+    for source, trigger, candidates in extracted:
         run_id = _run_id(seq, source.path)
-        try:
-            view = _view(root, source, catalogs.get(source.tenant, Catalog()))
-            candidates = extract(view, extractors)
-        except (ExtractionError, OSError) as error:
-            counts["failed"] += 1
-            new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
-                                     source.path, trigger, "failed", source.fingerprint, False,
-                                     0, str(error), version))
-            continue
-        counts["extracted"] += 1
         _drop_evidence(facts, by_source, source.path, run_id, "no_longer_extracted", lost)
         written = _add_candidates(facts, candidates, source.path, run_id, seq)
         new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
                                  source.path, trigger, "completed", source.fingerprint, False,
                                  written, None, version))
     delta = _settle(facts, before, lost, seq)
+    table = _merged(previous, touched, facts_table(list(facts.values()), seq, version))
+    table = table.replace_schema_metadata(facts_table([], seq, version).schema.metadata)
     runs.extend(new_runs)
-    write_atomic(out_dir / FACTS_FILE, parquet_bytes(facts_table(list(facts.values()), seq,
-                                                                 version)))
+    write_atomic(out_dir / FACTS_FILE, parquet_bytes(table))
     write_atomic(out_dir / RUNS_FILE, parquet_bytes(runs_table(runs, seq, version)))
     write_atomic(out_dir / DELTA_FILE, json_bytes({
         "schema_version": FACTS_SCHEMA_VERSION, "build_seq": seq,
@@ -285,13 +324,32 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         "runs": sorted(r["run_id"] for r in new_runs),
         "counts": {name: len(rows) for name, rows in delta.items()},
         **delta}, compact=True))
-    return Outcome(seq, True, _final_counts(counts, facts, seq, delta))
+    return Outcome(seq, True, _final_counts(counts, table, seq, delta))
 
 
-def _final_counts(counts: dict, facts: dict[str, Fact], seq: int, delta: dict) -> dict:
-    active = sum(1 for f in facts.values() if f.is_active)
+def _merged(previous, touched: list[int], changed):
+    """The untouched previous rows and the changed ones, in the artifact's row order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    changed = changed.replace_schema_metadata(None)
+    if previous is None or previous.num_rows == 0:
+        return changed.combine_chunks()
+    keep = pc.invert(pc.is_in(pa.array(range(previous.num_rows), pa.int64()),
+                              value_set=pa.array(touched, pa.int64())))
+    table = pa.concat_tables([previous.filter(keep), changed])
+    order = pc.sort_indices(table, sort_keys=[(name, "ascending") for name in (
+        "tenant_id", "entity_type", "entity_id", "fact_namespace", "fact_key",
+        "fact_value_norm")])
+    return table.take(order).combine_chunks()
+
+
+def _final_counts(counts: dict, table, seq: int, delta: dict) -> dict:
+    import pyarrow.compute as pc
+
+    active = pc.sum(table.column("is_active")).as_py() or 0 if table.num_rows else 0
     return {**counts, "build_seq": seq, "facts_active": active,
-            "facts_inactive": len(facts) - active,
+            "facts_inactive": table.num_rows - active,
             **{f"facts_{name}": len(rows) for name, rows in delta.items()}}
 
 
