@@ -241,7 +241,8 @@ def test_declared_facts_with_types_confidence_and_evidence(tmp_path, capsys):
     chunk_facts = ("    facts:\n"
                    "      - {namespace: domain, key: topic, value: Invoicing, evidence: "
                    "\"invoice run\", confidence: 0.7}\n"
-                   "      - {namespace: metric, key: size, value: \"1.50\", value_type: number}\n")
+                   "      - {namespace: metric, key: size, value: \"1.50\", value_type: number}\n"
+                   "      - {namespace: metric, key: weight, value: 2.50, value_type: number}\n")
     document_facts = ("facts:\n  - namespace: status\n    key: reviewed\n    value: 2025-01-02\n"
                       "    value_type: date\n  - {namespace: meta, key: spec, value: {a: 1},"
                       " value_type: json}\n")
@@ -256,10 +257,13 @@ def test_declared_facts_with_types_confidence_and_evidence(tmp_path, capsys):
     text = file_text(root, "content/a.md")
     assert text[topic["evidence_start"]:topic["evidence_end"]] == "invoice run"
     assert text.index("The monthly invoice run") < topic["evidence_start"]
-    assert find(rows, fact_namespace="metric")[0]["fact_value_norm"] == "1.5"
+    size, weight = (find(rows, fact_namespace="metric", fact_key=k)[0] for k in ("size", "weight"))
+    assert (size["fact_value_norm"], size["evidence_excerpt"]) == ("1.5", "1.50")
+    assert (weight["fact_value_norm"], weight["evidence_excerpt"]) == ("2.5", "2.50")
     reviewed = find(rows, fact_namespace="status")[0]
     assert reviewed["entity_type"] == "document" and reviewed["fact_value_norm"] == "2025-01-02"
-    assert find(rows, fact_namespace="meta")[0]["fact_value_norm"] == '{"a":1}'
+    meta = find(rows, fact_namespace="meta")[0]
+    assert (meta["fact_value_norm"], meta["evidence_excerpt"]) == ('{"a":1}', "{a: 1}")
 
 
 # --- tenants and answers --------------------------------------------------------------

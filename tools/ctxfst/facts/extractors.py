@@ -36,6 +36,8 @@ class Extractor(Protocol):
 
 
 _WORD = re.compile(r"[a-z0-9]+")
+# A YAML scalar as written: quoted, or plain up to a flow delimiter, comment or line end.
+_SCALAR = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\n]|'')*'|[^,\]}#\n]*""")
 
 
 @dataclass
@@ -102,6 +104,24 @@ class Catalog:
         return out
 
 
+def _written(text: str, start: int) -> str:
+    """The YAML value at start as written: a flow collection to its closing bracket (on
+    its line), else one scalar."""
+    if text[start:start + 1] in ("{", "["):
+        depth = 0
+        for index in range(start, len(text)):
+            char = text[index]
+            if char == "\n":
+                break
+            depth += (char in "{[") - (char in "}]")
+            if depth == 0:
+                return text[start:index + 1]
+        end = text.find("\n", start)
+        return text[start:len(text) if end < 0 else end].rstrip()
+    token = _SCALAR.match(text, start)
+    return token.group().rstrip() if token else ""
+
+
 @dataclass
 class SourceView:
     """What an extractor sees of one source file."""
@@ -130,10 +150,8 @@ class SourceView:
         pos = self.record.source_map.value(path)
         start = self.offset(pos.line, pos.column)
         found = self.text.find(needle, start, start + 4096) if needle else -1
-        if found < 0:  # escaped or folded YAML: the rest of the value's line
-            line_end = self.text.find("\n", start)
-            line_end = len(self.text) if line_end < 0 else line_end
-            found, needle = start, self.text[start:line_end].rstrip()
+        if found < 0:  # a number, a flow collection, escaped YAML: the value as written
+            found, needle = start, _written(self.text, start)
         return rule.evidence(source_type, source_id, self.path, found, found + len(needle),
                              self.text[found:found + len(needle)],
                              freshness if freshness is not None else self.freshness,

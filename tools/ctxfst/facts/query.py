@@ -131,12 +131,22 @@ def value_forms(value: str, alias: dict[str, str]) -> set[str]:
     """Every normalised form a query value can take, one per value type."""
     forms = {normalize_text(value), value.strip().casefold()}
     forms.add(alias.get(normalize_text(value), normalize_text(value)))
-    for convert in (canonical_number, canonical_date):
+    for convert in (canonical_number, canonical_date, _canonical_json):
         try:
             forms.add(convert(value))
         except ValueError:
             pass
     return {f for f in forms if f}
+
+
+def _canonical_json(value: str) -> str:
+    import json
+
+    try:
+        return json.dumps(json.loads(value), ensure_ascii=False, sort_keys=True,
+                          separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):
+        raise ValueError("not JSON") from None
 
 
 def _alias_table(facts: list[dict[str, Any]]) -> dict[str, str]:
@@ -174,7 +184,9 @@ def completeness(store: Store, settings, tenant: str, entity_type: str | None,
     declared = bool(entity_type and namespace and key and
                     f"{namespace}/{key}" in settings.complete_keys(entity_type))
     kind = SOURCE_KIND.get(entity_type or "")
-    sources = {p: r for p, r in store.sources(tenant).items() if r["entity_type"] == kind}
+    # Entity types of plugin extractors may come from any source: then all must be current.
+    sources = {p: r for p, r in store.sources(tenant).items()
+               if kind is None or r["entity_type"] == kind}
     behind = sorted(p for p, r in sources.items()
                     if r["status"] != "completed" or r["extract_version"] != current_version)
     reasons = []
