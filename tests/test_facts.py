@@ -527,3 +527,43 @@ def test_a_damaged_ledger_stops_the_build_with_a_clear_message(tmp_path, capsys)
     text = out.out + out.err
     assert code != 0 and "unreadable facts ledger" in text and "Traceback" not in text
     assert "remove the folder" in text
+
+
+def test_a_new_extractor_version_backfills_every_source(tmp_path, capsys, monkeypatch):
+    module = tmp_path / "plugins" / "tagger.py"
+
+    def plugin(version: str) -> None:
+        write(module.parent, module.name, f"""
+            from ctxfst.facts.extractors import Rule
+            from ctxfst.facts.model import Candidate
+
+            RULE = Rule("tagger.length", "{version}", 0.5)
+
+            class Tagger:
+                name, version = "tagger", "{version}"
+
+                def extract(self, view):
+                    if view.kind == "document":
+                        yield Candidate(view.tenant, "document", view.path, "size", "chars",
+                                        "x", str(len(view.text)), "number",
+                                        RULE.evidence("document", view.path, view.path, 0, 3,
+                                                      view.text[:3], None))
+
+            def make():
+                return Tagger()
+        """)
+        sys.modules.pop("tagger", None)
+
+    monkeypatch.syspath_prepend(str(module.parent))
+    plugin("1")
+    root = project(tmp_path / "kb", '[facts]\nextractors = ["tagger:make"]\n')
+    write(root, "content/a.md", doc("note:a", "Text."))
+    write(root, "content/b.md", doc("note:b", "More text."))
+    build(root, capsys)
+    assert len(find(facts(root), fact_namespace="size")) == 2
+    plugin("2")
+    out = build(root, capsys)
+    assert ".  facts" in out
+    assert [r["trigger"] for r in runs(root) if r["build_seq"] == 2] == ["backfill", "backfill"]
+    assert {e["extract_version"] for r in find(facts(root), fact_namespace="size")
+            for e in r["evidence"]} == {"2"}

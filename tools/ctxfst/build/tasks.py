@@ -133,8 +133,17 @@ def namespace(CONFIG) -> dict:
         from .pipeline import ARTIFACTS
 
         names = [name for name, (stage, _) in ARTIFACTS.items() if stage == "facts"]
+        state = ""
+        if CONFIG.build.facts_extractors:  # a plugin's new version re-runs the stage
+            from ..facts.extractors import ExtractionError, extract_version, load_extractors
+
+            try:
+                state = extract_version(load_extractors(CONFIG.build.facts_extractors))
+            except ExtractionError as error:
+                state = str(error)  # the stage itself reports it
         # validation.json changes exactly when a source does; the ledger is read, not tracked.
-        return _task("facts", task_facts.__doc__, _paths("validation.json"), _paths(*names))
+        return _task("facts", task_facts.__doc__, _paths("validation.json"), _paths(*names),
+                     state=state)
 
 
     def _remove_staging() -> None:
