@@ -186,3 +186,30 @@ def test_course_scenarios_on_a_generated_career_kb(tmp_path, capsys, cli):
     assert sum(cid.startswith("article:fastapi") for cid in vector) >= 2
     assert "article:hono-edge" in graph
     assert "Cloudflare Workers" in graph["article:hono-edge"][0]
+
+
+def test_readme_demo_holds_on_the_example_kb(tmp_path, capsys, cli):
+    """The README's demo, with the real model: graph finds the Chinese assistant project
+    that vector search misses for an English question, and says which entity led there."""
+    import re
+
+    from .conftest import REPO
+
+    copy_example(tmp_path, model="minilm")
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    query = re.search(r'ctxfst query "([^"]+)" --mode vector', readme).group(1)
+
+    def top(mode: str) -> list[dict]:
+        result = cli("query", query, "--mode", mode, "--top-k", "3", "--format", "json",
+                     cwd=tmp_path)
+        assert result.code == 0, result.err
+        return json.loads(result.out)["results"]
+
+    vector, graph = top("vector"), top("graph")
+    assert "project:personal-assistant" not in [hit["chunk_id"] for hit in vector]
+    found = {hit["chunk_id"]: hit["via"] for hit in graph}
+    assert found.get("project:personal-assistant") == ["Node.js"]
+    for hit in vector + graph:  # the README shows these rankings
+        assert f"{hit['chunk_id']}  {hit['score']:.3f}" in readme
