@@ -213,3 +213,38 @@ def test_readme_demo_holds_on_the_example_kb(tmp_path, capsys, cli):
     assert found.get("project:personal-assistant") == ["Node.js"]
     for hit in vector + graph:  # the README shows these rankings
         assert f"{hit['chunk_id']}  {hit['score']:.3f}" in readme
+
+
+def test_lexical_index_matches_textbook_bm25_and_is_cached(built, tmp_path):
+    import math
+
+    from ctxfst.document.text import tokens
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    index = Index(built / "build", "hash-64", cache)
+    query = "Kubernetes 滾動更新 rollout webhook"
+    docs = [tokens(" ".join([c["context"] or "", c["content"] or "", " ".join(c["tags"])]))
+            for c in index.chunks]
+    average = sum(map(len, docs)) / len(docs)
+    expected = []
+    for doc in docs:
+        score = 0.0
+        for term in set(tokens(query)):
+            df = sum(term in d for d in docs)
+            if term in doc:
+                tf = doc.count(term)
+                idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+                score += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * len(doc) / average))
+        expected.append(score)
+    assert index.bm25.scores(tokens(query)) == pytest.approx(expected, rel=1e-5)
+    first = [(h.chunk_id, round(h.score, 5)) for h in search(index, query, None, "lexical", 5).hits]
+    saved = list(cache.glob("lexical-*.npz"))
+    assert len(saved) == 1 and first
+    again = Index(built / "build", "hash-64", cache)  # a later process loads the saved index
+    assert [(h.chunk_id, round(h.score, 5))
+            for h in search(again, query, None, "lexical", 5).hits] == first
+    saved[0].write_bytes(b"not an npz")  # a damaged cache file is rebuilt, not fatal
+    damaged = Index(built / "build", "hash-64", cache)
+    assert [(h.chunk_id, round(h.score, 5))
+            for h in search(damaged, query, None, "lexical", 5).hits] == first

@@ -283,7 +283,8 @@ def _retrieval(args: argparse.Namespace) -> int:
             return EXIT_OK
         from .compile.embed import model_id_of
 
-        index = Index(build_dir, model_id_of(model) if model else None)
+        index = Index(build_dir, model_id_of(model) if model else None,
+                      config.cache_dir if config else None)
         embedder = get_embedder(model or index.model_id)
 
         def embed(texts: list[str]):

@@ -98,8 +98,11 @@ def _vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
 class Index:
     """Everything a query needs, loaded once from build/."""
 
-    def __init__(self, build_dir: Path, expected_model: str | None = None) -> None:
+    def __init__(self, build_dir: Path, expected_model: str | None = None,
+                 cache_dir: Path | None = None) -> None:
         import pyarrow.parquet as pq
+
+        self.build_dir, self.cache_dir = build_dir, cache_dir
 
         needed = ["chunks.parquet", "chunk_vectors.parquet", "entity_vectors.parquet",
                   "entities.parquet", "entity-graph.json"]
@@ -144,12 +147,34 @@ class Index:
 
     @property
     def bm25(self) -> "_BM25":
-        """Built on first use: vector and graph queries never pay for it."""
+        """Built on first use (vector and graph queries never pay for it) and, with a
+        cache folder, kept there keyed by the chunks artifact's hash for later processes."""
         if self._lexical is None:
-            self._lexical = _BM25([tokens(" ".join([c["context"] or "", c["content"] or "",
-                                                    " ".join(c["tags"])]))
-                                   for c in self.chunks])
+            cached = self._lexical_cache_path()
+            if cached is not None and cached.is_file():
+                try:
+                    self._lexical = _BM25.load(cached)
+                except (OSError, ValueError, KeyError, IndexError):
+                    cached.unlink(missing_ok=True)  # unreadable: rebuilt below
+            if self._lexical is None:
+                self._lexical = _BM25.build([tokens(" ".join([c["context"] or "",
+                                                              c["content"] or "",
+                                                              " ".join(c["tags"])]))
+                                             for c in self.chunks])
+                if cached is not None:
+                    for stale in cached.parent.glob("lexical-*.npz"):
+                        stale.unlink(missing_ok=True)
+                    self._lexical.save(cached)
         return self._lexical
+
+    def _lexical_cache_path(self) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        from .. import __version__  # the tokenizer and layout may change between versions
+        from ..build.io import sha256_file
+
+        digest = sha256_file(self.build_dir / "chunks.parquet")
+        return self.cache_dir / f"lexical-{__version__}-{digest[:24]}.npz"
 
     def bridge(self, query: str, readable: float, spec: str = BRIDGE_MODEL,
                cache_dir: Path | None = None) -> Bridge | None:
@@ -208,33 +233,67 @@ class Index:
 
 
 class _BM25:
-    def __init__(self, documents: list[list[str]], k1: float = 1.5, b: float = 0.75) -> None:
-        self.k1, self.b = k1, b
-        self.counts = [Counter(doc) for doc in documents]
-        self.lengths = [len(doc) for doc in documents]
-        self.average = (sum(self.lengths) / len(self.lengths)) if documents else 0.0
-        frequency: Counter = Counter()
-        for counts in self.counts:
-            frequency.update(counts.keys())
-        total = len(documents)
-        self.idf = {term: math.log(1 + (total - df + 0.5) / (df + 0.5))
-                    for term, df in frequency.items()}
-        self.postings: dict[str, list[int]] = {}
-        for row, counts in enumerate(self.counts):
-            for term in counts:
-                self.postings.setdefault(term, []).append(row)
+    """Okapi BM25 with postings as flat arrays: a query adds a few array slices into one
+    score vector, so its cost follows the postings it touches, not Python loops."""
 
-    def scores(self, query: list[str]) -> dict[int, float]:
-        out: dict[int, float] = {}
+    K1, B = 1.5, 0.75
+
+    def __init__(self, terms: list[str], idf: np.ndarray, starts: np.ndarray,
+                 rows: np.ndarray, weights: np.ndarray, size: int) -> None:
+        self.term_ids = {term: number for number, term in enumerate(terms)}
+        self.terms, self.idf, self.starts = terms, idf, starts
+        self.rows, self.weights, self.size = rows, weights, size
+
+    @classmethod
+    def build(cls, documents: list[list[str]]) -> "_BM25":
+        vocabulary: dict[str, int] = {}
+        term_ids: list[int] = []
+        doc_rows: list[int] = []
+        counts: list[int] = []
+        lengths = np.array([len(doc) for doc in documents], np.float64)
+        for row, doc in enumerate(documents):
+            for term, count in Counter(doc).items():
+                term_ids.append(vocabulary.setdefault(term, len(vocabulary)))
+                doc_rows.append(row)
+                counts.append(count)
+        ids = np.asarray(term_ids, np.int64)
+        order = np.argsort(ids, kind="stable")  # rows stay ascending within a term
+        ids, rows = ids[order], np.asarray(doc_rows, np.int32)[order]
+        tf = np.asarray(counts, np.float64)[order]
+        average = float(lengths.mean()) if len(documents) else 0.0
+        norm = tf + cls.K1 * (1 - cls.B + cls.B * lengths[rows] / (average or 1.0))
+        frequency = np.bincount(ids, minlength=len(vocabulary)).astype(np.float64)
+        idf = np.log(1 + (len(documents) - frequency + 0.5) / (frequency + 0.5))
+        starts = np.concatenate([[0], np.cumsum(frequency)]).astype(np.int64)
+        terms = sorted(vocabulary, key=vocabulary.__getitem__)
+        return cls(terms, idf, starts, rows, (tf * (cls.K1 + 1) / norm).astype(np.float32),
+                   len(documents))
+
+    def save(self, path: Path) -> None:
+        from ..build.io import write_atomic
+        import io
+
+        buffer = io.BytesIO()
+        np.savez(buffer, terms=np.array(self.terms, dtype=str), idf=self.idf,
+                 starts=self.starts, rows=self.rows, weights=self.weights,
+                 size=np.array([self.size]))
+        write_atomic(path, buffer.getvalue())
+
+    @classmethod
+    def load(cls, path: Path) -> "_BM25":
+        with np.load(path, allow_pickle=False) as data:
+            return cls(data["terms"].tolist(), data["idf"], data["starts"], data["rows"],
+                       data["weights"], int(data["size"][0]))
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        total = np.zeros(self.size, np.float64)
         for term in set(query):
-            idf = self.idf.get(term)
-            if idf is None:
+            number = self.term_ids.get(term)
+            if number is None:
                 continue
-            for row in self.postings[term]:
-                tf = self.counts[row][term]
-                norm = tf + self.k1 * (1 - self.b + self.b * self.lengths[row] / self.average)
-                out[row] = out.get(row, 0.0) + idf * tf * (self.k1 + 1) / norm
-        return out
+            span = slice(self.starts[number], self.starts[number + 1])
+            total[self.rows[span]] += self.idf[number] * self.weights[span]
+        return total
 
 
 def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
@@ -262,7 +321,7 @@ def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
 
 def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
     scores = index.bm25.scores(tokens(query))
-    return [index.hit(row, scores[row]) for row in _ranked(scores, index, k)]
+    return [index.hit(row, float(scores[row])) for row in _top(scores, k) if scores[row] > 0]
 
 
 def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
