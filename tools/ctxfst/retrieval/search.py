@@ -418,22 +418,39 @@ def _via(parts: list[str]) -> list[str]:
 def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -> list[int]:
     """Maximal marginal relevance: a candidate loses by how much it repeats what is
     already picked, as text (vector overlap) or as knowledge (share of its entities that
-    picked chunks already cover), so chunks that bring new entities get their turn."""
+    picked chunks already cover), so chunks that bring new entities get their turn.
+    Overlaps and coverage are kept per candidate and updated once per pick."""
     pool = _ranked(scores, index, max(k * 5, 20))
-    picked: list[int] = []
+    if not pool:
+        return []
+    relevance = np.array([scores[row] for row in pool], np.float64)
+    vectors = index.chunk_matrix[pool]
+    entities = [index.chunks[row]["entities"] for row in pool]
+    holders: dict[str, list[int]] = {}
+    for slot, names in enumerate(entities):
+        for name in set(names):
+            holders.setdefault(name, []).append(slot)
+    sizes = np.array([len(names) for names in entities], np.float64)
+    covered_count = np.zeros(len(pool), np.float64)
+    overlap = np.full(len(pool), -np.inf)
+    taken = np.zeros(len(pool), bool)
     covered: set[str] = set()
-    while pool and len(picked) < k:
-        def value(row: int) -> float:
-            if not picked:
-                return scores[row]
-            overlap = max(float(index.chunk_matrix[row] @ index.chunk_matrix[p]) for p in picked)
-            entities = index.chunks[row]["entities"]
-            repeated = (sum(e in covered for e in entities) / len(entities)) if entities else 1.0
-            return balance * scores[row] - (1 - balance) * max(overlap, repeated)
-        best = max(pool, key=lambda row: (value(row), -pool.index(row)))
-        picked.append(best)
-        covered.update(index.chunks[best]["entities"])
-        pool.remove(best)
+    picked: list[int] = []
+    while len(picked) < min(k, len(pool)):
+        if picked:
+            repeated = np.where(sizes > 0, covered_count / np.maximum(sizes, 1), 1.0)
+            value = balance * relevance - (1 - balance) * np.maximum(overlap, repeated)
+        else:
+            value = relevance.copy()
+        value[taken] = -np.inf
+        slot = int(np.argmax(value))  # ties: the earlier candidate in the ranked pool
+        taken[slot] = True
+        picked.append(pool[slot])
+        overlap = np.maximum(overlap, vectors @ vectors[slot])
+        for name in set(entities[slot]) - covered:
+            covered.add(name)
+            for holder in holders[name]:
+                covered_count[holder] += sum(1 for other in entities[holder] if other == name)
     return picked
 
 
