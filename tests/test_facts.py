@@ -567,3 +567,45 @@ def test_a_new_extractor_version_backfills_every_source(tmp_path, capsys, monkey
     assert [r["trigger"] for r in runs(root) if r["build_seq"] == 2] == ["backfill", "backfill"]
     assert {e["extract_version"] for r in find(facts(root), fact_namespace="size")
             for e in r["evidence"]} == {"2"}
+
+
+def test_offsets_are_code_points_of_the_lf_text_even_with_bom_crlf_and_emoji(tmp_path, capsys):
+    root = project(tmp_path)
+    text = doc("note:e", "🎉 Ünïcode 😀 then the Xylophone, then 木琴.", entities=ENTITY_X.replace(
+        "[xylo]", "[xylo, 木琴]"), chunk_extra="    tags: [Ünï]\n")
+    write(root, "content/e.md", b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"))
+    build(root, capsys)
+    rows = facts(root)
+    normalized = file_text(root, "content/e.md").lstrip("\ufeff")
+    for row in rows:
+        for evidence in row["evidence"]:
+            assert normalized[evidence["start"]:evidence["end"]] == evidence["excerpt"]
+    mention = find(rows, entity_id="note:e", fact_namespace="mention")[0]
+    assert [e["excerpt"] for e in mention["evidence"]] == ["Xylophone"]  # the first mention
+    assert find(rows, entity_id="note:e", fact_namespace="theme")[0]["fact_value_norm"] == "ünï"
+
+
+@pytest.mark.parametrize("value,norm", [("1.50", "1.5"), (2, "2"), ("-0.0", "0"), ("1e3", "1000"),
+                                        (0.1, "0.1"), ("1_000", "1000")])
+def test_numbers_normalise_canonically(value, norm):
+    from ctxfst.document.facts import canonical_number
+
+    assert canonical_number(value) == norm and canonical_number(norm) == norm
+
+
+@pytest.mark.parametrize("value,norm", [("2026-03-04", "2026-03-04"),
+                                        ("2026-03-04T10:00:00+02:00", "2026-03-04T08:00:00Z"),
+                                        ("2026-03-04T10:00:00Z", "2026-03-04T10:00:00Z")])
+def test_dates_normalise_to_iso(value, norm):
+    from ctxfst.document.facts import canonical_date
+
+    assert canonical_date(value) == norm
+
+
+def test_fact_ids_cannot_collide_through_separators():
+    from ctxfst.facts.model import fact_id
+
+    assert fact_id("t", "chunk", "a:b", "ns", "k", "v") != fact_id("t", "chunk", "a", "b:ns",
+                                                                  "k", "v")
+    assert fact_id("t", "chunk", "a\u001fb", "ns", "k", "v") != fact_id("t", "chunk", "a",
+                                                                       "b\u001fns", "k", "v")
