@@ -11,7 +11,6 @@ Every query needs a tenant, and sees only that tenant's facts and chunks.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,6 +276,7 @@ def lexical_fallback(store: Store, tenant: str, text: str, limit: int,
     import pyarrow.parquet as pq
 
     from ..document.text import tokens
+    from ..retrieval.lexical import BM25, lexical_text, top_rows
 
     sources = set(store.sources(tenant))
     path = store.build_dir / "chunks.parquet"
@@ -294,24 +294,15 @@ def lexical_fallback(store: Store, tenant: str, text: str, limit: int,
     query = set(tokens(text))
     if not rows or not query:
         return report
-    documents = [tokens(" ".join([r["context"] or "", r["content"] or "",
-                                  " ".join(r["tags"] or [])])) for r in rows]
-    frequency = Counter(t for doc in documents for t in set(doc) if t in query)
-    average = sum(len(d) for d in documents) / len(documents) or 1.0
-    scored = []
-    for row, doc in zip(rows, documents):
-        counts = Counter(t for t in doc if t in query)
-        score = 0.0
-        for term, tf in counts.items():
-            idf = math.log(1 + (len(rows) - frequency[term] + 0.5) / (frequency[term] + 0.5))
-            score += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * len(doc) / average))
-        if score > 0:
-            scored.append((-score, row["chunk_id"], row))
-    scored.sort(key=lambda item: item[:2])
-    for negative, chunk_id, row in scored[:limit]:
-        report["hits"].append({"chunk_id": chunk_id, "source": row["source"],
-                               "score": round(-negative, 4), "context": row["context"] or "",
-                               "excerpt": _snippet(row["content"] or "", query)})
+    scores = BM25.build([tokens(lexical_text(r)) for r in rows]).scores(list(query))
+    for row in top_rows(scores, limit):  # rows keep chunks.parquet's id order: ties by id
+        if scores[row] <= 0:
+            break
+        chunk = rows[row]
+        report["hits"].append({"chunk_id": chunk["chunk_id"], "source": chunk["source"],
+                               "score": round(float(scores[row]), 4),
+                               "context": chunk["context"] or "",
+                               "excerpt": _snippet(chunk["content"] or "", query)})
     return report
 
 

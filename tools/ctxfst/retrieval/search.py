@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..document.text import normalize, tokens
+from .lexical import BM25, lexical_text, top_rows
 
 MODES = ("vector", "lexical", "keyword-graph", "graph", "hybrid")
 RELATION_WEIGHT = {"SIMILAR": 1.0, "REQUIRES": 0.8, "LEADS_TO": 0.8, "IMPLIES": 0.8,
@@ -142,25 +142,22 @@ class Index:
                 mentions.setdefault(entity, []).append(row)
         self.mentions = {e: np.asarray(rows, np.int64) for e, rows in mentions.items()}
         self._lexicon = self._build_lexicon()
-        self._lexical: _BM25 | None = None
+        self._lexical: BM25 | None = None
         self._bridge_matrices: dict[str, np.ndarray] = {}
 
     @property
-    def bm25(self) -> "_BM25":
+    def bm25(self) -> "BM25":
         """Built on first use (vector and graph queries never pay for it) and, with a
         cache folder, kept there keyed by the chunks artifact's hash for later processes."""
         if self._lexical is None:
             cached = self._lexical_cache_path()
             if cached is not None and cached.is_file():
                 try:
-                    self._lexical = _BM25.load(cached)
+                    self._lexical = BM25.load(cached)
                 except (OSError, ValueError, KeyError, IndexError):
                     cached.unlink(missing_ok=True)  # unreadable: rebuilt below
             if self._lexical is None:
-                self._lexical = _BM25.build([tokens(" ".join([c["context"] or "",
-                                                              c["content"] or "",
-                                                              " ".join(c["tags"])]))
-                                             for c in self.chunks])
+                self._lexical = BM25.build([tokens(lexical_text(c)) for c in self.chunks])
                 if cached is not None:
                     for stale in cached.parent.glob("lexical-*.npz"):
                         stale.unlink(missing_ok=True)
@@ -232,96 +229,18 @@ class Index:
                    via or [])
 
 
-class _BM25:
-    """Okapi BM25 with postings as flat arrays: a query adds a few array slices into one
-    score vector, so its cost follows the postings it touches, not Python loops."""
-
-    K1, B = 1.5, 0.75
-
-    def __init__(self, terms: list[str], idf: np.ndarray, starts: np.ndarray,
-                 rows: np.ndarray, weights: np.ndarray, size: int) -> None:
-        self.term_ids = {term: number for number, term in enumerate(terms)}
-        self.terms, self.idf, self.starts = terms, idf, starts
-        self.rows, self.weights, self.size = rows, weights, size
-
-    @classmethod
-    def build(cls, documents: list[list[str]]) -> "_BM25":
-        vocabulary: dict[str, int] = {}
-        term_ids: list[int] = []
-        doc_rows: list[int] = []
-        counts: list[int] = []
-        lengths = np.array([len(doc) for doc in documents], np.float64)
-        for row, doc in enumerate(documents):
-            for term, count in Counter(doc).items():
-                term_ids.append(vocabulary.setdefault(term, len(vocabulary)))
-                doc_rows.append(row)
-                counts.append(count)
-        ids = np.asarray(term_ids, np.int64)
-        order = np.argsort(ids, kind="stable")  # rows stay ascending within a term
-        ids, rows = ids[order], np.asarray(doc_rows, np.int32)[order]
-        tf = np.asarray(counts, np.float64)[order]
-        average = float(lengths.mean()) if len(documents) else 0.0
-        norm = tf + cls.K1 * (1 - cls.B + cls.B * lengths[rows] / (average or 1.0))
-        frequency = np.bincount(ids, minlength=len(vocabulary)).astype(np.float64)
-        idf = np.log(1 + (len(documents) - frequency + 0.5) / (frequency + 0.5))
-        starts = np.concatenate([[0], np.cumsum(frequency)]).astype(np.int64)
-        terms = sorted(vocabulary, key=vocabulary.__getitem__)
-        return cls(terms, idf, starts, rows, (tf * (cls.K1 + 1) / norm).astype(np.float32),
-                   len(documents))
-
-    def save(self, path: Path) -> None:
-        from ..build.io import write_atomic
-        import io
-
-        buffer = io.BytesIO()
-        np.savez(buffer, terms=np.array(self.terms, dtype=str), idf=self.idf,
-                 starts=self.starts, rows=self.rows, weights=self.weights,
-                 size=np.array([self.size]))
-        write_atomic(path, buffer.getvalue())
-
-    @classmethod
-    def load(cls, path: Path) -> "_BM25":
-        with np.load(path, allow_pickle=False) as data:
-            return cls(data["terms"].tolist(), data["idf"], data["starts"], data["rows"],
-                       data["weights"], int(data["size"][0]))
-
-    def scores(self, query: list[str]) -> np.ndarray:
-        total = np.zeros(self.size, np.float64)
-        for term in set(query):
-            number = self.term_ids.get(term)
-            if number is None:
-                continue
-            span = slice(self.starts[number], self.starts[number + 1])
-            total[self.rows[span]] += self.idf[number] * self.weights[span]
-        return total
-
-
 def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
     return sorted(scores, key=lambda row: (-scores[row], index.chunk_ids[row]))[:k]
 
 
-def _top(values: np.ndarray, count: int) -> list[int]:
-    """Rows of the `count` largest values, best first; ties by row (ids are sorted)."""
-    count = min(count, len(values))
-    if count <= 0:
-        return []
-    if count < len(values):
-        kth = np.partition(values, len(values) - count)[len(values) - count]
-        candidates = np.nonzero(values >= kth)[0]
-    else:
-        candidates = np.arange(len(values))
-    order = np.lexsort((candidates, -values[candidates]))
-    return [int(row) for row in candidates[order][:count]]
-
-
 def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
     sims = index.chunk_matrix @ query_vector
-    return [index.hit(row, float(sims[row])) for row in _top(sims, k)]
+    return [index.hit(row, float(sims[row])) for row in top_rows(sims, k)]
 
 
 def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
     scores = index.bm25.scores(tokens(query))
-    return [index.hit(row, float(scores[row])) for row in _top(scores, k) if scores[row] > 0]
+    return [index.hit(row, float(scores[row])) for row in top_rows(scores, k) if scores[row] > 0]
 
 
 def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
@@ -335,14 +254,14 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
         bridge_sims = bridge.entity_matrix @ bridge.query_vector
         views.append((bridge_sims, _peak_confidence(bridge_sims), "multilingual"))
     for sims, scale, by in views:
-        order = _top(sims, SEED_TOP)
+        order = top_rows(sims, SEED_TOP)
         best = float(sims[order[0]]) if order else 0.0
         for i in order:
             weight = scale * math.exp((float(sims[i]) - best) / SEED_TEMPERATURE)
             if weight >= SEED_MIN and weight > seeds.get(index.entity_ids[i], (0.0, ""))[0]:
                 seeds[index.entity_ids[i]] = (weight, by)
     chunk_sims = index.chunk_matrix @ query_vector
-    top_chunks = _top(chunk_sims, FEEDBACK_CHUNKS)
+    top_chunks = top_rows(chunk_sims, FEEDBACK_CHUNKS)
     if top_chunks:
         best_chunk = float(chunk_sims[top_chunks[0]])
         for row in top_chunks[:FEEDBACK_CHUNKS]:
@@ -388,7 +307,7 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     sim_weight = SIM_WEIGHT * (min(1.0, bridge.readable / READABLE_MIN) if bridge else 1.0)
     combined_array = (sim_weight * (chunk_sims.astype(np.float64) - low) / spread + entity_score
                       + SECOND_ENTITY_WEIGHT * second_score)
-    pool = _top(combined_array, max(k * 5, 20))
+    pool = top_rows(combined_array, max(k * 5, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
     hits = [index.hit(row, combined[row],

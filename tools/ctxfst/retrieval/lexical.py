@@ -1,0 +1,94 @@
+"""Lexical scoring shared by retrieval and the facts fallback: Okapi BM25 over the
+linter's tokens (words and CJK bigrams), and a deterministic top-k."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def lexical_text(chunk: dict[str, Any]) -> str:
+    """What lexical search reads of a chunk: its context, content and tags."""
+    return " ".join([chunk.get("context") or "", chunk.get("content") or "",
+                     " ".join(chunk.get("tags") or [])])
+
+
+def top_rows(values: np.ndarray, count: int) -> list[int]:
+    """Rows of the `count` largest values, best first; ties by row (ids are sorted)."""
+    count = min(count, len(values))
+    if count <= 0:
+        return []
+    if count < len(values):
+        kth = np.partition(values, len(values) - count)[len(values) - count]
+        candidates = np.nonzero(values >= kth)[0]
+    else:
+        candidates = np.arange(len(values))
+    order = np.lexsort((candidates, -values[candidates]))
+    return [int(row) for row in candidates[order][:count]]
+
+
+class BM25:
+    """Okapi BM25 with postings as flat arrays: a query adds a few array slices into one
+    score vector, so its cost follows the postings it touches, not Python loops."""
+
+    K1, B = 1.5, 0.75
+
+    def __init__(self, terms: list[str], idf: np.ndarray, starts: np.ndarray,
+                 rows: np.ndarray, weights: np.ndarray, size: int) -> None:
+        self.term_ids = {term: number for number, term in enumerate(terms)}
+        self.terms, self.idf, self.starts = terms, idf, starts
+        self.rows, self.weights, self.size = rows, weights, size
+
+    @classmethod
+    def build(cls, documents: list[list[str]]) -> "BM25":
+        vocabulary: dict[str, int] = {}
+        term_ids: list[int] = []
+        doc_rows: list[int] = []
+        counts: list[int] = []
+        lengths = np.array([len(doc) for doc in documents], np.float64)
+        for row, doc in enumerate(documents):
+            for term, count in Counter(doc).items():
+                term_ids.append(vocabulary.setdefault(term, len(vocabulary)))
+                doc_rows.append(row)
+                counts.append(count)
+        ids = np.asarray(term_ids, np.int64)
+        order = np.argsort(ids, kind="stable")  # rows stay ascending within a term
+        ids, rows = ids[order], np.asarray(doc_rows, np.int32)[order]
+        tf = np.asarray(counts, np.float64)[order]
+        average = float(lengths.mean()) if len(documents) else 0.0
+        norm = tf + cls.K1 * (1 - cls.B + cls.B * lengths[rows] / (average or 1.0))
+        frequency = np.bincount(ids, minlength=len(vocabulary)).astype(np.float64)
+        idf = np.log(1 + (len(documents) - frequency + 0.5) / (frequency + 0.5))
+        starts = np.concatenate([[0], np.cumsum(frequency)]).astype(np.int64)
+        terms = sorted(vocabulary, key=vocabulary.__getitem__)
+        return cls(terms, idf, starts, rows, (tf * (cls.K1 + 1) / norm).astype(np.float32),
+                   len(documents))
+
+    def save(self, path: Path) -> None:
+        from ..build.io import write_atomic
+        import io
+
+        buffer = io.BytesIO()
+        np.savez(buffer, terms=np.array(self.terms, dtype=str), idf=self.idf,
+                 starts=self.starts, rows=self.rows, weights=self.weights,
+                 size=np.array([self.size]))
+        write_atomic(path, buffer.getvalue())
+
+    @classmethod
+    def load(cls, path: Path) -> "BM25":
+        with np.load(path, allow_pickle=False) as data:
+            return cls(data["terms"].tolist(), data["idf"], data["starts"], data["rows"],
+                       data["weights"], int(data["size"][0]))
+
+    def scores(self, query: list[str]) -> np.ndarray:
+        total = np.zeros(self.size, np.float64)
+        for term in set(query):
+            number = self.term_ids.get(term)
+            if number is None:
+                continue
+            span = slice(self.starts[number], self.starts[number + 1])
+            total[self.rows[span]] += self.idf[number] * self.weights[span]
+        return total
