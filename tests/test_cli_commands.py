@@ -63,3 +63,18 @@ def test_generate_mock_career_articles_are_valid(tmp_path, cli):
     assert result.code == 0 and result.json()["summary"]["files"] == 22
     hono = (tmp_path / "kb/content/career/hono-edge.ctxfst.md").read_text()
     assert "Python" not in hono and "FastAPI" not in hono  # its wording hides the link
+
+
+def test_output_cut_short_by_the_reader_is_not_an_error(tmp_path):
+    """`ctxfst validate | head -1`: the reader leaves early; no traceback, no internal error."""
+    import subprocess
+    import sys
+
+    entities = "".join(f"  - id: entity:e{n}\n    name: E{n}\n    type: 7\n" for n in range(3000))
+    write(tmp_path, "many.md", f"---\nentities:\n{entities}---\n")
+    process = subprocess.Popen([sys.executable, "-m", "ctxfst", "validate", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # gone before ctxfst (busy importing and checking) writes
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 from . import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
+EXIT_BROKEN_PIPE = 141  # as a process killed by SIGPIPE
 
 
 def _add_check_options(parser: argparse.ArgumentParser) -> None:
@@ -521,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return EXIT_BROKEN_PIPE
     except Exception as error:  # a bug: say so briefly; CTXFST_DEBUG=1 shows the traceback
         if os.environ.get("CTXFST_DEBUG"):
             raise
