@@ -65,7 +65,7 @@ def scale(docs: int) -> None:
               f"{embed['embedded']} text(s), reused {embed['cache_hits']}")
         print("  stages run: " + ", ".join(line.split()[-1] for line in out.splitlines()
                                            if line.startswith(".  ")))
-        for name in ("validate", "compile", "profiles", "embed", "graph", "manifest"):
+        for name in ("validate", "compile", "profiles", "embed", "graph", "facts", "manifest"):
             print(f"  {name:<9} {stage(root, name)['seconds']:7.2f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
