@@ -248,3 +248,25 @@ def test_lexical_index_matches_textbook_bm25_and_is_cached(built, tmp_path):
     damaged = Index(built / "build", "hash-64", cache)
     assert [(h.chunk_id, round(h.score, 5))
             for h in search(damaged, query, None, "lexical", 5).hits] == first
+
+
+def test_a_stale_build_is_refused_until_rebuilt(built, cli, capsys):
+    source = built / "content" / "backend-frameworks.ctxfst.md"
+    original = source.read_text(encoding="utf-8")
+    source.write_text(original + "\n", encoding="utf-8")
+    for args in (["query", "Hono"], ["export", "lancedb", "--db", str(built / "db")]):
+        result = cli(*args, cwd=built)
+        assert result.code == 1 and "content/backend-frameworks.ctxfst.md" in result.err
+        assert "older than the sources" in result.err and "run `doit`" in result.err
+        assert "Traceback" not in result.err
+    assert cli("query", "Hono", "--allow-stale", cwd=built).code == 0
+    source.write_text(original, encoding="utf-8")  # same bytes again: up to date
+    assert cli("query", "Hono", cwd=built).code == 0
+    extra = write(built, "content/extra.md", "---\nentities:\n  - id: entity:extra\n"
+                  "    name: Extra\n    type: concept\n---\n")
+    assert "1 changed, e.g. content/extra.md" in cli("query", "Hono", cwd=built).err
+    assert run_build(built, []) == 0
+    capsys.readouterr()
+    assert cli("query", "Hono", cwd=built).code == 0
+    extra.unlink()  # a deleted source makes the build stale too
+    assert "1 changed, e.g. content/extra.md" in cli("query", "Hono", cwd=built).err

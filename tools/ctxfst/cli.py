@@ -79,11 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--build", type=Path, default=None, help="build folder (default: the "
                        "project's)")
     _bridge_option(query)
+    _stale_option(query)
     export = commands.add_parser("export", help="export artifacts to other systems")
     targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
     lance = targets.add_parser("lancedb", help="chunks and entities as LanceDB tables")
     lance.add_argument("--db", type=Path, required=True, help="LanceDB database folder")
     lance.add_argument("--build", type=Path, default=None)
+    _stale_option(lance)
     evaluation = commands.add_parser("eval", help="retrieval quality per mode on a queries file")
     evaluation.add_argument("queries", type=Path)
     evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown")
     evaluation.add_argument("--build", type=Path, default=None)
     _bridge_option(evaluation)
+    _stale_option(evaluation)
     hook = commands.add_parser("install-hook",
                                help="install a git pre-commit hook that validates staged files")
     hook.add_argument("--force", action="store_true",
@@ -104,6 +107,11 @@ def _bridge_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bridge-model", default="use-multilingual",
                         help="multilingual model that seeds graph mode when the build's model "
                         "cannot read the query (default: use-multilingual; none: off)")
+
+
+def _stale_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-stale", action="store_true",
+                        help="read build/ even when sources changed since it was built")
 
 
 def _add_runtime_commands(commands) -> None:
@@ -275,6 +283,12 @@ def _retrieval(args: argparse.Namespace) -> int:
         raise _Usage("no ctxfst project here; pass --build DIR")
     model = config.build.embedding_model if config else None
     try:
+        if config is not None and build_dir == config.build_dir and not args.allow_stale:
+            from .build.freshness import stale_reason
+
+            reason = stale_reason(config, build_dir)
+            if reason:
+                raise RetrievalError(f"{reason} (or pass --allow-stale)")
         if args.command == "export":
             from .retrieval.export import export_lancedb
 

@@ -78,10 +78,11 @@ class Store:
                 raise FactsError(f"{build_dir / name} does not match the build manifest (a "
                                  "stale or partial build): run `doit`")
         if project is not None:
-            changed = _changed_inputs(project, manifest)
+            from ..build.freshness import changed_inputs, stale_message
+
+            changed = changed_inputs(project, manifest)
             if changed:
-                raise FactsError(f"the build is older than the sources ({len(changed)} "
-                                 f"changed, e.g. {changed[0]}): run `doit`")
+                raise FactsError(stale_message(changed))
         try:
             table = pq.read_table(build_dir / FACTS_FILE)
             runs = pq.read_table(build_dir / RUNS_FILE).to_pylist()
@@ -104,26 +105,6 @@ class Store:
     def tenant_facts(self, tenant: str, active_only: bool = True) -> list[dict[str, Any]]:
         return [f for f in self.facts if f["tenant_id"] == tenant
                 and (f["is_active"] or not active_only)]
-
-
-def _changed_inputs(project, manifest: dict) -> list[str]:
-    """Source files added, removed or edited since the build (by size, then hash)."""
-    from ..build.io import sha256_file
-    from ..files import project_files
-
-    recorded = {i["path"]: i for i in manifest.get("inputs", [])}
-    root = project.root.resolve()
-    changed: list[str] = []
-    seen: set[str] = set()
-    for path in project_files(project):
-        relative = path.resolve().relative_to(root).as_posix()
-        seen.add(relative)
-        entry = recorded.get(relative)
-        if entry is None or entry.get("bytes") != path.stat().st_size or \
-                entry.get("sha256") != sha256_file(path):
-            changed.append(relative)
-    changed += [p for p in recorded if p not in seen and not (root / p).exists()]
-    return sorted(changed)
 
 
 def value_forms(value: str, alias: dict[str, str]) -> set[str]:
