@@ -117,6 +117,9 @@ def test_ch22_graph_finds_all_18_with_the_real_model(tmp_path, capsys, cli):
     assert multilingual[0] == "entity:database-systems"
     without = search(index, q2, model.encode([q2], 1, False)[0], "graph", 3)
     assert not any(s["by"] == "multilingual" for s in without.seeds)
+    broken = cli("query", q2, "--bridge-model", str(tmp_path / "no-such-model"), cwd=root)
+    assert broken.code == 1 and "--bridge-model none" in broken.err
+    assert cli("query", q2, "--bridge-model", "none", cwd=root).code == 0
 
 
 def test_lancedb_export_works_with_the_course_code(built, cli, tmp_path):

@@ -187,19 +187,23 @@ class Index:
         embedder = get_embedder(spec)
         if embedder.model_id == self.model_id:
             return None
-        if spec not in self._bridge_matrices:
-            texts = [self.entities[e]["representation"] for e in self.entity_ids]
-            if cache_dir is None:
-                matrix = embedder.encode(texts, 32, False)
-            else:
-                cache = EmbeddingCache(cache_dir / "embeddings.sqlite")
-                try:
-                    matrix, _ = embed_texts(texts, spec, cache)
-                finally:
-                    cache.close()
-            self._bridge_matrices[spec] = matrix
-        return Bridge(embedder.model_id, readable, embedder.encode([query], 1, False)[0],
-                      self._bridge_matrices[spec])
+        try:
+            if spec not in self._bridge_matrices:
+                texts = [self.entities[e]["representation"] for e in self.entity_ids]
+                if cache_dir is None:
+                    matrix = embedder.encode(texts, 32, False)
+                else:
+                    cache = EmbeddingCache(cache_dir / "embeddings.sqlite")
+                    try:
+                        matrix, _ = embed_texts(texts, spec, cache)
+                    finally:
+                        cache.close()
+                self._bridge_matrices[spec] = matrix
+            query_vector = embedder.encode([query], 1, False)[0]
+        except Exception as error:  # a model that cannot load (a typo, no network)
+            raise RetrievalError(f"the bridge model {spec!r} could not be used ({error}); "
+                                 "pass --bridge-model none to query without it") from None
+        return Bridge(embedder.model_id, readable, query_vector, self._bridge_matrices[spec])
 
     def _build_lexicon(self) -> list[tuple[str, str, re.Pattern | None]]:
         """Entity names and aliases to find in query text: (needle, entity id, pattern)."""
