@@ -26,8 +26,9 @@ from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
 from ..document.source import decode_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
-from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Evidence, Fact,
-                    facts_schema, facts_table, runs_table)
+from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Candidate,
+                    Evidence, Fact, fact_sort_key, facts_schema, facts_table, rows_table,
+                    runs_table)
 
 LEDGER = Path(".ctxfst") / "facts"
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
@@ -274,12 +275,14 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}))
     seq = prior_seq + 1
     new_runs: list[dict[str, Any]] = []
-    extracted: list[tuple[Source, str, list]] = []
+    # each candidate with its fact id, computed once
+    extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]] = []
     for source, trigger in work:
         run_id = _run_id(seq, source.path)
         try:
             view = _view(root, source, catalogs.get(source.tenant, Catalog()))
-            extracted.append((source, trigger, extract(view, extractors)))
+            extracted.append((source, trigger,
+                              [(c.fact_id, c) for c in extract(view, extractors)]))
         except (ExtractionError, OSError) as error:
             counts["failed"] += 1
             new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
@@ -287,7 +290,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
                                      0, str(error), version))
     counts["extracted"] = len(extracted)
     touched = _touched_rows(previous, set(deleted) | {s.path for s, _, _ in extracted},
-                            {c.fact_id for _, _, found in extracted for c in found})
+                            {fid for _, _, found in extracted for fid, _ in found})
     facts = {row["fact_id"]: Fact.from_row(row)
              for row in (previous.take(touched).to_pylist() if touched else [])}
     before = {fid: (fact.is_active, tuple(sorted(fact.evidence, key=Evidence.sort_key)))
@@ -312,8 +315,10 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
         new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
                                  source.path, trigger, "completed", source.fingerprint, False,
                                  written, None, version))
-    delta = _settle(facts, before, lost, seq)
-    table = _merged(previous, touched, facts_table(list(facts.values()), seq, version))
+    delta, rows = _settle(facts, before, lost, seq)
+    changed = rows_table([rows[fid] for fid in sorted(facts, key=lambda f: fact_sort_key(
+        facts[f]))], seq, version)
+    table = _merged(previous, touched, changed)
     table = table.replace_schema_metadata(facts_table([], seq, version).schema.metadata)
     runs.extend(new_runs)
     write_atomic(out_dir / FACTS_FILE, parquet_bytes(table))
@@ -374,12 +379,11 @@ def _drop_evidence(facts: dict[str, Fact], by_source: dict[str, set[str]], path:
         fact.evidence = kept
 
 
-def _add_candidates(facts: dict[str, Fact], candidates, path: str, run_id: str,
-                    seq: int) -> int:
+def _add_candidates(facts: dict[str, Fact], candidates: list[tuple[str, Candidate]],
+                    path: str, run_id: str, seq: int) -> int:
     written: set[str] = set()
     seen: set[tuple[str, Evidence]] = set()
-    for candidate in candidates:
-        fid = candidate.fact_id
+    for fid, candidate in candidates:
         ev = candidate.evidence
         evidence = Evidence(ev.source_type, ev.source_id, ev.path, ev.start, ev.end, ev.excerpt,
                             ev.extractor, ev.extract_version, ev.confidence, ev.freshness_at,
@@ -404,27 +408,33 @@ def _add_candidates(facts: dict[str, Fact], candidates, path: str, run_id: str,
 
 
 def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str, list]],
-            seq: int) -> dict[str, list[dict]]:
-    """Invalidate facts left without evidence; classify every change for the delta."""
+            seq: int) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """Invalidate facts left without evidence; classify every change for the delta.
+
+    Returns the delta and the row of every fact in facts (each built once: the delta and
+    the table share them)."""
     delta: dict[str, list[dict]] = {"added": [], "updated": [], "invalidated": []}
+    rows: dict[str, dict] = {}
     for fid in sorted(facts):
         fact = facts[fid]
+        change = None
         if fact.is_active and not fact.evidence:
             run_id, reason, old = lost[fid]
             fact.is_active, fact.evidence = False, old  # kept, with what supported it
             fact.invalidated_run_id, fact.invalidated_build_seq = run_id, seq
             fact.invalidation_reason = reason
             fact.updated_build_seq = seq
-            delta["invalidated"].append(fact.as_row())
-            continue
-        previous = before.get(fid)
-        if previous is None:
-            delta["added"].append(fact.as_row())
+            change = "invalidated"
+        elif (previous := before.get(fid)) is None:
+            change = "added"
         elif fact.is_active and not previous[0]:
             fact.updated_build_seq = seq  # reactivated
-            delta["added"].append(fact.as_row())
+            change = "added"
         elif fact.is_active and previous[1] != tuple(sorted(fact.evidence,
                                                            key=Evidence.sort_key)):
             fact.updated_build_seq = seq
-            delta["updated"].append(fact.as_row())
-    return delta
+            change = "updated"
+        row = rows[fid] = fact.as_row()
+        if change is not None:
+            delta[change].append(row)
+    return delta, rows

