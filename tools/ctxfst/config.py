@@ -148,6 +148,9 @@ def _facts_settings(section, config_file) -> dict:
                           "[\"namespace/key\", ...]")
     entries = []
     for entity_type, keys in sorted(complete.items()):
+        if not _FACT_NAME.fullmatch(entity_type):  # types are lowercase: "Document" never matches
+            raise ConfigError(f"{where}: complete.{entity_type}: an entity type is a lowercase "
+                              "name such as document, chunk, entity or skill")
         if not isinstance(keys, list) or not all(
                 isinstance(k, str) and k.count("/") == 1
                 and all(_FACT_NAME.fullmatch(part) for part in k.split("/")) for k in keys):

@@ -23,7 +23,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from ..diagnostics import Diagnostic
@@ -36,6 +36,9 @@ NAME_HINT = "lowercase letters, digits, '_', '.' or '-', starting with a letter 
 VALUE_TYPES = ("keyword", "text", "number", "date", "enum", "json")
 FIELDS = ("namespace", "key", "value", "value_type", "confidence", "evidence")
 _ENUM_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?"
+                        r"(Z|[+-]\d{2}:\d{2})?")
+MAX_NUMBER_EXPONENT = 308  # a double's range: further out is a typo, and a huge string
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,12 @@ def canonical_number(value: Any) -> str:
         raise ValueError(f"{value!r} is not a number") from None
     if not number.is_finite():
         raise ValueError(f"{value!r} is not a finite number")
-    text = format(number.normalize(), "f")
+    if number and abs(number.adjusted()) > MAX_NUMBER_EXPONENT:
+        raise ValueError(f"{value!r} is out of range (beyond 1e±{MAX_NUMBER_EXPONENT})")
+    # Exact: a precision as long as the number's own digits never rounds two numbers
+    # into one fact (the default context keeps 28 digits).
+    exact = Context(prec=max(1, len(number.as_tuple().digits)))
+    text = format(number.normalize(exact), "f")
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
@@ -98,6 +106,8 @@ def canonical_date(value: Any) -> str:
                 return _dt.date.fromisoformat(text).isoformat()
             except ValueError:
                 raise ValueError(f"{value!r} is not a valid date") from None
+        if not _DATE_TIME.fullmatch(text):  # the extended form only: one spelling per date
+            raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12")
         try:
             moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
@@ -105,7 +115,11 @@ def canonical_date(value: Any) -> str:
     else:
         raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12")
     if moment.tzinfo is not None:
-        return moment.astimezone(_dt.timezone.utc).replace(tzinfo=None).isoformat() + "Z"
+        try:
+            moment = moment.astimezone(_dt.timezone.utc)
+        except OverflowError:  # 9999-12-31T23:59-01:00 is past the last representable UTC
+            raise ValueError(f"{value!r} is out of range in UTC") from None
+        return moment.replace(tzinfo=None).isoformat() + "Z"
     return moment.isoformat()
 
 

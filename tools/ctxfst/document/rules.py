@@ -187,6 +187,7 @@ def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> 
             out.append(_at(doc, base + ("id",), "CTX302",
                            f"chunk '{chunk_id}' is declared but has no <Chunk id=\"{chunk_id}\">"
                            " passage in the body (or content_path)"))
+    _check_passage_evidence(doc, root, out)
 
 
 def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None:
@@ -202,6 +203,39 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
     elif not target.is_file():
         out.append(_at(doc, where, "CTX309",
                        f"content_path '{record.content_path}' does not exist"))
+
+
+def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
+    """`evidence:` of declared facts that parsing could not check because a passage lives
+    in a content_path file (parsing sees one file; a KB-level check sees them all)."""
+    from .source import decode_text
+
+    if doc.fs_path is None or all(record.content_path is None for _, record in doc.chunks):
+        return
+    passages: dict[str, str] = {chunk_id: body.content for chunk_id, body in doc.bodies.items()}
+    for _, record in doc.chunks:
+        if record.content_path is None:
+            continue
+        target = (Path(doc.fs_path).resolve().parent / record.content_path).resolve()
+        if target.is_file() and root.resolve() in target.parents:
+            try:
+                text, _ = decode_text(str(target), target.read_bytes())
+            except OSError:
+                text = None
+            if text is not None:
+                passages[record.id] = text
+    chunk_ids = {("chunks", index): record.id for index, record in doc.chunks}
+    for owner, facts in sorted((getattr(doc, "facts", None) or {}).items()):
+        if owner in chunk_ids:
+            if doc.chunks[owner[1]][1].content_path is None:
+                continue  # a body passage: checked while parsing
+            texts, where = [passages.get(chunk_ids[owner], "")], "the chunk's passage"
+        else:
+            texts, where = list(passages.values()), "any passage of the document"
+        for fact in facts:
+            if fact.evidence is not None and not any(fact.evidence in t for t in texts):
+                out.append(_at(doc, fact.path + ("evidence",), "CTX708",
+                               f"evidence {fact.evidence!r:.60} does not occur in {where}"))
 
 
 def _check_cycles(chunks: dict[str, ChunkPlace], out: list[Diagnostic]) -> None:

@@ -235,7 +235,8 @@ def ask(store: Store, settings, tenant: str | None, op: str, entity_type: str | 
         result["answer"] = "no"
         result["count_exact"] = True
         result["reason"] = (f"{namespace}/{key} is declared complete for {entity_type} and "
-                            f"every {SOURCE_KIND[entity_type]} of tenant {tenant} was extracted "
+                            f"every {SOURCE_KIND.get(entity_type, 'source')} of tenant {tenant} "
+                            "was extracted "
                             f"by {complete['extract_version']}; no fact matches")
         return result
     why = list(complete["why_not"])

@@ -1,0 +1,91 @@
+"""Facts at the edges: extreme numbers and dates, passages in content_path files, and
+completeness settings for any entity type (regressions found in review)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxfst.document.facts import canonical_date, canonical_number
+
+from .test_facts import build, doc, project, write
+
+
+@pytest.mark.parametrize("value", ["1e1000000", "1e-1000000", "-4e309"])
+def test_numbers_beyond_a_double_are_refused_not_crashed(value):
+    with pytest.raises(ValueError, match="out of range"):
+        canonical_number(value)
+
+
+def test_long_numbers_keep_every_digit():
+    # The default decimal context keeps 28 digits: these two would become one fact.
+    assert canonical_number("12345678901234567890123456789") != \
+        canonical_number("12345678901234567890123456791")
+    assert canonical_number("1e300") == "1" + "0" * 300
+
+
+@pytest.mark.parametrize("value", ["9999-12-31T23:59:59-01:00", "20260304", "2026-W10-3",
+                                   "2026-03-04T10:00:00+0200"])
+def test_dates_out_of_range_or_in_other_spellings_are_refused(value):
+    with pytest.raises(ValueError):
+        canonical_date(value)
+
+
+def test_extreme_values_in_frontmatter_and_queries_are_clear_errors(tmp_path, capsys, cli):
+    root = project(tmp_path)
+    write(root, "content/n.md", doc("note:n", "Numbers.", extra=(
+        "updated: 9999-12-31T23:59:59-01:00\n"
+        "facts:\n  - {namespace: size, key: n, value: \"1e1000000\", value_type: number}\n"
+        "  - {namespace: size, key: d, value: \"9999-12-31T23:59:59-01:00\", "
+        "value_type: date}\n")))
+    result = cli("validate", "--format", "json", cwd=root)
+    assert result.code == 1, result.err
+    found = {(d["code"], d["line"]) for d in result.json()["diagnostics"]}
+    assert {("CTX706", 4), ("CTX706", 5)} <= found
+    write(root, "content/n.md", doc("note:n", "Numbers.",
+                                    extra="updated: 9999-12-31T23:59:59-01:00\n"))
+    build(root, capsys)  # a source date past UTC's range is no date, not a crash
+    for value in ("1e1000000", "9999-12-31T23:59:59-01:00"):
+        asked = cli("facts", "ask", "--tenant", "default", "--op", "exists", "--value", value,
+                    cwd=root)
+        assert asked.code in (0, 1) and "internal error" not in asked.err, asked.err
+
+
+def test_evidence_in_a_content_path_passage_is_checked_by_validation(tmp_path, cli):
+    root = project(tmp_path)
+    write(root, "content/passages/p.md", "The invoice run happens monthly.\n")
+    text = """
+        ---
+        entities:
+          - id: entity:billing
+            name: Billing
+            type: concept
+            facts:
+              - {namespace: domain, key: topic, value: billing, evidence: "invoice run"}
+        chunks:
+          - id: note:p
+            context: "billing"
+            content_path: passages/p.md
+            facts:
+              - {namespace: domain, key: cadence, value: monthly, evidence: "%s"}
+        ---
+    """
+    write(root, "content/p.md", text % "happens monthly")
+    assert cli("validate", cwd=root).code == 0
+    write(root, "content/p.md", text % "happens weekly")
+    result = cli("validate", "--format", "json", cwd=root)
+    assert result.code == 1
+    found = [(d["code"], d["line"]) for d in result.json()["diagnostics"]]
+    assert found == [("CTX708", 13)], found
+
+
+def test_completeness_for_any_entity_type_never_crashes(tmp_path, capsys, cli):
+    root = project(tmp_path, '[facts]\ncomplete = { topic = ["a/b"] }\n')
+    write(root, "content/a.md", doc("note:a", "Some text."))
+    build(root, capsys)
+    asked = cli("facts", "ask", "--tenant", "default", "--op", "exists", "--entity-type",
+                "topic", "--namespace", "a", "--key", "b", cwd=root)
+    assert asked.code == 0 and "internal error" not in asked.err, asked.err
+    assert "answer: no" in asked.out or "answer: unknown" in asked.out
+    bad = project(tmp_path / "bad", '[facts]\ncomplete = { Document = ["domain/topic"] }\n')
+    result = cli("validate", cwd=bad)
+    assert result.code == 2 and "lowercase" in result.err
