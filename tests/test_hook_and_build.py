@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from .conftest import REPO, make_project, run_process, write
+from .conftest import REPO, copy_example, make_project, run_process, write
 
 VALID = ('---\nchunks:\n  - id: note:a\n    context: "A specific note about the thing"\n---\n'
          '<Chunk id="note:a">\nText.\n</Chunk>\n')
@@ -136,3 +136,28 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     assert "content/broken.md:4:15: error CTX103" in failed.stdout
     (project / "content/broken.md").unlink()
     assert _doit(project).returncode == 0
+
+
+def test_a_second_build_waits_for_the_first(tmp_path):
+    """Two builds at once would share the staging folder, journal and facts ledger: the
+    second waits (saying so) and then finds everything up to date."""
+    import time
+
+    from ctxfst.build.tasks import build_lock
+    from ctxfst.config import find_project
+
+    project = copy_example(tmp_path / "kb")
+    shutil.copy(REPO / "dodo.py", project / "dodo.py")
+    assert _doit(project).returncode == 0
+    with build_lock(find_project(project)):  # a build in progress, as far as others know
+        for command in ([str(Path(sys.executable).with_name("doit"))],
+                        [sys.executable, "-m", "ctxfst", "build"]):
+            waiting = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+            time.sleep(3)
+            assert waiting.poll() is None  # still waiting for the lock
+            waiting.kill()
+            assert "another build of this project is running" in waiting.communicate()[1]
+    second = subprocess.run([sys.executable, "-m", "ctxfst", "build"], cwd=project,
+                            capture_output=True, text=True)
+    assert second.returncode == 0 and "waiting" not in second.stderr

@@ -13,7 +13,7 @@ def run_build(root: Path, doit_args: list[str]) -> int:
     from doit.cmd_base import ModuleTaskLoader
     from doit.doit_cmd import DoitMain
 
-    from .tasks import namespace
+    from .tasks import build_lock, namespace
 
     config = find_project(root)
     if config is None:
@@ -24,11 +24,12 @@ def run_build(root: Path, doit_args: list[str]) -> int:
         (config.root / ".ctxfst").mkdir(exist_ok=True)
         from .pipeline import recover
 
-        recover(config)
-        tasks = namespace(config)
-        # doit binds its default output stream when imported; use the current one.
-        tasks["DOIT_CONFIG"] = {**tasks["DOIT_CONFIG"], "outfile": sys.stdout}
-        result = DoitMain(ModuleTaskLoader(tasks)).run(list(doit_args))
+        with build_lock(config):
+            recover(config)
+            tasks = namespace(config)
+            # doit binds its default output stream when imported; use the current one.
+            tasks["DOIT_CONFIG"] = {**tasks["DOIT_CONFIG"], "outfile": sys.stdout}
+            result = DoitMain(ModuleTaskLoader(tasks)).run(list(doit_args))
         return 0 if result is None else int(result)  # some doit commands return None
     finally:
         os.chdir(previous)

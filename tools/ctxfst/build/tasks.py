@@ -35,10 +35,28 @@ def project_here():
         sys.exit("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] "
                  "in pyproject.toml)")
     (config.root / ".ctxfst").mkdir(exist_ok=True)
+    # Held until this doit process exits (the kernel releases it then, even on a kill).
+    _HELD.append(build_lock(config))
+    _HELD[-1].__enter__()
     from .pipeline import recover  # a cheap check: a kill may have left a publication half done
 
     recover(config)
     return config
+
+
+_HELD: list = []
+
+
+def build_lock(config):
+    """One build of a project at a time: a second one waits (they share the staging
+    folder, the publication journal and the facts ledger)."""
+    from ..locks import exclusive
+
+    def waiting(holder: str) -> None:
+        print(f"ctxfst: another build of this project is running ({holder}); waiting for it",
+              file=sys.stderr, flush=True)
+
+    return exclusive(config.root / ".ctxfst" / "build.lock", None, str, waiting)
 
 
 def namespace(CONFIG) -> dict:

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..build.io import json_bytes, write_atomic
+from ..locks import LockBusy, exclusive
 
 STATE_SCHEMA_VERSION = "1.0.0"
 RESULTS = ("success", "failed", "partial")
@@ -119,32 +118,18 @@ class Replay:
     dropped: str | None  # a cut-off last line, dropped
 
 
-@contextlib.contextmanager
-def _exclusive(path: Path, timeout: float, busy: Any) -> Iterator[None]:
-    """flock path exclusively, waiting up to timeout seconds; busy(owner) words the error.
+def _exclusive(path: Path, timeout: float, busy: Any):
+    """The state's locks: a holder that outlives the timeout is a StateError."""
 
-    The file records the holder (pid, since) for that message.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    handle.seek(0)
-                    raise StateError(busy(handle.read().strip() or "another process")) from None
-                time.sleep(0.01)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} since {now()}")
-        handle.flush()
-        yield
-    finally:
-        handle.close()
+    @contextlib.contextmanager
+    def held() -> Iterator[None]:
+        try:
+            with exclusive(path, timeout, busy):
+                yield
+        except LockBusy as error:
+            raise StateError(str(error)) from None
+
+    return held()
 
 
 class StateStore:
