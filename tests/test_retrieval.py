@@ -273,3 +273,10 @@ def test_a_stale_build_is_refused_until_rebuilt(built, cli, capsys):
     assert cli("query", "Hono", cwd=built).code == 0
     extra.unlink()  # a deleted source makes the build stale too
     assert "1 changed, e.g. content/extra.md" in cli("query", "Hono", cwd=built).err
+
+
+def test_a_settings_change_makes_the_build_stale(built, cli):
+    config = built / "ctxfst.toml"
+    config.write_text(config.read_text() + "similar_top_k = 3\n")
+    result = cli("query", "Hono", cwd=built)
+    assert result.code == 1 and "ctxfst.toml" in result.err

@@ -9,7 +9,8 @@ from ..config import Config
 
 
 def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
-    """Source files added, removed or edited since the build (by size, then hash)."""
+    """Source files (and the settings file) added, removed or edited since the build (by
+    size, then hash)."""
     from ..files import project_files
     from .io import sha256_file
 
@@ -17,7 +18,10 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     root = config.root.resolve()
     changed: list[str] = []
     seen: set[str] = set()
-    for path in project_files(config):
+    sources = list(project_files(config))
+    if config.config_file is not None:  # settings (tenants, models) shape the artifacts too
+        sources.append(config.config_file)
+    for path in sources:
         relative = path.resolve().relative_to(root).as_posix()
         seen.add(relative)
         entry = recorded.get(relative)
