@@ -268,10 +268,15 @@ def lexical_fallback(store: Store, tenant: str, text: str, limit: int,
                               "scanned": 0, "truncated": False, "hits": []}
     if not path.is_file() or limit == 0 or scan_cap == 0:
         return report
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     table = pq.read_table(path, columns=["chunk_id", "source", "context", "content", "tags"])
-    rows = [r for r in table.to_pylist() if r["source"] in sources]  # this tenant only
-    report["truncated"] = len(rows) > scan_cap
-    rows = rows[:scan_cap]
+    # This tenant's chunks only, and no more than the cap become Python objects.
+    mine = table.filter(pc.is_in(table.column("source"),
+                                 value_set=pa.array(sorted(sources), pa.string())))
+    report["truncated"] = mine.num_rows > scan_cap
+    rows = mine.slice(0, scan_cap).to_pylist()
     report["scanned"] = len(rows)
     query = set(tokens(text))
     if not rows or not query:
