@@ -337,8 +337,7 @@ def _run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
                                  source.path, trigger, "completed", source.fingerprint, False,
                                  written, None, version))
     delta, rows = _settle(facts, before, lost, seq)
-    changed = rows_table([rows[fid] for fid in sorted(facts, key=lambda f: fact_sort_key(
-        facts[f]))], seq, version)
+    changed = rows_table(list(rows.values()), seq, version)
     table = _merged(previous, touched, changed)
     table = table.replace_schema_metadata(facts_table([], seq, version).schema.metadata)
     runs.extend(new_runs)
@@ -432,30 +431,33 @@ def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str
             seq: int) -> tuple[dict[str, list[dict]], dict[str, dict]]:
     """Invalidate facts left without evidence; classify every change for the delta.
 
-    Returns the delta and the row of every fact in facts (each built once: the delta and
-    the table share them)."""
-    delta: dict[str, list[dict]] = {"added": [], "updated": [], "invalidated": []}
-    rows: dict[str, dict] = {}
+    Returns the delta and the rows of all the facts, in the artifact's order (each row is
+    built once: the delta and the table share them)."""
+    changes: dict[str, str] = {}  # fact id -> its list in the delta, in fact id order
     for fid in sorted(facts):
         fact = facts[fid]
-        change = None
         if fact.is_active and not fact.evidence:
             run_id, reason, old = lost[fid]
             fact.is_active, fact.evidence = False, old  # kept, with what supported it
             fact.invalidated_run_id, fact.invalidated_build_seq = run_id, seq
             fact.invalidation_reason = reason
             fact.updated_build_seq = seq
-            change = "invalidated"
-        elif (previous := before.get(fid)) is None:
-            change = "added"
+            changes[fid] = "invalidated"
+            continue
+        previous = before.get(fid)
+        if previous is None:
+            changes[fid] = "added"
         elif fact.is_active and not previous[0]:
             fact.updated_build_seq = seq  # reactivated
-            change = "added"
+            changes[fid] = "added"
         elif fact.is_active and previous[1] != tuple(sorted(fact.evidence,
                                                            key=Evidence.sort_key)):
             fact.updated_build_seq = seq
-            change = "updated"
-        row = rows[fid] = fact.as_row()
-        if change is not None:
-            delta[change].append(row)
+            changes[fid] = "updated"
+    # Made in the order Arrow reads them: converting rows scattered in memory is 3x slower.
+    rows = {fid: fact.as_row()
+            for fid, fact in sorted(facts.items(), key=lambda item: fact_sort_key(item[1]))}
+    delta: dict[str, list[dict]] = {"added": [], "updated": [], "invalidated": []}
+    for fid, change in changes.items():
+        delta[change].append(rows[fid])
     return delta, rows
