@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, NamedTuple
 
 FACTS_SCHEMA_VERSION = "1.0.0"
 FACTS_FILE = "semantic_facts.parquet"
@@ -34,11 +34,11 @@ def fact_id(tenant: str, entity_type: str, entity_id: str, namespace: str, key: 
     return "fact:" + hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:32]
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(NamedTuple):
     """Where a fact was read: a span of a source file's text (LF line endings, no BOM).
 
-    text[start:end] == excerpt, checked when the fact is extracted.
+    text[start:end] == excerpt, checked when the fact is extracted. (A named tuple, not a
+    frozen dataclass: a full build makes a few hundred thousand, 6x faster.)
     """
 
     source_type: str      # document | chunk | entity | skill: the record the span is in
@@ -60,11 +60,10 @@ class Evidence:
                 self.extractor)
 
     def as_row(self) -> dict[str, Any]:
-        return dict(self.__dict__)  # the fields, in the order of the evidence struct
+        return dict(zip(self._fields, self))  # in the order of the evidence struct
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A fact as one extractor sees it in one source, with its evidence."""
 
     tenant_id: str
