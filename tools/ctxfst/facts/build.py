@@ -161,8 +161,11 @@ def _touched_rows(table, paths: set[str], fact_ids: set[str]) -> list[int]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    index = {fid: row for row, fid in enumerate(table.column("fact_id").to_pylist())}
-    rows = {index[fid] for fid in fact_ids if fid in index}
+    rows: set[int] = set()
+    if fact_ids:  # found by Arrow: no Python string per previous fact
+        named = pc.is_in(table.column("fact_id"), value_set=pa.array(sorted(fact_ids),
+                                                                      pa.string()))
+        rows.update(pc.indices_nonzero(named).to_pylist())
     if paths:
         evidence = table.column("evidence").combine_chunks()
         flat = pc.list_flatten(evidence)
