@@ -89,3 +89,79 @@ def test_completeness_for_any_entity_type_never_crashes(tmp_path, capsys, cli):
     bad = project(tmp_path / "bad", '[facts]\ncomplete = { Document = ["domain/topic"] }\n')
     result = cli("validate", cwd=bad)
     assert result.code == 2 and "lowercase" in result.err
+
+
+def test_a_plugin_giving_bad_candidates_fails_its_runs_not_the_build(tmp_path, capsys,
+                                                                     monkeypatch):
+    import sys
+
+    from .test_facts import runs
+
+    plugin = write(tmp_path / "plugins", "odd_extractor.py", """
+        from ctxfst.facts.model import Candidate, Evidence
+
+        class Odd:
+            name, version = "odd", "1"
+
+            def extract(self, view):
+                if "tuple" in view.text:
+                    yield ("not", "a", "candidate")
+                elif "namespace" in view.text:
+                    at = view.text.index("namespace")
+                    yield Candidate(view.tenant, "document", view.path, "Bad NS", "k", "v", "v",
+                                    "weird", Evidence("document", view.path, view.path, at,
+                                                      at + 9, "namespace", "odd", "1", 1.0,
+                                                      None))
+
+        def make():
+            return Odd()
+    """)
+    monkeypatch.syspath_prepend(str(plugin.parent))
+    sys.modules.pop("odd_extractor", None)
+    root = project(tmp_path / "kb", '[facts]\nextractors = ["odd_extractor:make"]\n')
+    write(root, "content/a.md", doc("note:a", "a tuple here"))
+    write(root, "content/b.md", doc("note:b", "a namespace here"))
+    write(root, "content/c.md", doc("note:c", "plain"))
+    out = build(root, capsys)
+    assert "Traceback" not in out
+    status = {r["source_path"]: (r["status"], r["failure_reason"] or "") for r in runs(root)}
+    assert status["content/a.md"][0] == "failed" and "not a Candidate" in status["content/a.md"][1]
+    assert status["content/b.md"][0] == "failed" and "'Bad NS' is invalid" in \
+        status["content/b.md"][1]
+    assert status["content/c.md"] == ("completed", "")
+
+
+def test_a_partial_ledger_is_an_error_not_a_silent_restart(tmp_path, capsys):
+    from ctxfst.build.runner import run_build
+
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "Some text."))
+    build(root, capsys)
+    (root / ".ctxfst/facts/semantic_facts_delta.json").unlink()
+    write(root, "content/a.md", doc("note:a", "Other text."))
+    code = run_build(root, [])
+    out = capsys.readouterr()
+    assert code != 0 and "incomplete facts ledger" in out.out + out.err
+    assert "Traceback" not in out.out + out.err
+
+
+def test_first_delta_is_a_snapshot_and_rereading_a_span_is_no_update(tmp_path, capsys):
+    from .test_facts import delta, facts
+
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "A Xylophone solo.", extra="title: Tunes\n",
+                                    entities="  - id: entity:xylo\n    name: Xylophone\n"
+                                             "    type: tool\n"))
+    write(root, "content/b.md", doc("note:b", "Nothing else."))
+    build(root, capsys)
+    first = delta(root)
+    assert first["snapshot"] and first["base_build_seq"] == 0
+    assert first["added"] == [] and first["counts"]["added"] == len(facts(root))
+    # An edit that moves no span of a.md's other facts: only what changed is reported.
+    write(root, "content/a.md", doc("note:a", "A Xylophone solo!", extra="title: Tunes\n",
+                                    entities="  - id: entity:xylo\n    name: Xylophone\n"
+                                             "    type: tool\n"))
+    build(root, capsys)
+    second = delta(root)
+    assert not second["snapshot"] and second["base_build_seq"] == 1
+    assert second["updated"] == [] and second["counts"]["updated"] == 0

@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Protocol
 
-from ..document.facts import canonical_date, normalize_text
+from ..document.facts import (NAME_HINT, NAME_PATTERN, VALUE_TYPES, canonical_date,
+                              normalize_text)
 from .model import Candidate, Evidence
 
 
@@ -406,6 +407,31 @@ def extract_version(extractors: list[Extractor]) -> str:
     return "+".join(f"{e.name}@{e.version}" for e in extractors)
 
 
+def _plugin_problem(candidate: Any) -> str | None:
+    """What is wrong with a plugin's candidate (the built-in extractors are tested)."""
+    if not isinstance(candidate, Candidate) or not isinstance(candidate.evidence, Evidence):
+        return f"gave a {type(candidate).__name__}, not a Candidate with its Evidence"
+    for name in ("tenant_id", "entity_type", "entity_id", "value_text", "value_norm"):
+        value = getattr(candidate, name)
+        if not isinstance(value, str) or not value:
+            return f"{name} must be a non-empty string, found {value!r}"
+    for name in ("namespace", "key"):
+        if not (isinstance(getattr(candidate, name), str)
+                and NAME_PATTERN.fullmatch(getattr(candidate, name))):
+            return f"{name} {getattr(candidate, name)!r} is invalid; use {NAME_HINT}"
+    if candidate.value_type not in VALUE_TYPES:
+        return (f"unknown value_type {candidate.value_type!r}; expected one of "
+                f"{', '.join(VALUE_TYPES)}")
+    ev = candidate.evidence
+    if not (all(isinstance(v, int) and not isinstance(v, bool) for v in (ev.start, ev.end))
+            and all(isinstance(v, str) for v in (ev.path, ev.excerpt, ev.extractor,
+                                                 ev.extract_version))
+            and isinstance(ev.confidence, (int, float)) and not isinstance(ev.confidence, bool)):
+        return "evidence needs integer start/end, text path/excerpt/extractor/version and a " \
+               "number confidence"
+    return None
+
+
 def extract(view: SourceView, extractors: list[Extractor]) -> list[Candidate]:
     """All candidates of one source, every evidence span checked against its text."""
     found: list[Candidate] = []
@@ -417,7 +443,11 @@ def extract(view: SourceView, extractors: list[Extractor]) -> list[Candidate]:
         except Exception as error:
             raise ExtractionError(f"extractor {extractor.name} failed on {view.path}: "
                                   f"{type(error).__name__}: {error}") from None
+        trusted = isinstance(extractor, (DeclaredExtractor, DerivedExtractor))
         for candidate in produced:
+            problem = None if trusted else _plugin_problem(candidate)
+            if problem is not None:  # fail this source's run, never the build
+                raise ExtractionError(f"extractor {extractor.name} on {view.path}: {problem}")
             ev = candidate.evidence
             text = view.files.get(ev.path)
             if candidate.tenant_id != view.tenant:
