@@ -165,3 +165,45 @@ def test_first_delta_is_a_snapshot_and_rereading_a_span_is_no_update(tmp_path, c
     second = delta(root)
     assert not second["snapshot"] and second["base_build_seq"] == 1
     assert second["updated"] == [] and second["counts"]["updated"] == 0
+
+
+def test_evidence_of_values_not_written_literally_stays_on_the_value(tmp_path, capsys):
+    """Escapes, block scalars and aliases: the evidence is the value as written at its
+    place, never a later occurrence of the same words in the body."""
+    from .test_facts import facts, file_text
+
+    root = project(tmp_path)
+    write(root, "content/u.md", """
+        ---
+        title: "Caf\\u00e9 guide"
+        facts:
+          - namespace: domain
+            key: summary
+            value_type: text
+            value: >
+              folded lines
+              of a summary
+          - namespace: domain
+            key: motto
+            value: &m plain words
+          - {namespace: domain, key: again, value: *m}
+        chunks:
+          - id: note:u
+            context: "notes"
+        ---
+        <Chunk id="note:u">
+        Café guide, folded lines of a summary, plain words.
+        </Chunk>
+    """)
+    build(root, capsys)
+    text = file_text(root, "content/u.md")
+    body = text.index("<Chunk")
+    rows = {(r["fact_namespace"], r["fact_key"]): r for r in facts(root)
+            if r["entity_type"] == "document"}
+    for key in (("document", "title"), ("domain", "summary"), ("domain", "motto"),
+                ("domain", "again")):
+        row = rows[key]
+        start, end = row["evidence_start"], row["evidence_end"]
+        assert text[start:end] == row["evidence_excerpt"] and end <= body, (key, row)
+    assert rows[("domain", "summary")]["evidence_excerpt"].startswith(">")
+    assert "of a summary" in rows[("domain", "summary")]["evidence_excerpt"]

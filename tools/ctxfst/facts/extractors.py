@@ -106,8 +106,25 @@ class Catalog:
 
 
 def _written(text: str, start: int) -> str:
-    """The YAML value at start as written: a flow collection to its closing bracket (on
-    its line), else one scalar."""
+    """The YAML value at start as written: a block scalar (| or >) with its indented
+    lines, a flow collection to its closing bracket (on its line), else one scalar."""
+    if text[start:start + 1] in ("|", ">"):
+        line_start = text.rfind("\n", 0, start) + 1
+        prefix = text[line_start:start]  # "  - value: " : the key sits at column 4
+        indent = len(prefix) - len(prefix.lstrip(" -"))
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        block_end = end
+        while end < len(text):
+            next_end = text.find("\n", end + 1)
+            next_end = len(text) if next_end < 0 else next_end
+            line = text[end + 1:next_end]
+            if line.strip() and len(line) - len(line.lstrip(" ")) <= indent:
+                break
+            if line.strip():
+                block_end = next_end
+            end = next_end
+        return text[start:block_end]
     if text[start:start + 1] in ("{", "["):
         depth = 0
         for index in range(start, len(text)):
@@ -150,8 +167,15 @@ class SourceView:
         """Evidence for a frontmatter value: needle as written at (or just after) path."""
         pos = self.record.source_map.value(path)
         start = self.offset(pos.line, pos.column)
-        found = self.text.find(needle, start, start + 4096) if needle else -1
-        if found < 0:  # a number, a flow collection, escaped YAML: the value as written
+        # The value itself, or just inside its opening quote; anything else (a number, a
+        # flow collection, escapes, an alias, a block scalar) is cited as written. Never
+        # searched for further on: a later occurrence would be evidence of something else.
+        if needle and self.text.startswith(needle, start):
+            found = start
+        elif needle and self.text[start:start + 1] in ("'", '"') and \
+                self.text.startswith(needle, start + 1):
+            found = start + 1
+        else:
             found, needle = start, _written(self.text, start)
         return rule.evidence(source_type, source_id, self.path, found, found + len(needle),
                              self.text[found:found + len(needle)],
