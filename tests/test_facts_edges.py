@@ -207,3 +207,38 @@ def test_evidence_of_values_not_written_literally_stays_on_the_value(tmp_path, c
         assert text[start:end] == row["evidence_excerpt"] and end <= body, (key, row)
     assert rows[("domain", "summary")]["evidence_excerpt"].startswith(">")
     assert "of a summary" in rows[("domain", "summary")]["evidence_excerpt"]
+
+
+SKILL = """---
+name: {name}
+description: A skill of one tenant.
+{tenant}preconditions: []
+postconditions: [state:done-{name}]
+---
+Do it.
+"""
+
+
+def test_a_skill_declares_its_tenant_and_stays_in_it(tmp_path, capsys, cli):
+    root = project(tmp_path)
+    write(root, "content/a.md", doc("note:a", "Some text.", tenant="acme"))
+    write(root, "skills/acme-skill/SKILL.md", SKILL.format(name="acme-skill",
+                                                           tenant="tenant: acme\n"))
+    write(root, "skills/open-skill/SKILL.md", SKILL.format(name="open-skill", tenant=""))
+    build(root, capsys)
+
+    def skills(tenant: str) -> set[str]:
+        result = cli("facts", "ask", "--tenant", tenant, "--op", "list", "--entity-type",
+                     "skill", "--format", "json", cwd=root)
+        assert result.code == 0, result.err
+        return {e["entity_id"] for e in result.json()["entities"]}
+
+    assert skills("acme") == {"skill:acme-skill"}
+    assert skills("default") == {"skill:open-skill"}
+    write(root, "skills/acme-skill/SKILL.md", SKILL.format(name="acme-skill",
+                                                           tenant="tenant: \"acme corp\"\n"))
+    result = cli("validate", "--format", "json", cwd=root)
+    assert result.code == 1
+    errors = [(d["code"], d["line"]) for d in result.json()["diagnostics"]
+              if d["severity"] == "error"]
+    assert errors == [("CTX709", 4)]

@@ -11,7 +11,7 @@ from typing import Any
 from .. import __version__
 
 # Bump when the parsed-document data changes shape.
-PARSE_FORMAT = "2"  # 2: chunk bodies carry their text offset
+PARSE_FORMAT = "3"  # 2: chunk bodies carry their text offset; 3: SKILL.md tenant checked
 
 
 def connect(path: Path, schema: str) -> sqlite3.Connection:

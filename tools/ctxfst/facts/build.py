@@ -97,7 +97,7 @@ def collect_sources(root: Path, kb, settings) -> list[Source]:
 
         relative = _relative(root, skill.fs_path, skill.path)
         sources.append(Source(relative, "skill", Path(skill.fs_path), skill,
-                              settings.tenant_for(relative) or DEFAULT_TENANT,
+                              document_tenant(skill.frontmatter, relative, settings),
                               entity_id=skill_node_id(skill.record.name)))
     return sorted(sources, key=lambda s: s.path)
 

@@ -39,6 +39,14 @@ def parse_skill(source: Source) -> ParsedSkill:
     skill.record = validate_record(skill, SkillRecord, normalized, (), "skill", 0,
                                    ("name", "description"))
     _check_name(skill, data)
+    if "tenant" in data:  # facts from this skill belong to that tenant (see docs/facts.md)
+        from ..document.facts import tenant_problem
+        from ..document.model import diagnostic_at
+
+        problem = tenant_problem(data["tenant"])
+        if problem is not None:
+            skill.diagnostics.append(diagnostic_at(skill, ("tenant",), "CTX709",
+                                                   f"tenant {problem}"))
     return skill
 
 
