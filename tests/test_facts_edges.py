@@ -242,3 +242,33 @@ def test_a_skill_declares_its_tenant_and_stays_in_it(tmp_path, capsys, cli):
     errors = [(d["code"], d["line"]) for d in result.json()["diagnostics"]
               if d["severity"] == "error"]
     assert errors == [("CTX709", 4)]
+
+
+def test_a_source_edited_during_the_stage_fails_it_instead_of_recording_old_facts(
+        tmp_path, capsys, monkeypatch):
+    """An edit between validation and extraction (same length, so only the bytes tell)
+    must not be fingerprinted as extracted: the stage stops and the next build sees it."""
+    from ctxfst.build.runner import run_build
+    from ctxfst.facts import build as facts_build
+
+    from .test_facts import runs
+
+    root = project(tmp_path)
+    source = write(root, "content/a.md", doc("note:a", "Xylophone text."))
+    build(root, capsys)
+    source.write_text(doc("note:a", "Marimba!! text."), encoding="utf-8")
+    collect = facts_build.collect_sources
+
+    def edit_while_extracting(*args):
+        found = collect(*args)
+        source.write_text(doc("note:a", "Vibraphon text."), encoding="utf-8")
+        return found
+
+    monkeypatch.setattr(facts_build, "collect_sources", edit_while_extracting)
+    code = run_build(root, [])
+    out = capsys.readouterr()
+    assert code != 0 and "content/a.md changed during the build" in out.out + out.err
+    assert "Traceback" not in out.out + out.err
+    monkeypatch.setattr(facts_build, "collect_sources", collect)
+    build(root, capsys)  # the next build extracts what the file now says
+    assert [r["build_seq"] for r in runs(root) if r["source_path"] == "content/a.md"] == [1, 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import sys
@@ -77,7 +78,10 @@ def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | EdgeFile | None:
     if (not item.explicit and doc.frontmatter is None and doc.text
             and not looks_like_ctxfst(doc.text)):
         return None
-    doc.text = ""  # the text is not needed past parsing; do not carry (or pickle) it
+    # The text is not needed past parsing; do not carry (or pickle) it. Its hash tells
+    # later stages whether the file still holds what was validated.
+    doc.text_sha256 = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
+    doc.text = ""
     return doc
 
 

@@ -134,6 +134,7 @@ class ParsedDocument:
     bodies: dict[str, ChunkBody] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     text: str = ""
+    text_sha256: str = ""  # of the parsed text, kept when the text is dropped
     # Valid `facts:` entries by record: ("document",), ("entities", i), ("chunks", i).
     facts: dict[tuple, list] = field(default_factory=dict)
 

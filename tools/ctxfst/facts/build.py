@@ -281,9 +281,20 @@ def _run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
     version = extract_version(extractors)
     sources = collect_sources(root, kb, settings)
     for source in sources:
-        data = source.fs_path.read_bytes()
+        try:
+            data = source.fs_path.read_bytes()
+            passages = [p.read_bytes() for p in _passage_files(source)]
+        except OSError as error:
+            raise ExtractionError(f"{source.path} changed during the build ({error}): run "
+                                  "`doit` again") from None
+        # The fingerprint must describe the bytes the validated record came from; an edit
+        # between validation and here would be recorded as extracted and never seen again.
+        validated = getattr(source.record, "text_sha256", "")
+        if validated and validated != hashlib.sha256(
+                (decode_text(source.path, data)[0] or "").encode("utf-8")).hexdigest():
+            raise ExtractionError(f"{source.path} changed during the build: run `doit` again")
         source.file_sha = hashlib.sha256(data).hexdigest()
-        source.digest = _sha(data, *(p.read_bytes() for p in _passage_files(source)))
+        source.digest = _sha(data, *passages)
     catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
