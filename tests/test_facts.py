@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import jsonschema
@@ -38,6 +39,14 @@ def build(root: Path, capsys, *args: str) -> str:
     code = run_build(root, list(args))
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
+    return out.out + out.err
+
+
+def build_fails(root: Path, capsys) -> str:
+    """A build that must stop with a clear message (returned), never a traceback."""
+    code = run_build(root, [])
+    out = capsys.readouterr()
+    assert code != 0 and "Traceback" not in out.out + out.err, out.out + out.err
     return out.out + out.err
 
 
@@ -372,22 +381,25 @@ def test_fallback_is_bounded_and_reported(tmp_path, capsys, cli):
     assert "answer: unknown" in text and "fallback (lexical, not facts)" in text
 
 
+def install_extractor(tmp_path: Path, monkeypatch, module: str, extract_body: str,
+                      imports: str = "") -> None:
+    """A plugin extractor module `module` (factory `make`) whose extract(self, view) runs
+    extract_body, importable for this test only."""
+    body = textwrap.indent(textwrap.dedent(extract_body).strip("\n"), " " * 8)
+    write(tmp_path / "plugins", f"{module}.py",
+          f"{imports}\n\nclass Extractor:\n    name, version = {module!r}, \"1\"\n\n"
+          f"    def extract(self, view):\n{body}\n\n\ndef make():\n    return Extractor()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    sys.modules.pop(module, None)
+
+
 def test_a_failing_extractor_fails_its_run_and_keeps_previous_facts(tmp_path, capsys,
                                                                     monkeypatch):
-    plugin = write(tmp_path / "plugins", "boom_extractor.py", """
-        class Boom:
-            name, version = "boom", "1"
-
-            def extract(self, view):
-                if "BOOM" in view.text:
-                    raise RuntimeError("refusing this source")
-                return []
-
-        def make():
-            return Boom()
+    install_extractor(tmp_path, monkeypatch, "boom_extractor", """
+        if "BOOM" in view.text:
+            raise RuntimeError("refusing this source")
+        return []
     """)
-    monkeypatch.syspath_prepend(str(plugin.parent))
-    sys.modules.pop("boom_extractor", None)
     root = project(tmp_path / "kb", '[facts]\nextractors = ["boom_extractor:make"]\n')
     write(root, "content/a.md", doc("note:a", "Quiet text."))
     build(root, capsys)
@@ -398,7 +410,7 @@ def test_a_failing_extractor_fails_its_run_and_keeps_previous_facts(tmp_path, ca
     assert "could not be extracted" in out
     failed = [r for r in runs(root) if r["build_seq"] == 2][0]
     assert failed["status"] == "failed" and "refusing this source" in failed["failure_reason"]
-    assert failed["extract_version"] == "declared@1+derived@1+boom@1"
+    assert failed["extract_version"] == "declared@1+derived@1+boom_extractor@1"
     assert all(r["is_active"] for r in facts(root))  # previous facts kept
     assert len(facts(root)) >= len(before)
     build(root, capsys, "forget", "facts")
@@ -434,10 +446,7 @@ def test_bad_facts_and_tenants_are_located_and_stop_the_build(tmp_path, capsys, 
     assert result.code == 1
     found = {(d["code"], d["line"]) for d in result.json()["diagnostics"]}
     assert {("CTX709", 2), ("CTX704", 7), ("CTX701", 8), ("CTX705", 9), ("CTX701", 13)} <= found
-    code = run_build(root, [])
-    out = capsys.readouterr()
-    assert code != 0 and "content/bad.md:7:17: error CTX704" in out.out + out.err
-    assert "Traceback" not in out.out + out.err
+    assert "content/bad.md:7:17: error CTX704" in build_fails(root, capsys)
 
 
 def test_cli_refuses_missing_tenant_bad_tenant_and_stale_builds(tmp_path, capsys):
