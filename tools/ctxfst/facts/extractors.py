@@ -47,12 +47,13 @@ class Catalog:
 
     Mentions are found per name (word boundaries for ASCII names, none for CJK ones),
     after a cheap filter: an ASCII name is tried only when its first word occurs in the
-    passage, so a large catalog costs little per chunk.
+    passage, any other only when its first two characters do, so a large catalog costs
+    little per chunk.
     """
 
     names: dict[str, str] = field(default_factory=dict)
     by_word: dict[str, list[str]] = field(default_factory=dict)
-    other: list[str] = field(default_factory=list)
+    other: dict[str, list[str]] = field(default_factory=dict)  # first two characters -> names
     _patterns: dict[str, re.Pattern] = field(default_factory=dict)
 
     @classmethod
@@ -66,7 +67,7 @@ class Catalog:
                 continue
             first = _WORD.search(name) if name.isascii() else None
             if first is None:
-                catalog.other.append(name)
+                catalog.other.setdefault(name[:2], []).append(name)
             else:
                 catalog.by_word.setdefault(first.group(), []).append(name)
         return catalog
@@ -93,7 +94,11 @@ class Catalog:
         candidates = [n for word in set(_WORD.findall(folded)) for n in self.by_word.get(word, ())]
         if self.other:
             normalized = normalize_text(passage)
-            candidates += [n for n in self.other if n in normalized or n in folded]
+            # Names without a word to filter on (CJK ones): only those whose first two
+            # characters occur, so thousands of them do not cost a scan each per chunk.
+            pairs = {text[i:i + 2] for text in (normalized, folded) for i in range(len(text))}
+            candidates += [n for pair in pairs for n in self.other.get(pair, ())
+                           if n in normalized or n in folded]
         found = sorted((m.start(), -(m.end() - m.start()), name)
                        for name in candidates for m in self._pattern(name).finditer(passage))
         out: list[tuple[int, int, str]] = []
