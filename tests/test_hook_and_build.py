@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from ctxfst.config import find_project
+
 from .conftest import REPO, copy_example, make_project, run_process, write
 
 VALID = ('---\nchunks:\n  - id: note:a\n    context: "A specific note about the thing"\n---\n'
@@ -140,16 +142,25 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
 
 def test_a_second_build_waits_for_the_first(tmp_path):
     """Two builds at once would share the staging folder, journal and facts ledger: the
-    second waits (saying so) and then finds everything up to date."""
+    second waits (saying so) and then finds everything up to date. A process never waits
+    for a lock it (or its parent build) holds, and `doit list` takes none."""
     import time
-
-    from ctxfst.build.tasks import build_lock
-    from ctxfst.config import find_project
 
     project = copy_example(tmp_path / "kb")
     shutil.copy(REPO / "dodo.py", project / "dodo.py")
     assert _doit(project).returncode == 0
-    with build_lock(find_project(project)):  # a build in progress, as far as others know
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, sys, time\n"
+        "from ctxfst.build.tasks import build_lock\n"
+        "from ctxfst.config import find_project\n"
+        "with build_lock(find_project(pathlib.Path(sys.argv[1]))):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(60)\n"), str(project)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert _doit(project, "list").returncode == 0  # read-only: no wait
+        write(project, "content/extra.md", "---\nentities:\n  - id: entity:extra\n"
+              "    name: Extra\n    type: concept\n---\n")
         for command in ([str(Path(sys.executable).with_name("doit"))],
                         [sys.executable, "-m", "ctxfst", "build"]):
             waiting = subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE,
@@ -158,6 +169,22 @@ def test_a_second_build_waits_for_the_first(tmp_path):
             assert waiting.poll() is None  # still waiting for the lock
             waiting.kill()
             assert "another build of this project is running" in waiting.communicate()[1]
+    finally:
+        holder.kill()
+        holder.wait()
     second = subprocess.run([sys.executable, "-m", "ctxfst", "build"], cwd=project,
                             capture_output=True, text=True)
     assert second.returncode == 0 and "waiting" not in second.stderr
+
+
+def test_the_build_lock_is_reentrant_in_one_process(tmp_path, capsys):
+    from ctxfst.build.runner import run_build
+    from ctxfst.build.tasks import build_lock, hold_build_lock
+
+    project = copy_example(tmp_path / "kb")
+    config = find_project(project)
+    with build_lock(config):
+        hold_build_lock(config)  # a stage action inside a build: no wait for ourselves
+        assert run_build(project, []) == 0  # ctxfst build inside something holding it
+    assert run_build(project, []) == 0
+    capsys.readouterr()

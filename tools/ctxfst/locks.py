@@ -16,13 +16,30 @@ class LockBusy(Exception):
     """The lock stayed taken for the whole timeout; the message names the holder."""
 
 
+_HELD: set[str] = set()  # locks this process holds: taking one again is a no-op
+INHERITED = "CTXFST_LOCKS_HELD"  # os.pathsep-separated locks a parent process holds
+
+
+def is_held(path: Path) -> bool:
+    """Whether this process, or the parent that started it, holds the lock at path."""
+    key = str(path.resolve())
+    return key in _HELD or key in os.environ.get(INHERITED, "").split(os.pathsep)
+
+
 @contextlib.contextmanager
 def exclusive(path: Path, timeout: float | None, busy: Callable[[str], str],
-              waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+              waiting: Callable[[str], None] | None = None,
+              reentrant: bool = False) -> Iterator[None]:
     """flock path exclusively, waiting up to timeout seconds (None: as long as it takes).
 
     busy(holder) words the LockBusy message; waiting(holder) is told once when we wait.
+    reentrant: a lock this process (or the parent that started it) holds is not taken
+    again (a second flock of the same file would wait for ourselves forever).
     """
+    key = str(path.resolve())
+    if reentrant and is_held(path):
+        yield
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -46,6 +63,19 @@ def exclusive(path: Path, timeout: float | None, busy: Callable[[str], str],
         since = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         handle.write(f"pid {os.getpid()} since {since}")
         handle.flush()
-        yield
+        if not reentrant:
+            yield
+            return
+        _HELD.add(key)
+        inherited = os.environ.get(INHERITED)
+        os.environ[INHERITED] = os.pathsep.join(filter(None, [inherited, key]))
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+            if inherited is None:
+                os.environ.pop(INHERITED, None)
+            else:
+                os.environ[INHERITED] = inherited
     finally:
         handle.close()

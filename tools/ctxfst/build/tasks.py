@@ -35,16 +35,30 @@ def project_here():
         sys.exit("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] "
                  "in pyproject.toml)")
     (config.root / ".ctxfst").mkdir(exist_ok=True)
-    # Held until this doit process exits (the kernel releases it then, even on a kill).
-    _HELD.append(build_lock(config))
-    _HELD[-1].__enter__()
-    from .pipeline import recover  # a cheap check: a kill may have left a publication half done
+    from .pipeline import JOURNAL, recover
 
-    recover(config)
+    # A kill may have left a publication half done: finish it (under the build lock) before
+    # doit looks at the targets. Otherwise importing dodo.py takes no lock, so `doit list`
+    # never waits; the first stage that runs takes it (hold_build_lock).
+    if (config.build_dir / JOURNAL).exists():
+        with build_lock(config):
+            recover(config)
     return config
 
 
 _HELD: list = []
+
+
+def hold_build_lock(config) -> None:
+    """Take the build lock until this process ends (the kernel releases it then, even on
+    a kill); nothing when this process (or its parent build) holds it already."""
+    from ..locks import is_held
+
+    if is_held(build_lock_path(config)):
+        return
+    lock = build_lock(config)
+    lock.__enter__()
+    _HELD.append(lock)
 
 
 def build_lock(config):
@@ -56,7 +70,11 @@ def build_lock(config):
         print(f"ctxfst: another build of this project is running ({holder}); waiting for it",
               file=sys.stderr, flush=True)
 
-    return exclusive(config.root / ".ctxfst" / "build.lock", None, str, waiting)
+    return exclusive(build_lock_path(config), None, str, waiting, reentrant=True)
+
+
+def build_lock_path(config) -> Path:
+    return config.root / ".ctxfst" / "build.lock"
 
 
 def namespace(CONFIG) -> dict:
@@ -72,6 +90,7 @@ def namespace(CONFIG) -> dict:
         def action() -> bool:
             from .pipeline import STAGE_FUNCTIONS, BuildFailed
 
+            hold_build_lock(CONFIG)
             try:
                 STAGE_FUNCTIONS[stage](CONFIG)
             except BuildFailed as error:
