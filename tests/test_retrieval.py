@@ -280,3 +280,54 @@ def test_a_settings_change_makes_the_build_stale(built, cli):
     config.write_text(config.read_text() + "similar_top_k = 3\n")
     result = cli("query", "Hono", cwd=built)
     assert result.code == 1 and "ctxfst.toml" in result.err
+
+
+def test_damaged_lexical_caches_are_rebuilt_not_trusted(built, tmp_path):
+    import numpy as np
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    query = "Kubernetes rollout"
+    first = [h.chunk_id for h in search(Index(built / "build", "hash-64", cache), query, None,
+                                        "lexical", 5).hits]
+    saved = next(cache.glob("lexical-*.npz"))
+    with np.load(saved) as data:
+        arrays = dict(data)
+    damaged = [saved.read_bytes()[:200],  # truncated
+               {**arrays, "size": np.array([arrays["size"][0] - 1])},  # for fewer chunks
+               {**arrays, "starts": arrays["starts"][:-2]},  # postings cut short
+               {**arrays, "terms": np.arange(len(arrays["terms"]))}]  # not terms at all
+    for bad in damaged:
+        if isinstance(bad, bytes):
+            saved.write_bytes(bad)
+        else:
+            with open(saved, "wb") as handle:
+                np.savez(handle, **bad)
+        index = Index(built / "build", "hash-64", cache)
+        assert [h.chunk_id for h in search(index, query, None, "lexical", 5).hits] == first
+
+
+def test_damaged_vectors_and_bad_arguments_are_clear_errors(built, cli):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert cli("query", "Hono", "--top-k", "-1", cwd=built).code == 2
+    assert cli("query", "Hono", "--hops", "x", cwd=built).code == 2
+    path = built / "build" / "chunk_vectors.parquet"
+    table = pq.read_table(path)
+    vectors = table.column("vector").to_pylist()
+    vectors[0] = [float("nan")] * len(vectors[0])
+    column = pa.array(vectors, type=table.schema.field("vector").type)
+    pq.write_table(table.set_column(table.schema.get_field_index("vector"), "vector", column),
+                   path)
+    result = cli("query", "Hono", "--allow-stale", cwd=built)
+    assert result.code == 1 and "damaged vectors" in result.err and "Traceback" not in result.err
+
+
+def test_stale_check_with_a_relative_build_dir_and_a_link_out_of_the_project(built, cli):
+    outside = write(built.parent / f"{built.name}-elsewhere", "outside.md", "---\nentities:\n  - id: entity:out\n"
+                    "    name: Out\n    type: concept\n---\n")
+    (built / "content" / "linked.md").symlink_to(outside)
+    for args in ([], ["--build", "build"], ["--build", "./build"]):
+        result = cli("query", "Hono", *args, cwd=built)
+        assert result.code == 1 and "content/linked.md" in result.err, (args, result.err)

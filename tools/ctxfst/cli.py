@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "hybrid"), default="graph")
     query.add_argument("--skill-graph", type=Path, default=None,
                        help="hand-made skill graph for keyword-graph mode")
-    query.add_argument("--top-k", type=int, default=5)
-    query.add_argument("--hops", type=int, default=2)
+    query.add_argument("--top-k", type=_positive, default=5)
+    query.add_argument("--hops", type=_at_least_zero, default=2)
     query.add_argument("--explain", action="store_true", help="show seeds and expansion")
     query.add_argument("--format", choices=("text", "json"), default="text")
     query.add_argument("--build", type=Path, default=None, help="build folder (default: the "
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
                             choices=("vector", "lexical", "keyword-graph", "graph", "hybrid"))
     evaluation.add_argument("--skill-graph", type=Path, default=None)
-    evaluation.add_argument("--k", type=int, default=3)
+    evaluation.add_argument("--k", type=_positive, default=3)
     evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown")
     evaluation.add_argument("--build", type=Path, default=None)
     _bridge_option(evaluation)
@@ -101,6 +101,19 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_argument("--force", action="store_true",
                       help="replace an existing pre-commit hook")
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.strip().lstrip("-").isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _at_least_zero(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
+    return int(text)
 
 
 def _bridge_option(parser: argparse.ArgumentParser) -> None:
@@ -283,7 +296,8 @@ def _retrieval(args: argparse.Namespace) -> int:
         raise _Usage("no ctxfst project here; pass --build DIR")
     model = config.build.embedding_model if config else None
     try:
-        if config is not None and build_dir == config.build_dir and not args.allow_stale:
+        if config is not None and not args.allow_stale and \
+                build_dir.resolve() == config.build_dir.resolve():
             from .build.freshness import stale_reason
 
             reason = stale_reason(config, build_dir)

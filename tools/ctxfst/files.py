@@ -30,6 +30,17 @@ def display_path(path: Path) -> str:
     return path.as_posix()
 
 
+def project_relative(root: Path, path, fallback: str | None = None) -> str:
+    """A file's POSIX path relative to the project root. A link that leaves the project
+    keeps the name it has inside it (or `fallback`, the path as given, when there is one)."""
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, TypeError):
+        if fallback is not None:
+            return Path(fallback).as_posix()
+        return Path(os.path.relpath(Path(path).absolute(), root.absolute())).as_posix()
+
+
 def project_files(config) -> list[Path]:
     """Every input of a project (a Config): documents, skills, and extra-edge files."""
     files: list[Path] = []

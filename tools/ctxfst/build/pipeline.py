@@ -104,7 +104,9 @@ def _load_validated(config: Config, counts: dict | None = None):
 
 
 def _inputs(config: Config, files: list[Path]) -> list[dict[str, Any]]:
-    return [{"path": path.resolve().relative_to(config.root.resolve()).as_posix(),
+    from ..files import project_relative
+
+    return [{"path": project_relative(config.root, path),
              "sha256": sha256_file(path), "bytes": path.stat().st_size}
             for path in sorted(files)]
 

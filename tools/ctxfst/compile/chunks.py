@@ -52,12 +52,11 @@ def _ordered(data: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _relative(root: Path, doc: ParsedDocument) -> str:
+    from ..files import project_relative
+
     if doc.fs_path is None:
         return doc.path
-    try:
-        return Path(doc.fs_path).resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return Path(doc.path).as_posix()
+    return project_relative(root, doc.fs_path, doc.path)
 
 
 def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic]) -> tuple[str, int, int]:

@@ -69,10 +69,9 @@ def _sha(*parts: bytes) -> str:
 
 
 def _relative(root: Path, fs_path: Any, fallback: str) -> str:
-    try:
-        return Path(fs_path).resolve().relative_to(root.resolve()).as_posix()
-    except (ValueError, TypeError):
-        return Path(fallback).as_posix()
+    from ..files import project_relative
+
+    return project_relative(root, fs_path, fallback)
 
 
 def document_tenant(frontmatter: dict | None, relative: str, settings) -> str:

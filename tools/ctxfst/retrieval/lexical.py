@@ -78,14 +78,26 @@ class BM25:
         write_atomic(path, buffer.getvalue())
 
     @classmethod
-    def load(cls, path: Path) -> "BM25":
-        with np.load(path, allow_pickle=False) as data:
-            return cls(data["terms"].tolist(), data["idf"], data["starts"], data["rows"],
-                       data["weights"], int(data["size"][0]))
+    def load(cls, path: Path, size: int) -> "BM25":
+        """A saved index for `size` documents; ValueError when the file is not one."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                terms, idf, starts = data["terms"], data["idf"], data["starts"]
+                rows, weights, saved = data["rows"], data["weights"], int(data["size"][0])
+        except Exception as error:  # truncated, foreign or damaged: the caller rebuilds
+            raise ValueError(f"{path}: not a lexical index ({error})") from None
+        consistent = (terms.dtype.kind == "U" and saved == size
+                      and len(starts) == len(terms) + 1 == len(idf) + 1
+                      and int(starts[0]) == 0 and int(starts[-1]) == len(rows) == len(weights)
+                      and bool(np.all(np.diff(starts) >= 0))
+                      and (len(rows) == 0 or 0 <= int(rows.min()) <= int(rows.max()) < size))
+        if not consistent:
+            raise ValueError(f"{path}: a lexical index of another shape")
+        return cls(terms.tolist(), idf, starts, rows, weights, saved)
 
     def scores(self, query: list[str]) -> np.ndarray:
         total = np.zeros(self.size, np.float64)
-        for term in set(query):
+        for term in sorted(set(query)):  # a fixed order: float sums do not depend on hashing
             number = self.term_ids.get(term)
             if number is None:
                 continue

@@ -88,10 +88,16 @@ def _vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
 
     table = pq.read_table(path)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    dim = int(meta.get("ctxfst.dim", "0"))
+    try:
+        dim = int(meta.get("ctxfst.dim", ""))
+    except ValueError:
+        dim = -1  # reported below as damaged
     flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return (table.column("id").to_pylist(),
-            np.asarray(flat, np.float32).reshape(table.num_rows, dim),
+    matrix = np.asarray(flat, np.float32)
+    if matrix.size != table.num_rows * dim or not np.all(np.isfinite(matrix)):
+        raise RetrievalError(f"{path}: damaged vectors (missing dimension metadata, or values "
+                             "that are not finite numbers): run `doit clean` and `doit`")
+    return (table.column("id").to_pylist(), matrix.reshape(table.num_rows, dim),
             meta.get("ctxfst.model_id", ""))
 
 
@@ -153,16 +159,27 @@ class Index:
             cached = self._lexical_cache_path()
             if cached is not None and cached.is_file():
                 try:
-                    self._lexical = BM25.load(cached)
-                except (OSError, ValueError, KeyError, IndexError):
-                    cached.unlink(missing_ok=True)  # unreadable: rebuilt below
+                    self._lexical = BM25.load(cached, len(self.chunks))
+                except ValueError:
+                    cached.unlink(missing_ok=True)  # damaged or foreign: rebuilt below
             if self._lexical is None:
                 self._lexical = BM25.build([tokens(lexical_text(c)) for c in self.chunks])
                 if cached is not None:
-                    for stale in cached.parent.glob("lexical-*.npz"):
-                        stale.unlink(missing_ok=True)
-                    self._lexical.save(cached)
+                    try:  # a cache is a convenience: a read-only folder must not fail queries
+                        for stale in cached.parent.glob("lexical-*.npz"):
+                            stale.unlink(missing_ok=True)
+                        self._lexical.save(cached)
+                    except OSError:
+                        pass
         return self._lexical
+
+    def _manifest_digest(self, name: str) -> str | None:
+        """The sha256 the manifest records for an artifact (no need to hash it again)."""
+        try:
+            manifest = json.loads((self.build_dir / "manifest.json").read_text("utf-8"))
+            return next(str(a["sha256"]) for a in manifest["artifacts"] if a["path"] == name)
+        except (OSError, ValueError, KeyError, TypeError, StopIteration):
+            return None
 
     def _lexical_cache_path(self) -> Path | None:
         if self.cache_dir is None:
@@ -170,7 +187,8 @@ class Index:
         from .. import __version__  # the tokenizer and layout may change between versions
         from ..build.io import sha256_file
 
-        digest = sha256_file(self.build_dir / "chunks.parquet")
+        digest = self._manifest_digest("chunks.parquet") or \
+            sha256_file(self.build_dir / "chunks.parquet")
         return self.cache_dir / f"lexical-{__version__}-{digest[:24]}.npz"
 
     def bridge(self, query: str, readable: float, spec: str = BRIDGE_MODEL,

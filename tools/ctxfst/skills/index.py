@@ -21,10 +21,9 @@ def index_entry(skill: ParsedSkill, root: Path) -> dict[str, Any]:
     record = skill.record
     assert record is not None
     effects = record.split_conditions()
-    try:
-        path = Path(skill.fs_path).resolve().relative_to(root.resolve()).as_posix()
-    except (TypeError, ValueError):
-        path = skill.path
+    from ..files import project_relative
+
+    path = project_relative(root, skill.fs_path, skill.path)
     return {
         "name": record.name,
         "node_id": skill_node_id(record.name),
