@@ -157,21 +157,19 @@ def test_evidence_of_values_not_written_literally_stays_on_the_value(tmp_path, c
     root = project(tmp_path)
     write(root, "content/u.md", """
         ---
+        chunks:
+          - id: note:u
+            context: "notes"
         title: "Caf\\u00e9 guide"
         facts:
-          - namespace: domain
-            key: summary
+          - key: summary
+            namespace: domain
             value_type: text
             value: >
               folded lines
               of a summary
-          - namespace: domain
-            key: motto
-            value: &m plain words
+          - {namespace: domain, key: motto, value: &m plain words}
           - {namespace: domain, key: again, value: *m}
-        chunks:
-          - id: note:u
-            context: "notes"
         ---
         <Chunk id="note:u">
         Café guide, folded lines of a summary, plain words.
