@@ -75,16 +75,37 @@ def stale_message(changed: list[str]) -> str:
             f"{changed[0]}): run `doit`")
 
 
-def stale_reason(config: Config, build_dir) -> str | None:
-    """Why the project's build folder does not reflect its sources, or None."""
+def read_manifest(build_dir) -> dict[str, Any] | None:
+    """A build's manifest.json (None when nothing was published); ValueError when it is
+    unreadable or not a manifest."""
     import json
 
-    manifest_path = build_dir / "manifest.json"
-    if not manifest_path.is_file():
-        return None  # nothing published: readers report the missing artifacts themselves
+    path = build_dir / "manifest.json"
+    if not path.is_file():
+        return None
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return f"{manifest_path}: unreadable ({error}): run `doit`"
-    changed = changed_inputs(config, manifest if isinstance(manifest, dict) else {})
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if not (isinstance(manifest, dict) and isinstance(manifest.get("artifacts"), list)
+                and isinstance(manifest.get("inputs", []), list)):
+            raise ValueError("not a ctxfst manifest")
+        artifact_digests(manifest)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable ({error})") from None
+    return manifest
+
+
+def artifact_digests(manifest: dict[str, Any]) -> dict[str, str]:
+    """Artifact path -> the sha256 the manifest records for it."""
+    return {str(a["path"]): str(a["sha256"]) for a in manifest["artifacts"]}
+
+
+def stale_reason(config: Config, build_dir) -> str | None:
+    """Why the project's build folder does not reflect its sources, or None."""
+    try:
+        manifest = read_manifest(build_dir)
+    except ValueError as error:
+        return f"{error}: run `doit`"
+    if manifest is None:
+        return None  # nothing published: readers report the missing artifacts themselves
+    changed = changed_inputs(config, manifest)
     return stale_message(changed) if changed else None

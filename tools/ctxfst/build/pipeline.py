@@ -228,15 +228,12 @@ def stage_embed(config: Config) -> None:
 
 
 def _read_vectors(path: Path):
-    import numpy as np
-    import pyarrow.parquet as pq
+    from ..compile.embed import read_vectors
 
-    table = pq.read_table(path)
-    metadata = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    dim = int(metadata.get("ctxfst.dim", "0"))
-    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    matrix = np.asarray(flat, dtype=np.float32).reshape(-1, dim) if dim else np.zeros((0, 0))
-    return table.column("id").to_pylist(), matrix, metadata.get("ctxfst.model_id", "")
+    try:
+        return read_vectors(path)
+    except ValueError as error:
+        raise BuildFailed(f"{error}; run the embed stage again") from None
 
 
 def stage_graph(config: Config) -> None:

@@ -228,6 +228,26 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
     return np.vstack([found[key] for key in keys]).astype(np.float32), embedder.model_id
 
 
+def read_vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
+    """(ids, matrix, model id) of a vectors artifact that vectors_table wrote; ValueError
+    when its dimension metadata is missing or its values are not finite numbers."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    try:
+        dim = int(meta.get("ctxfst.dim", ""))
+    except ValueError:
+        dim = -1
+    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    matrix = np.asarray(flat, np.float32)
+    if dim < 0 or matrix.size != table.num_rows * dim or not np.all(np.isfinite(matrix)):
+        raise ValueError(f"{path}: damaged vectors (missing dimension metadata, or values "
+                         "that are not finite numbers)")
+    return (table.column("id").to_pylist(), matrix.reshape(table.num_rows, dim),
+            meta.get("ctxfst.model_id", ""))
+
+
 def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: str):
     import pyarrow as pa
 

@@ -56,23 +56,22 @@ class Store:
 
     @classmethod
     def load(cls, build_dir: Path, project=None) -> "Store":
-        import json
-
         import pyarrow.parquet as pq
 
         from ..build.io import sha256_file
 
-        manifest_path = build_dir / "manifest.json"
         missing = [n for n in ("manifest.json", FACTS_FILE, RUNS_FILE)
                    if not (build_dir / n).is_file()]
         if missing:
             raise FactsError(f"{', '.join(missing)} missing in {build_dir}: run `doit` to "
                              "build the facts")
+        from ..build.freshness import artifact_digests, read_manifest
+
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            listed = {a["path"]: a["sha256"] for a in manifest["artifacts"]}
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise FactsError(f"{manifest_path}: unreadable ({error}): run `doit`") from None
+            manifest = read_manifest(build_dir) or {}
+            listed = artifact_digests(manifest)
+        except (ValueError, KeyError) as error:
+            raise FactsError(f"{error}: run `doit`") from None
         for name in (FACTS_FILE, RUNS_FILE):
             if listed.get(name) != sha256_file(build_dir / name):
                 raise FactsError(f"{build_dir / name} does not match the build manifest (a "

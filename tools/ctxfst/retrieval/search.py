@@ -84,21 +84,12 @@ class Result:
 
 
 def _vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
-    import pyarrow.parquet as pq
+    from ..compile.embed import read_vectors
 
-    table = pq.read_table(path)
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     try:
-        dim = int(meta.get("ctxfst.dim", ""))
-    except ValueError:
-        dim = -1  # reported below as damaged
-    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    matrix = np.asarray(flat, np.float32)
-    if matrix.size != table.num_rows * dim or not np.all(np.isfinite(matrix)):
-        raise RetrievalError(f"{path}: damaged vectors (missing dimension metadata, or values "
-                             "that are not finite numbers): run `doit clean` and `doit`")
-    return (table.column("id").to_pylist(), matrix.reshape(table.num_rows, dim),
-            meta.get("ctxfst.model_id", ""))
+        return read_vectors(path)
+    except ValueError as error:
+        raise RetrievalError(f"{error}: run `doit clean` and `doit`") from None
 
 
 class Index:
@@ -175,11 +166,13 @@ class Index:
 
     def _manifest_digest(self, name: str) -> str | None:
         """The sha256 the manifest records for an artifact (no need to hash it again)."""
+        from ..build.freshness import artifact_digests, read_manifest
+
         try:
-            manifest = json.loads((self.build_dir / "manifest.json").read_text("utf-8"))
-            return next(str(a["sha256"]) for a in manifest["artifacts"] if a["path"] == name)
-        except (OSError, ValueError, KeyError, TypeError, StopIteration):
+            manifest = read_manifest(self.build_dir)
+        except ValueError:
             return None
+        return artifact_digests(manifest).get(name) if manifest else None
 
     def _lexical_cache_path(self) -> Path | None:
         if self.cache_dir is None:
