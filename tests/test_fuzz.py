@@ -71,3 +71,169 @@ def mutated(draw):
 @given(mutated())
 def test_mutated_documents(data):
     check(data)
+
+
+# --- Field-level mutation of a whole project: every frontmatter field of the documents,
+# every SKILL.md field and every extra-edge field gets hostile values. Validation must
+# locate every problem, and a project that validates must also build (the build writing
+# what validation let through is where NaN scores and 2**63 versions used to crash).
+
+import contextlib  # noqa: E402
+import os  # noqa: E402
+import datetime  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import yaml  # noqa: E402
+
+from ctxfst.build.runner import run_build  # noqa: E402
+from ctxfst.validation import check_paths  # noqa: E402
+
+EDGE_SEED = [
+    {"source": "entity:fastapi", "target": "entity:hono", "relation": "IMPLIES",
+     "score": 0.5, "shared_chunk_count": 2, "properties": {"confidence": 0.8}},
+    {"source": "skill:analyze-gaps", "target": "entity:fastapi", "relation": "EVIDENCE"},
+]
+
+HOSTILE_SCALARS = [None, True, False, 0, -1, 5, 2**31, 2**63, -(2**63) - 1, 10**20, 3e9,
+                   1e999, -1e999, math.nan, 0.5, -0.0, "", " ", "x", "NaN", "Infinity",
+                   "state:s1", "NOT state:s0", "a\nb", "a\x00b", "\u202e\u2028", "é" * 300,
+                   "../../../etc/passwd", "/etc/passwd", "x/" + "a" * 300,
+                   datetime.date(2024, 2, 29), datetime.datetime(9999, 12, 31, 23, 59),
+                   "<Chunk id=\"evil\">", "%% chunk-start %%"]
+
+
+def _hostile_value(draw):
+    kind = draw(st.sampled_from(["scalar", "list", "dict", "nested"]))
+    if kind == "scalar":
+        return draw(st.sampled_from(HOSTILE_SCALARS))
+    if kind == "list":
+        return draw(st.lists(st.sampled_from(HOSTILE_SCALARS), max_size=4))
+    if kind == "dict":
+        return {draw(st.sampled_from(["id", "name", "type", "x", "score"])):
+                draw(st.sampled_from(HOSTILE_SCALARS))}
+    return [[draw(st.sampled_from(HOSTILE_SCALARS))], {"k": [1, {"z": None}]}]
+
+
+def _paths(value, prefix=()):
+    """Every place in a YAML/JSON value: mapping keys and sequence items, nested."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found.extend(_paths(item, (*prefix, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(_paths(item, (*prefix, index)))
+    return found
+
+
+EXTREME_INTS = [0, -1, 1, 2**31 - 1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**20, -(2**63) - 1]
+EXTREME_FLOATS = [math.nan, math.inf, -math.inf, 1e308, 5e-324, -0.0, 3e9, 1e20]
+EXTREME_TEXT = ["", "a\nb", "\x1b[31mred", "a\u2028b", "\u202eevil", "x" * 5000, "é" * 300,
+                "../outside", "/abs/path", "a\x00b", "<Chunk id=\"x\">", "`" * 50,
+                "NOT NOT state:x", "state:", "中文 名稱", "%0A::error::forged"]
+
+
+def _same_kind_extreme(draw, value):
+    """A value of the same YAML kind as `value`, at its extremes: these often validate,
+    so they reach the build."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return draw(st.sampled_from(EXTREME_INTS))
+    if isinstance(value, float):
+        return draw(st.sampled_from(EXTREME_FLOATS))
+    if isinstance(value, str):
+        return draw(st.sampled_from([value + draw(st.sampled_from(EXTREME_TEXT)),
+                                     draw(st.sampled_from(EXTREME_TEXT))]))
+    if isinstance(value, list):
+        return value + [draw(st.sampled_from(EXTREME_TEXT + EXTREME_INTS))]
+    return _hostile_value(draw)
+
+
+def _mutate(draw, data):
+    """data with a few fields replaced, deleted, or added with hostile values."""
+    for _ in range(draw(st.integers(1, 3))):
+        places = _paths(data)
+        if not places:
+            break
+        place = draw(st.sampled_from(places))
+        parent = data
+        for step in place[:-1]:
+            parent = parent[step]
+        last = place[-1]
+        action = draw(st.sampled_from(["extreme", "extreme", "replace", "delete", "add"]))
+        if action == "extreme":
+            parent[last] = _same_kind_extreme(draw, parent[last])
+        elif action == "delete":
+            del parent[last]
+        elif action == "add" and isinstance(parent, dict):
+            key = draw(st.sampled_from(["version", "priority", "cost", "state_refs",
+                                        "content_path", "score", "shared_chunk_count",
+                                        "preconditions", "tenant", "created_at", "aliases",
+                                        "facts", "dependencies", "idempotent", "id"]))
+            parent[key] = _hostile_value(draw)
+        else:
+            parent[last] = _hostile_value(draw)
+    return data
+
+
+def _split(text: str) -> tuple[dict, str]:
+    _, frontmatter, body = text.split("---\n", 2)
+    return yaml.safe_load(frontmatter), body
+
+
+def _dump(data) -> str:
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10**6)
+
+
+_SOURCES = ([p.relative_to(REPO).as_posix() for p in sorted((REPO / "content").glob("*.md"))]
+            + [p.relative_to(REPO).as_posix() for p in sorted((REPO / "skills").glob("*/SKILL.md"))]
+            + ["content/links.edges.json"])
+
+
+@st.composite
+def mutated_project(draw):
+    """(relative path, new file text) for one file of the example project."""
+    target = draw(st.sampled_from(_SOURCES))
+    if target.endswith(".json"):
+        edges = _mutate(draw, json.loads(json.dumps(EDGE_SEED)))
+        return target, json.dumps(edges, indent=1, default=str)
+    data, body = _split((REPO / target).read_text(encoding="utf-8"))
+    return target, f"---\n{_dump(_mutate(draw, data))}---\n{body}"
+
+
+def _project(root: Path) -> None:
+    shutil.copytree(REPO / "content", root / "content")
+    shutil.copytree(REPO / "skills", root / "skills")
+    (root / "content" / "links.edges.json").write_text(json.dumps(EDGE_SEED), encoding="utf-8")
+    (root / "ctxfst.toml").write_text('embedding_model = "hash-32"\n', encoding="utf-8")
+
+
+@settings(max_examples=int(os.environ.get("CTXFST_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated_project())
+def test_field_mutations_are_located_errors_or_build(change):
+    target, text = change
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        _project(root)
+        (root / target).write_text(text, encoding="utf-8")
+        report = check_paths([], cwd=root)  # raises on an internal error
+        lines = {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8").count("\n") + 2
+                 for p in root.rglob("*") if p.is_file() and p.suffix in (".md", ".json")}
+        for item in report.diagnostics:
+            assert item.code in RULES, item
+            relative = Path(item.path).resolve().relative_to(root.resolve()).as_posix()
+            assert 1 <= item.line <= lines[relative] and item.column >= 1, item
+        if report.exit_code():
+            return
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            code = run_build(root, [])
+        log = output.getvalue()
+        assert code == 0 and "Traceback" not in log, f"{target} validates but does not " \
+            f"build:\n{text[:3000]}\n{log[-4000:]}"
