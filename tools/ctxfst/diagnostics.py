@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Iterable
@@ -144,9 +145,29 @@ def summarize(diagnostics: Iterable[Diagnostic], files: int) -> dict:
             "infos": counts["info"]}
 
 
+# Characters that would let a crafted id or path start a new output line, or drive the
+# terminal: C0, DEL, C1, and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(match: re.Match) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def escape(value: object) -> str:
+    """Text safe to print on one line: control characters as visible escapes (\\n, \\x1b,
+    \\u2028). Every text output of ids, paths or messages from a knowledge base goes
+    through it."""
+    return _CONTROL.sub(_visible, str(value))
+
+
 def render_text(diagnostics: list[Diagnostic], summary: dict) -> str:
-    lines = [f"{d.path}:{d.line}:{d.column}: {d.severity.value} {d.code}: {d.message}"
-             for d in diagnostics]
+    lines = [f"{escape(d.path)}:{d.line}:{d.column}: {d.severity.value} {escape(d.code)}: "
+             f"{escape(d.message)}" for d in diagnostics]
     lines.append(summary_line(summary))
     return "\n".join(lines) + "\n"
 
@@ -156,13 +177,25 @@ def summary_line(summary: dict) -> str:
             f"{summary['warnings']} warning(s), {summary['infos']} info(s)")
 
 
+# json.dumps escapes C0 itself; with ensure_ascii=False (readable non-ASCII text) it keeps
+# DEL, C1 and U+2028/U+2029 raw: they become \u escapes, which decode to the same text.
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def json_text(payload: object) -> str:
+    """Indented JSON for output, every control character escaped."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                         json.dumps(payload, ensure_ascii=False, indent=2))
+
+
 def render_json(diagnostics: list[Diagnostic], summary: dict) -> str:
     payload = {"diagnostics": [d.to_dict() for d in diagnostics], "summary": summary}
-    return json.dumps(payload, ensure_ascii=False, indent=2) + "\n"
+    return json_text(payload) + "\n"
 
 
 def _escape_data(value: str) -> str:
-    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # The workflow-command escapes for %, CR and LF; other controls made visible.
+    return escape(value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def _escape_property(value: str) -> str:

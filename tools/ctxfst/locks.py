@@ -11,11 +11,14 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .build.io import open_no_follow
+
 
 class LockBusy(Exception):
     """The lock stayed taken for the whole timeout; the message names the holder."""
 
 
+_HOLDER_LIMIT = 200  # characters of a lock file's holder text shown in messages
 _HELD: set[str] = set()  # locks this process holds: taking one again is a no-op
 INHERITED = "CTXFST_LOCKS_HELD"  # os.pathsep-separated locks a parent process holds
 
@@ -41,7 +44,9 @@ def exclusive(path: Path, timeout: float | None, busy: Callable[[str], str],
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
+    # Not through a planted link: we truncate and write the lock file.
+    handle = os.fdopen(open_no_follow(path, os.O_RDWR | os.O_CREAT), "r+",
+                       encoding="utf-8", errors="replace")
     deadline = None if timeout is None else time.monotonic() + timeout
     told = False
     try:
@@ -51,7 +56,7 @@ def exclusive(path: Path, timeout: float | None, busy: Callable[[str], str],
                 break
             except BlockingIOError:
                 handle.seek(0)
-                holder = handle.read().strip() or "another process"
+                holder = handle.read(_HOLDER_LIMIT).strip() or "another process"
                 if deadline is not None and time.monotonic() >= deadline:
                     raise LockBusy(busy(holder)) from None
                 if waiting is not None and not told:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,22 @@ from typing import Any
 def write_atomic(path: Path, data: bytes) -> None:
     """Write data to path so that readers see the old file or the new one, never half.
 
-    Temp file in the same directory, fsync, rename, fsync the directory.
+    Temp file in the same directory, fsync, rename, fsync the directory. A new file gets
+    the mode the umask gives (the kernel applies it: mkstemp's 0600 would not); a file
+    rewritten keeps its permissions.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        existing = os.lstat(path)
+        mode = stat.S_IMODE(existing.st_mode) & 0o777 if stat.S_ISREG(existing.st_mode) \
+            else None
+    except FileNotFoundError:
+        mode = None
+    handle, temp = _create_temp(path)
     try:
         with os.fdopen(handle, "wb") as out:
+            if mode is not None:
+                os.fchmod(out.fileno(), mode)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
@@ -34,6 +45,28 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new temp file beside path, created 0666 so that the umask decides its mode."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        temp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temp, flags, 0o666), temp
+        except FileExistsError:
+            continue
+
+
+def open_no_follow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """os.open that refuses a symbolic link as the last component (OSError ELOOP), so a
+    planted link never makes us read, append to or truncate a file elsewhere."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def read_bytes_no_follow(path: Path) -> bytes:
+    with os.fdopen(open_no_follow(path), "rb") as handle:
+        return handle.read()
 
 
 def json_bytes(payload: Any, compact: bool = False) -> bytes:

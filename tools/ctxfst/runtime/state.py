@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
+import functools
 import json
 import os
 import uuid
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..build.io import json_bytes, write_atomic
+from ..build.io import json_bytes, open_no_follow, read_bytes_no_follow, write_atomic
 from ..locks import LockBusy, exclusive
 
 STATE_SCHEMA_VERSION = "1.0.0"
@@ -27,6 +29,45 @@ RESULTS = ("success", "failed", "partial")
 
 class StateError(Exception):
     """A state file that cannot be used as asked; the message says why."""
+
+
+class StateFileError(StateError):
+    """A state file that is damaged, of an unknown version, or not a file: bad input."""
+
+
+def _file_error(error: OSError, fallback: Path) -> StateFileError:
+    name = error.filename or fallback
+    if error.errno == errno.ELOOP:
+        return StateFileError(f"{name} is a symbolic link; state files are never "
+                              "followed through links")
+    return StateFileError(f"cannot use the world state file {name}: "
+                          f"{error.strerror or error}")
+
+
+def _state_files(method):
+    """A method whose OSError (a folder where a file belongs, no permission) becomes a
+    clear StateFileError instead of an internal error."""
+
+    @functools.wraps(method)
+    def checked(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as error:
+            raise _file_error(error, self.path) from None
+
+    return checked
+
+
+def check_schema_version(data: dict[str, Any], path: Path) -> None:
+    """Refuse a snapshot written by a ctxfst whose format this one does not know (rewriting
+    it would lose what the newer format holds). Upstream snapshots carry none."""
+    version = data.get("schema_version")
+    if version is None:
+        return
+    supported = STATE_SCHEMA_VERSION.split(".")[0]
+    if not isinstance(version, str) or version.split(".")[0] != supported:
+        raise StateFileError(f"{path} has schema_version {version!r}; this ctxfst reads "
+                             f"world states of version {supported}.x only")
 
 
 def now() -> str:
@@ -71,24 +112,76 @@ class WorldState:
         return self.goal in self.active_states
 
 
+_IDS = "a list of ids"
+# Each event type's fields (required, optional) and their kinds; every event also has
+# type, serial, lineage (init included) and at.
+_EVENT_FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "init": ({"session_id": str, "goal": str, "seeds": _IDS}, {}),
+    "add": ({"states": _IDS}, {}),
+    "remove": ({"states": _IDS}, {}),
+    "complete": ({"skill": str, "result": str}, {"summary": str, "added": _IDS,
+                                                 "removed": _IDS}),
+    "subgraph": ({"subgraph": dict}, {}),
+    "step_started": ({"step_id": int, "skill": str}, {}),
+    "step_finished": ({"step_id": int, "skill": str}, {"status": str}),
+}
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    if kind == _IDS:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _check_event(event: Any) -> None:
+    """Refuse an event whose fields are missing or of the wrong kind (a damaged or hostile
+    log), before it changes anything."""
+    if not isinstance(event, dict):
+        raise StateFileError("an event must be a JSON object")
+    kind = event.get("type")
+    if not isinstance(kind, str) or kind not in _EVENT_FIELDS:
+        raise StateFileError(f"unknown event type {kind!r}")
+    required, optional = _EVENT_FIELDS[kind]
+    fields = {"serial": int, "lineage": str, "at": str, **required}
+    for key, expected in {**fields, **optional}.items():
+        if key not in event:
+            if key in fields:
+                raise StateFileError(f"{kind} event without '{key}'")
+            continue
+        if not _fits(event[key], expected):
+            what = expected if expected == _IDS else f"a {expected.__name__}"
+            raise StateFileError(f"{kind} event: '{key}' must be {what}")
+    if kind == "complete" and event["result"] not in RESULTS:
+        raise StateFileError(f"complete event: result {event['result']!r} is not one of "
+                             f"{', '.join(RESULTS)}")
+    if kind == "subgraph":
+        subgraph = event["subgraph"]
+        if not (_fits(subgraph.get("nodes", []), _IDS)
+                and isinstance(subgraph.get("edges", []), list)
+                and all(isinstance(edge, dict) for edge in subgraph.get("edges", []))):
+            raise StateFileError("subgraph event: 'subgraph' must hold a nodes list of ids "
+                                 "and an edges list of objects")
+
+
 def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
     """The one definition of what each event does (used live and in replay)."""
-    if not isinstance(event, dict):
-        raise TypeError("an event must be a JSON object")
+    _check_event(event)
     kind = event["type"]
-    for key in ("states", "seeds", "added", "removed"):
-        if key in event and not (isinstance(event[key], list)
-                                 and all(isinstance(item, str) for item in event[key])):
-            raise TypeError(f"'{key}' must be a list of ids")
+    expected = 1 if state is None else state.serial + 1
+    if event["serial"] != expected and (state is not None or kind == "init"):
+        raise StateFileError(f"event serial {event['serial']} where {expected} belongs; "
+                             "the log is out of order")
     if kind == "init":
         state = WorldState(session_id=event["session_id"], lineage=event["lineage"],
                            goal=event["goal"], active_states=sorted(set(event["seeds"])),
                            created_at=event["at"])
     elif state is None:
-        raise StateError("the event log does not start with an init event")
+        raise StateFileError("the event log does not start with an init event")
     elif event["lineage"] != state.lineage:
-        raise StateError(f"event {event['serial']} belongs to lineage {event['lineage']}, "
-                         f"not {state.lineage}")
+        raise StateFileError(f"event {event['serial']} belongs to lineage "
+                             f"{event['lineage']}, not {state.lineage}")
     elif kind == "add":
         state.active_states = sorted(set(state.active_states) | set(event["states"]))
     elif kind == "remove":
@@ -102,10 +195,7 @@ def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
                                      | set(event.get("added", [])))
     elif kind == "subgraph":
         state.current_subgraph = event["subgraph"]
-    elif kind in ("step_started", "step_finished"):
-        pass  # the agent loop's journal: recorded, no change to the world itself
-    else:
-        raise StateError(f"unknown event type {kind!r}")
+    # step_started, step_finished: the agent loop's journal, no change to the world itself
     state.serial = event["serial"]
     state.updated_at = event["at"]
     return state
@@ -123,11 +213,17 @@ def _exclusive(path: Path, timeout: float, busy: Any):
 
     @contextlib.contextmanager
     def held() -> Iterator[None]:
+        taken = False
         try:
             with exclusive(path, timeout, busy):
+                taken = True
                 yield
         except LockBusy as error:
             raise StateError(str(error)) from None
+        except OSError as error:  # the lock file cannot be made (a folder in its place...)
+            if taken:
+                raise
+            raise _file_error(error, path) from None
 
     return held()
 
@@ -155,7 +251,9 @@ class StateStore:
     def _adopted(self) -> list[dict[str, Any]]:
         """Events equivalent to an upstream world-state.json that has no event log."""
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(read_bytes_no_follow(self.path).decode("utf-8"))
+            if isinstance(data, dict):
+                check_schema_version(data, self.path)
             session, goal = data["session_id"], data["goal"]
             active = data["active_states"]
             completed = data.get("completed_skills", [])
@@ -166,8 +264,10 @@ class StateStore:
                     and isinstance(completed, list)
                     and all(isinstance(item, dict) for item in completed)):
                 raise TypeError("wrong field types")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise StateError(f"{self.path} is not a world state ctxfst can read (upstream "
+        except OSError as error:
+            raise _file_error(error, self.path) from None
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            raise StateFileError(f"{self.path} is not a world state ctxfst can read (upstream "
                              "shape: session_id, goal, active_states list, completed_skills "
                              "list), and it has no event log to rebuild it from") from None
         at = str(data.get("created_at") or now())
@@ -188,16 +288,21 @@ class StateStore:
                           lambda owner: f"another `ctxfst run` is working on {self.path} "
                                         f"({owner})")
 
+    @_state_files
     def replay(self) -> Replay:
         if not self.log.exists():
             if self.path.exists():  # an upstream world state: adopt it as its events
                 events = self._adopted()
                 state = None
-                for event in events:
-                    state = apply(state, event)
+                for number, event in enumerate(events, 1):
+                    try:
+                        state = apply(state, event)
+                    except StateError as error:
+                        raise StateFileError(f"{self.path}: completed skill {number - 1}: "
+                                             f"{error}") from None
                 return Replay(state, events, None)
             raise StateError(f"no world state at {self.path} (run `ctxfst state init`)")
-        raw = self.log.read_bytes()
+        raw = read_bytes_no_follow(self.log)
         lines = raw.split(b"\n")
         dropped = None
         if lines and lines[-1] == b"":
@@ -211,32 +316,42 @@ class StateStore:
                 event = json.loads(line)
                 state = apply(state, event)
             except StateError as error:
-                raise StateError(f"{self.log}:{number}: {error}") from None
-            except (ValueError, KeyError, TypeError, AttributeError) as error:
-                raise StateError(f"{self.log}:{number}: not a valid event ({type(error).__name__}"
-                                 f" {error}); the log is corrupted") from None
+                raise StateFileError(f"{self.log}:{number}: {error}") from None
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
+                raise StateFileError(f"{self.log}:{number}: not a valid event "
+                                     f"({type(error).__name__} {error}); the log is "
+                                     "corrupted") from None
             events.append(event)
         return Replay(state, events, dropped)
 
+    @_state_files
     def load(self) -> WorldState:
         replay = self.replay()
         if replay.state is None:
-            raise StateError(f"{self.log} holds no events")
+            raise StateFileError(f"{self.log} holds no events")
         if replay.dropped is not None:
             self.notes.append(f"dropped a cut-off last line of {self.log.name}: "
                               f"{replay.dropped[:80]!r}")
-        if self.path.exists():
-            try:
-                snapshot = json.loads(self.path.read_text(encoding="utf-8"))
-            except ValueError:
-                snapshot = None
-                self.notes.append(f"{self.path.name} was unreadable; rebuilt from the log")
-            if isinstance(snapshot, dict) and snapshot.get("lineage") is not None and str(
-                    snapshot.get("lineage")) != replay.state.lineage:
-                raise StateError(f"{self.path} belongs to lineage {snapshot.get('lineage')} "
-                                 f"but its log to {replay.state.lineage}: they are from "
-                                 "different sessions")
+        self._check_snapshot(replay.state)
         return replay.state
+
+    def _check_snapshot(self, state: WorldState) -> None:
+        """The snapshot beside the log must be of a known version and the same lineage."""
+        if not os.path.lexists(self.path):
+            return
+        try:
+            snapshot = json.loads(read_bytes_no_follow(self.path).decode("utf-8"))
+        except (ValueError, RecursionError):
+            snapshot = None
+            self.notes.append(f"{self.path.name} was unreadable; rebuilt from the log")
+        if not isinstance(snapshot, dict):
+            return
+        check_schema_version(snapshot, self.path)
+        if snapshot.get("lineage") is not None and str(
+                snapshot.get("lineage")) != state.lineage:
+            raise StateFileError(f"{self.path} belongs to lineage {snapshot.get('lineage')} "
+                                 f"but its log to {state.lineage}: they are from "
+                                 "different sessions")
 
     def _append(self, event: dict[str, Any]) -> None:
         if not self.log.exists() and self.path.exists() and event["type"] != "init":
@@ -246,7 +361,8 @@ class StateStore:
 
     def _write_event(self, event: dict[str, Any]) -> None:
         self._trim_cut_line()
-        with open(self.log, "ab") as out:
+        with os.fdopen(open_no_follow(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                       "ab") as out:
             out.write(json.dumps(event, ensure_ascii=False, sort_keys=True).encode() + b"\n")
             out.flush()
             os.fsync(out.fileno())
@@ -255,7 +371,7 @@ class StateStore:
         """Drop a last line a crash cut off, so the next event starts on its own line."""
         if not self.log.exists():
             return
-        with open(self.log, "rb+") as handle:
+        with os.fdopen(open_no_follow(self.log, os.O_RDWR), "rb+") as handle:
             size = handle.seek(0, os.SEEK_END)
             if size == 0:
                 return
@@ -274,6 +390,7 @@ class StateStore:
         write_atomic(self.path, json_bytes(new.to_json()))
         return new
 
+    @_state_files
     def init(self, goal: str, seeds: list[str], force: bool = False) -> WorldState:
         with self.locked():
             if self.exists and not force:
@@ -285,6 +402,7 @@ class StateStore:
                      "at": now()}
             return self._commit(None, event)
 
+    @_state_files
     def change(self, kind: str, expected_serial: int | None = None, **data: Any) -> WorldState:
         """Record one event. With expected_serial, refuse if someone wrote since."""
         with self.locked():
@@ -297,12 +415,14 @@ class StateStore:
                      "at": now(), **data}
             return self._commit(state, event)
 
+    @_state_files
     def rebuild(self) -> WorldState:
         """`ctxfst state replay`: rewrite the snapshot from the log (and trim a cut line)."""
         with self.locked():
             replay = self.replay()
             if replay.state is None:
-                raise StateError(f"{self.log} holds no events")
+                raise StateFileError(f"{self.log} holds no events")
+            self._check_snapshot(replay.state)
             if replay.dropped is not None:
                 good = b"".join(json.dumps(e, ensure_ascii=False, sort_keys=True).encode()
                                 + b"\n" for e in replay.events)
