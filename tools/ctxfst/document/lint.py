@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections import Counter, defaultdict
@@ -16,6 +17,8 @@ from .text import jaccard, normalize, tokens, word_count
 
 NEAR_DUPLICATE = 0.7          # Jaccard of chunk token sets
 MIN_TOKENS_FOR_DUPLICATE = 5
+# Past this many candidate entries, compare candidates in order and stop at the first alike.
+EAGER_CANDIDATES = 200
 CONTEXT_MIN_WORDS = 8
 CONTEXT_MAX_WORDS = 60
 CONTEXT_REPEAT = 0.7          # Jaccard of context vs the content's opening
@@ -153,42 +156,84 @@ def _near_duplicates(chunks: list[_Chunk], out) -> None:
     PPJoin: with tokens ordered rarest first, two sets with Jaccard >= t share a token
     within each one's prefix of |S| - ceil(t|S|) + 1 tokens; a shared token's positions
     bound how much more they can share, which prunes most candidates before any set
-    intersection is computed.
+    intersection is computed. Chunks with the same token set are searched once, through
+    their first member: n copies of one chunk would otherwise be n^2 candidate pairs.
     """
     t = NEAR_DUPLICATE
-    frequency: Counter = Counter()
-    for chunk in chunks:
-        frequency.update(chunk.token_set)
     ordered = sorted((c for c in chunks if len(c.token_set) >= MIN_TOKENS_FOR_DUPLICATE),
                      key=lambda c: (len(c.token_set), c.record.id))
-    ranked = [sorted(c.token_set, key=lambda tok: (frequency[tok], tok)) for c in ordered]
+    groups: dict[frozenset, list[_Chunk]] = {}
+    for chunk in ordered:
+        groups.setdefault(chunk.token_set, []).append(chunk)
+    firsts = [group[0] for group in groups.values()]  # still in `ordered` order
+    frequency: Counter = Counter()
+    for chunk in firsts:
+        frequency.update(chunk.token_set)
+    ranked = [sorted(c.token_set, key=lambda tok: (frequency[tok], tok)) for c in firsts]
     index: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for x, chunk in enumerate(ordered):
+    for x, chunk in enumerate(firsts):
         size_x = len(ranked[x])
         prefix = size_x - math.ceil(t * size_x) + 1
         # Later (larger) sets only need this shorter prefix of x to find it.
         indexed = size_x - math.ceil(2 * t / (1 + t) * size_x) + 1
-        overlap: dict[int, int] = {}
-        for i, token in enumerate(ranked[x][:prefix]):
-            for y, j in index[token]:
-                size_y = len(ranked[y])
-                if size_y < t * size_x or overlap.get(y) == -1:
-                    continue
-                needed = math.ceil(t / (1 + t) * (size_x + size_y))
-                seen = overlap.get(y, 0)
-                if seen + 1 + min(size_x - i - 1, size_y - j - 1) >= needed:
-                    overlap[y] = seen + 1
-                else:
-                    overlap[y] = -1  # cannot reach the threshold any more
-            if i < indexed:
-                index[token].append((x, i))
-        for y in sorted(y for y, seen in overlap.items() if seen > 0):
-            match = ordered[y]
-            score = jaccard(chunk.token_set, match.token_set)
+        postings = [index[token] for token in ranked[x][:prefix]]
+        if sum(map(len, postings)) > EAGER_CANDIDATES:
+            match, score = _first_alike(chunk, firsts, postings)
+        else:
+            match, score = _first_candidate(chunk, firsts, ranked, postings)
+        for i, token in enumerate(ranked[x][:indexed]):
+            index[token].append((x, i))
+        # One report per chunk (its first match in `ordered`) keeps output linear in the
+        # KB. An earlier distinct set precedes the group's own first member.
+        for position, member in enumerate(groups[chunk.token_set]):
+            if match is None and position == 0:
+                continue
+            partner, alike = (match, score) if match is not None else (chunk, 1.0)
+            out.append(_at(member.doc, ("chunks", member.index, "id"), "CTX501",
+                           f"chunk '{member.record.id}' is {alike:.0%} alike "
+                           f"'{partner.record.id}' ({partner.doc.path}); retrieval cannot "
+                           "tell them apart"))
+
+
+def _first_candidate(chunk: _Chunk, firsts: list[_Chunk], ranked: list[list[str]],
+                     postings: list[list[tuple[int, int]]]) -> tuple[_Chunk | None, float]:
+    """The first earlier chunk alike this one, pruning with the positional filter first."""
+    t = NEAR_DUPLICATE
+    size_x = len(chunk.token_set)
+    overlap: dict[int, int] = {}
+    for i, posting in enumerate(postings):
+        for y, j in posting:
+            size_y = len(ranked[y])
+            if size_y < t * size_x or overlap.get(y) == -1:
+                continue
+            needed = math.ceil(t / (1 + t) * (size_x + size_y))
+            seen = overlap.get(y, 0)
+            if seen + 1 + min(size_x - i - 1, size_y - j - 1) >= needed:
+                overlap[y] = seen + 1
+            else:
+                overlap[y] = -1  # cannot reach the threshold any more
+    for y in sorted(y for y, seen in overlap.items() if seen > 0):
+        score = jaccard(chunk.token_set, firsts[y].token_set)
+        if score >= t:
+            return firsts[y], score
+    return None, 0.0
+
+
+def _first_alike(chunk: _Chunk, firsts: list[_Chunk],
+                 postings: list[list[tuple[int, int]]]) -> tuple[_Chunk | None, float]:
+    """The same answer as _first_candidate for long candidate lists: candidates in
+    order, each compared at once, stopping at the first alike. Many near-copies (a
+    common token in every prefix) then cost one comparison each, not one per pair."""
+    t = NEAR_DUPLICATE
+    size_x = len(chunk.token_set)
+    previous = -1
+    for y, _ in heapq.merge(*postings):
+        if y == previous:
+            continue
+        previous = y
+        other = firsts[y].token_set
+        if len(other) >= t * size_x:
+            score = jaccard(chunk.token_set, other)
             if score >= t:
-                # One report per chunk (its first match) keeps output linear in the KB.
-                out.append(_at(chunk.doc, ("chunks", chunk.index, "id"), "CTX501",
-                               f"chunk '{chunk.record.id}' is {score:.0%} alike "
-                               f"'{match.record.id}' ({match.doc.path}); retrieval cannot "
-                               "tell them apart"))
-                break
+                return firsts[y], score
+    return None, 0.0

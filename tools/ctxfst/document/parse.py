@@ -245,24 +245,86 @@ def _real_path(item: Any, loc: list) -> list:
 
 
 # --- Body -------------------------------------------------------------------------
+# The body is scanned in one left-to-right pass per line. A single alternation regex
+# with lazy `[^>]*?` / `.*?` parts rescans the rest of the line from every unclosed
+# opener (a line of `<Chunk id="` repeated took minutes); here each opener looks up the
+# next `>` or `%%`, remembered across openers, so every character is read a bounded
+# number of times.
 
-_TOKEN = re.compile(
-    r"<Chunk\b(?P<tag_attrs>[^>]*?)(?P<self_close>/?)>"
-    r"|(?P<tag_close></Chunk\s*>)"
-    r"|%%\s*chunk-start\b(?P<marker_attrs>.*?)%%"
-    r"|(?P<marker_close>%%\s*chunk-end\s*%%)",
-    re.IGNORECASE,
-)
-_ATTR = re.compile(r"""([A-Za-z_][\w-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_CANDIDATE = re.compile(r"</?chunk|%%", re.IGNORECASE)
+_TAG_OPEN = re.compile(r"<chunk\b", re.IGNORECASE)
+_TAG_CLOSE = re.compile(r"</chunk\s*>", re.IGNORECASE)
+_MARKER_OPEN = re.compile(r"%%\s*chunk-start\b", re.IGNORECASE)
+_MARKER_CLOSE = re.compile(r"%%\s*chunk-end\s*%%", re.IGNORECASE)
+# The lookbehind keeps a long run of name characters from being retried at each of its
+# positions (quadratic).
+_ATTR = re.compile(r"""(?<![\w-])([A-Za-z_][\w-]*+)\s*+=\s*+(?:"([^"]*+)"|'([^']*+)')""")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
+class _Token:
+    """A chunk tag or marker on one line: kind is open or close."""
+
+    __slots__ = ("start", "end", "text", "opens", "syntax", "attrs", "self_close")
+
+    def __init__(self, line: str, start: int, end: int, opens: bool, syntax: str,
+                 attrs: str = "", self_close: bool = False) -> None:
+        self.start, self.end, self.text = start, end, line[start:end]
+        self.opens, self.syntax, self.attrs, self.self_close = opens, syntax, attrs, self_close
+
+
+def _line_tokens(line: str):
+    """The chunk tags and markers of a line, left to right (regex finditer semantics:
+    a failed candidate is retried one character on, a token resumes after its end)."""
+    next_gt = line.find(">")
+    next_marks = line.find("%%")
+    pos = 0
+    while True:
+        found = _CANDIDATE.search(line, pos)
+        if found is None:
+            return
+        start = found.start()
+        token = None
+        if line[start] == "%":
+            opener = _MARKER_OPEN.match(line, start)
+            if opener is not None:
+                if 0 <= next_marks < opener.end():
+                    next_marks = line.find("%%", opener.end())
+                if next_marks >= 0:
+                    token = _Token(line, start, next_marks + 2, True, "marker",
+                                   line[opener.end():next_marks])
+            else:
+                closer = _MARKER_CLOSE.match(line, start)
+                if closer is not None:
+                    token = _Token(line, start, closer.end(), False, "marker")
+        elif line[start + 1] == "/":
+            closer = _TAG_CLOSE.match(line, start)
+            if closer is not None:
+                token = _Token(line, start, closer.end(), False, "tag")
+        else:
+            opener = _TAG_OPEN.match(line, start)
+            if opener is not None:
+                if 0 <= next_gt < opener.end():
+                    next_gt = line.find(">", opener.end())
+                if next_gt >= 0:
+                    attrs = line[opener.end():next_gt]
+                    self_close = attrs.endswith("/")
+                    token = _Token(line, start, next_gt + 1, True, "tag",
+                                   attrs[:-1] if self_close else attrs, self_close)
+        if token is None:
+            pos = start + 1
+            continue
+        yield token
+        pos = token.end
+
+
 class _Open:
-    __slots__ = ("id", "line", "column", "content_start", "syntax")
+    __slots__ = ("id", "line", "column", "content_start", "content_end", "syntax")
 
     def __init__(self, chunk_id, line, column, content_start, syntax):
         self.id, self.line, self.column = chunk_id, line, column
         self.content_start, self.syntax = content_start, syntax
+        self.content_end: int | None = None  # set where a (wrongly) nested chunk opens
 
 
 def _scan_body(doc: ParsedDocument, text: str, body_start: int) -> None:
@@ -287,35 +349,36 @@ def _scan_body(doc: ParsedDocument, text: str, body_start: int) -> None:
                 continue
         if fence is not None or "hunk" not in line.lower():
             continue
-        for match in _TOKEN.finditer(line):
-            if line.count("`", 0, match.start()) % 2:
+        ticks = counted = 0
+        for token in _line_tokens(line):
+            ticks += line.count("`", counted, token.start)
+            counted = token.start
+            if ticks % 2:
                 continue  # inside an inline code span
-            _token(doc, match, index + 1, line_offset, stack, text)
+            _token(doc, token, index + 1, line_offset, stack, text)
     for open_chunk in stack:
         label = f"chunk '{open_chunk.id}'" if open_chunk.id else "chunk"
         doc.diagnostics.append(diag("CTX304", f"{label} is never closed", doc.path,
                                     open_chunk.line, open_chunk.column))
 
 
-def _token(doc: ParsedDocument, match: re.Match, line_no: int, line_offset: int,
+def _token(doc: ParsedDocument, token: _Token, line_no: int, line_offset: int,
            stack: list[_Open], text: str) -> None:
-    column = match.start() + 1
-    if match.group("tag_close") or match.group("marker_close"):
+    column = token.start + 1
+    if not token.opens:
         if not stack:
-            doc.diagnostics.append(diag("CTX305", f"'{match.group(0)}' closes no open chunk",
+            doc.diagnostics.append(diag("CTX305", f"'{token.text}' closes no open chunk",
                                         doc.path, line_no, column))
             return
         opened = stack.pop()
-        content = text[opened.content_start: line_offset + match.start()]
-        _finish(doc, opened, content, line_no)
+        end = line_offset + token.start if opened.content_end is None else opened.content_end
+        _finish(doc, opened, text[opened.content_start:end], line_no)
         return
-    syntax = "tag" if match.group("tag_attrs") is not None else "marker"
-    attrs_text = match.group("tag_attrs") if syntax == "tag" else match.group("marker_attrs")
     attrs = {m.group(1).lower(): (m.group(2) if m.group(2) is not None else m.group(3))
-             for m in _ATTR.finditer(attrs_text or "")}
+             for m in _ATTR.finditer(token.attrs)}
     chunk_id = attrs.get("id")
     if chunk_id is None or not chunk_id.strip():
-        doc.diagnostics.append(diag("CTX306", f"'{match.group(0)}' has no id attribute",
+        doc.diagnostics.append(diag("CTX306", f"'{token.text}' has no id attribute",
                                     doc.path, line_no, column))
         chunk_id = None
     if stack:
@@ -324,8 +387,12 @@ def _token(doc: ParsedDocument, match: re.Match, line_no: int, line_offset: int,
         doc.diagnostics.append(diag(
             "CTX303", f"chunk '{chunk_id or '?'}' opened inside {outer_label} (opened at line "
             f"{outer.line}); chunks cannot nest", doc.path, line_no, column))
-    opened = _Open(chunk_id, line_no, column, line_offset + match.end(), syntax)
-    if syntax == "tag" and match.group("self_close"):
+        if outer.content_end is None:
+            # The outer passage ends here: passages never overlap, so nesting N deep
+            # copies the text once, not N times.
+            outer.content_end = line_offset + token.start
+    opened = _Open(chunk_id, line_no, column, line_offset + token.end, token.syntax)
+    if token.self_close:
         _finish(doc, opened, "", line_no)
         return
     stack.append(opened)
