@@ -41,12 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("doit_args", nargs=argparse.REMAINDER,
                        help="passed to doit (for example: clean, list, embed)")
     init = commands.add_parser("init", help="scaffold a new knowledge-base repository")
-    init.add_argument("directory", type=Path)
+    init.add_argument("directory", type=_named_path)
     init.add_argument("--model", default=None,
                       help="embedding model to configure (default: the measured best)")
     mock = commands.add_parser("generate-mock", help="write a mock knowledge base")
-    mock.add_argument("out", type=Path)
-    mock.add_argument("--docs", type=int, default=200)
+    mock.add_argument("out", type=_named_path)
+    mock.add_argument("--docs", type=_mock_docs, default=200,
+                      help=f"how many documents (1 to {MAX_MOCK_DOCS:,})")
     mock.add_argument("--seed", type=int, default=0)
     mock.add_argument("--career", action="store_true",
                       help="add the course-style career articles (for retrieval demos)")
@@ -116,6 +117,34 @@ def _at_least_zero(text: str) -> int:
     return int(text)
 
 
+MAX_MOCK_DOCS = 1_000_000
+MAX_TIMEOUT_S = 86_400.0  # a day; the OS cannot wait on much larger timeouts
+
+
+def _mock_docs(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_MOCK_DOCS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_MOCK_DOCS:,} documents, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_TIMEOUT_S:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most "
+                                         f"{MAX_TIMEOUT_S:g}, got {text!r}")
+    return value
+
+
+def _named_path(text: str) -> Path:
+    if not text.strip():  # Path("") is ".": an empty argument would mean "here"
+        raise argparse.ArgumentTypeError("expected a path, got an empty one")
+    return Path(text)
+
+
 def _bridge_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bridge-model", default="use-multilingual",
                         help="multilingual model that seeds graph mode when the build's model "
@@ -153,22 +182,22 @@ def _add_runtime_commands(commands) -> None:
     complete.add_argument("--summary", default=None)
     common(complete)
     subgraph = actions.add_parser("subgraph", help="store the goal-relevant subgraph")
-    subgraph.add_argument("--depth", type=int, default=2)
+    subgraph.add_argument("--depth", type=_at_least_zero, default=2)
     common(subgraph)
     selecting = commands.add_parser("select", help="rank the skills that can run now")
     selecting.add_argument("--explain", action="store_true")
-    selecting.add_argument("--retries", type=int, default=2,
+    selecting.add_argument("--retries", type=_at_least_zero, default=2,
                            help="how often a failed skill may be retried")
     common(selecting)
     running = commands.add_parser("run", help="the agent loop: plan, execute, record")
     running.add_argument("--executor", choices=("dry-run", "command", "interactive"),
                          default="dry-run")
-    running.add_argument("--max-steps", type=int, default=20)
+    running.add_argument("--max-steps", type=_positive, default=20)
     running.add_argument("--replan", action="store_true",
                          help="after a failed step, plan again instead of stopping")
-    running.add_argument("--timeout", type=float, default=60.0,
+    running.add_argument("--timeout", type=_seconds, default=60.0,
                          help="seconds a skill script may run (command executor)")
-    running.add_argument("--retries", type=int, default=2)
+    running.add_argument("--retries", type=_at_least_zero, default=2)
     running.add_argument("--yes", action="store_true",
                          help="re-run an interrupted non-idempotent skill without asking")
     common(running)
@@ -181,25 +210,29 @@ def _add_runtime_commands(commands) -> None:
     common(planning)
 
 
-def _print(data, fmt: str, text: str) -> None:
-    import json
+def _print(data, fmt: str, lines: list[str]) -> None:
+    """JSON, or the text lines with control characters made visible in each (ids and
+    summaries come from the knowledge base and its scripts: a newline in one must not
+    forge a line)."""
+    from .diagnostics import escape, json_text
 
     if fmt == "json":
-        print(json.dumps(data, ensure_ascii=False, indent=2))
+        print(json_text(data))
     else:
-        print(text)
+        print("\n".join(escape(line) for line in lines))
 
 
-def _state_text(state) -> str:
+def _state_text(state) -> list[str]:
     done = ", ".join(f"{c['skill']} ({c['result']})" for c in state.completed_skills) or "none"
-    return (f"goal: {state.goal}{'  (reached)' if state.reached else ''}\n"
-            f"active states: {', '.join(state.active_states) or 'none'}\n"
-            f"completed skills: {done}\nserial {state.serial}, lineage {state.lineage}")
+    return [f"goal: {state.goal}{'  (reached)' if state.reached else ''}",
+            f"active states: {', '.join(state.active_states) or 'none'}",
+            f"completed skills: {done}", f"serial {state.serial}, lineage {state.lineage}"]
 
 
 def _runtime(args: argparse.Namespace) -> int:
+    from .diagnostics import escape
     from .runtime import commands as rt
-    from .runtime.state import StateError
+    from .runtime.state import StateError, StateFileError
 
     config = rt.project()
     store = rt.store_for(config, args.state)
@@ -232,20 +265,20 @@ def _runtime(args: argparse.Namespace) -> int:
             state = store.rebuild()
         elif action == "history":
             events = store.history()
-            _print(events, args.format, "\n".join(
+            _print(events, args.format, [
                 f"{e['serial']:>4} {e['at']} {e['type']} "
                 + " ".join(f"{k}={v}" for k, v in sorted(e.items())
-                           if k not in ("serial", "at", "type", "lineage")) for e in events))
+                           if k not in ("serial", "at", "type", "lineage")) for e in events])
             return EXIT_OK
         else:
             state = store.load()
         for note in store.notes:
-            print(f"ctxfst: note: {note}", file=sys.stderr)
+            print(f"ctxfst: note: {escape(note)}", file=sys.stderr)
         _print(state.to_json(), args.format, _state_text(state))
         return EXIT_OK
-    except StateError as error:
-        print(f"ctxfst: error: {error}", file=sys.stderr)
-        return EXIT_FAILED
+    except StateError as error:  # a damaged or foreign state file is bad input (2)
+        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(error, StateFileError) else EXIT_FAILED
 
 
 def _run_loop(args: argparse.Namespace, config, store) -> int:
@@ -259,8 +292,10 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
         executor = dry_run
 
     def ask_step(question: str) -> bool:
+        from .diagnostics import escape
+
         try:
-            return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+            return input(f"{escape(question)} [y/N] ").strip().lower() in ("y", "yes")
         except EOFError:  # no one to answer: the answer is no
             return False
 
@@ -276,7 +311,7 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     lines = [f"{n}. {s['skill']}: {s['status']} {s['summary']}".rstrip()
              for n, s in enumerate(result.steps, 1)]
     lines.append(f"stopped: {result.reason} after {len(result.steps)} step(s)")
-    _print(data, args.format, "\n".join(lines))
+    _print(data, args.format, lines)
     return EXIT_OK if result.reason == "goal_reached" else EXIT_FAILED
 
 
@@ -336,18 +371,17 @@ def _retrieval(args: argparse.Namespace) -> int:
             if args.format == "json":
                 print(json.dumps(result.as_json(), ensure_ascii=False, indent=2))
                 return EXIT_OK
-            if not result.hits:
-                print("no matching chunks")
+            lines = [] if result.hits else ["no matching chunks"]
             for number, hit in enumerate(result.hits, 1):
-                print(f"{number}. {hit.chunk_id}  {hit.score:.3f}  {hit.source}")
-                print(f"   {hit.context}")
-                for via in hit.via:
-                    print(f"   via {via}")
+                lines.append(f"{number}. {hit.chunk_id}  {hit.score:.3f}  {hit.source}")
+                lines.append(f"   {hit.context}")
+                lines.extend(f"   via {via}" for via in hit.via)
             if args.explain:
-                print("seeds: " + ", ".join(f"{s['name']} ({s['score']}, {s['by']})"
-                                            for s in result.seeds))
-                print("expanded: " + ", ".join(f"{e['name']} ({e['activation']})"
-                                               for e in result.expanded[:15]))
+                lines.append("seeds: " + ", ".join(f"{s['name']} ({s['score']}, {s['by']})"
+                                                   for s in result.seeds))
+                lines.append("expanded: " + ", ".join(f"{e['name']} ({e['activation']})"
+                                                      for e in result.expanded[:15]))
+            _print(None, "text", lines)  # ids and contexts from the KB: escaped
             return EXIT_OK
         try:
             queries = load_queries(yaml.safe_load(args.queries.read_text(encoding="utf-8")))
@@ -363,9 +397,9 @@ def _retrieval(args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
-def _plan_text(result: dict) -> str:
+def _plan_text(result: dict) -> list[str]:
     if not result["solved"]:
-        return f"no plan for {result['goal']}: {result['reason']}"
+        return [f"no plan for {result['goal']}: {result['reason']}"]
     lines = [f"plan for {result['goal']} ({result['algorithm']}, cost {result['cost']:g}, "
              f"{len(result['steps'])} step(s), validated):"]
     for number, step in enumerate(result["steps"], 1):
@@ -381,10 +415,10 @@ def _plan_text(result: dict) -> str:
     for alternative in result.get("alternatives", []):
         lines.append(f"  alternative: {' -> '.join(alternative['steps'])} "
                      f"(cost {alternative['cost']:g}): {alternative['why_not']}")
-    return "\n".join(lines)
+    return lines
 
 
-def _select_text(result: dict, explain: bool) -> str:
+def _select_text(result: dict, explain: bool) -> list[str]:
     if result["goal_reached"]:
         head = f"goal {result['goal']} already reached"
     else:
@@ -395,7 +429,7 @@ def _select_text(result: dict, explain: bool) -> str:
             mark = "+" if candidate["applicable"] else "-"
             lines.append(f"  {mark} {candidate['skill']} (cost {candidate['cost']:g}): "
                          f"{candidate['reason']}")
-    return "\n".join(lines)
+    return lines
 
 
 def _check(args: argparse.Namespace, lint: bool) -> int:
@@ -430,25 +464,27 @@ def _init(args: argparse.Namespace) -> int:
     from .config import DEFAULT_MODEL
     from .scaffold import init
 
+    from .diagnostics import escape
+
     written = init(args.directory, args.model or DEFAULT_MODEL)
     for path in written:
-        print(f"created {path}")
-    print(f"next: cd {args.directory} && doit")
+        print(f"created {escape(path)}")
+    print(f"next: cd {escape(args.directory)} && doit")
     return EXIT_OK
 
 
 def _generate_mock(args: argparse.Namespace) -> int:
-    from .mock import generate
+    from .diagnostics import escape
+    from .mock import MockError, generate, generate_career, prepare_target
 
-    if args.docs < 1:
-        raise _Usage("--docs must be at least 1")
-    if args.career:
-        from .mock import generate_career
-
-        written = generate_career(args.out, args.docs, args.seed)
-    else:
-        written = generate(args.out, args.docs, args.seed)
-    print(f"wrote {len(written)} documents under {args.out / 'content'}")
+    try:
+        prepare_target(args.out)
+        written = (generate_career if args.career else generate)(args.out, args.docs,
+                                                                  args.seed)
+    except OSError as error:
+        raise MockError(f"cannot write the mock knowledge base into {args.out}: "
+                        f"{error.strerror or error}") from None
+    print(f"wrote {len(written)} documents under {escape(args.out / 'content')}")
     return EXIT_OK
 
 
@@ -474,23 +510,27 @@ def _skills(args: argparse.Namespace) -> int:
     files = _skill_files(args.paths)
     if args.skills_command == "migrate":
         from .build.io import write_atomic
+        from .diagnostics import escape
         from .skills.migrate import MigrationError, migrate_text
 
         changed = failed = 0
         for path in files:
             try:
+                if path.is_symlink():  # rewriting would replace the link with a copy
+                    raise MigrationError("is a symbolic link; migrate the file it points to")
                 # newline="": keep CRLF files CRLF (the body is kept byte for byte)
                 with open(path, encoding="utf-8", newline="") as handle:
                     text, differs = migrate_text(handle.read(), str(path))
-            except (MigrationError, UnicodeDecodeError) as error:
-                print(f"{path}: error: {error}", file=sys.stderr)
+                if differs and not args.check:
+                    write_atomic(path, text.encode("utf-8"))  # keeps the file's mode
+            except (MigrationError, UnicodeDecodeError, OSError) as error:
+                reason = error.strerror or error if isinstance(error, OSError) else error
+                print(f"{escape(path)}: error: {escape(reason)}", file=sys.stderr)
                 failed += 1
                 continue
             if differs:
                 changed += 1
-                print(f"{'would migrate' if args.check else 'migrated'} {path}")
-                if not args.check:
-                    write_atomic(path, text.encode("utf-8"))
+                print(f"{'would migrate' if args.check else 'migrated'} {escape(path)}")
         print(f"{len(files)} skill file(s): {changed} {'to migrate' if args.check else 'migrated'}"
               f", {failed} failed")
         return EXIT_FAILED if failed or (args.check and changed) else EXIT_OK
@@ -501,9 +541,10 @@ def _skills(args: argparse.Namespace) -> int:
 
     kb = load_kb(Path.cwd(), [Input(Source(display_path(p), p), True) for p in files])
     problems = [d for d in kb.parse_diagnostics() if d.severity.value == "error"]
+    from .diagnostics import text_line
+
     for problem in problems:
-        print(f"{problem.path}:{problem.line}:{problem.column}: {problem.severity.value} "
-              f"{problem.code}: {problem.message}", file=sys.stderr)
+        print(text_line(problem), file=sys.stderr)
     sys.stdout.write(to_prompt(build_index(kb.skills, Path.cwd())["skills"], Path.cwd()))
     return EXIT_FAILED if problems else EXIT_OK
 
@@ -519,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     from .hook import HookError
     from .validation import UsageError
 
+    from .diagnostics import escape
+    from .mock import MockError
     from .runtime.commands import RuntimeUsage
     from .runtime.world import WorldError
     from .scaffold import ScaffoldError
@@ -544,9 +587,9 @@ def main(argv: list[str] | None = None) -> int:
             from .facts.cli import run as run_facts
 
             return run_facts(args)
-    except (UsageError, ConfigError, HookError, ScaffoldError, RuntimeUsage, WorldError,
-            _Usage) as error:
-        print(f"ctxfst: error: {error}", file=sys.stderr)
+    except (UsageError, ConfigError, HookError, ScaffoldError, MockError, RuntimeUsage,
+            WorldError, _Usage) as error:
+        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -556,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # a bug: say so briefly; CTXFST_DEBUG=1 shows the traceback
         if os.environ.get("CTXFST_DEBUG"):
             raise
-        print(f"ctxfst: internal error: {type(error).__name__}: {error} "
+        print(f"ctxfst: internal error: {type(error).__name__}: {escape(error)} "
               "(set CTXFST_DEBUG=1 for details)", file=sys.stderr)
         return EXIT_INTERNAL
     parser.error(f"unknown command {args.command}")

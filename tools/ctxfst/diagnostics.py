@@ -165,9 +165,14 @@ def escape(value: object) -> str:
     return _CONTROL.sub(_visible, str(value))
 
 
+def text_line(d: Diagnostic) -> str:
+    """One diagnostic as `path:line:column: severity CODE: message`, on one line."""
+    return (f"{escape(d.path)}:{d.line}:{d.column}: {d.severity.value} {escape(d.code)}: "
+            f"{escape(d.message)}")
+
+
 def render_text(diagnostics: list[Diagnostic], summary: dict) -> str:
-    lines = [f"{escape(d.path)}:{d.line}:{d.column}: {d.severity.value} {escape(d.code)}: "
-             f"{escape(d.message)}" for d in diagnostics]
+    lines = [text_line(d) for d in diagnostics]
     lines.append(summary_line(summary))
     return "\n".join(lines) + "\n"
 

@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
+
+
+class MockError(Exception):
+    """The mock knowledge base cannot be written where asked."""
+
+
+def prepare_target(out: Path) -> None:
+    """generate-mock writes only into a new or empty folder: never into a knowledge base
+    (or anything else) that is already there."""
+    if not os.path.lexists(out):
+        return
+    if not out.is_dir():
+        raise MockError(f"{out} is a link to nothing" if out.is_symlink()
+                        else f"{out} exists and is not a folder")
+    if any(out.iterdir()):
+        raise MockError(f"{out} is not empty; generate-mock writes only into a new or "
+                        "empty folder")
+
 
 _TOPICS = [
     ("python", "Python", "skill"), ("go", "Go", "skill"), ("typescript", "TypeScript", "skill"),

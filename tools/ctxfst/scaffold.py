@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from .config import DEFAULT_MODEL
@@ -89,6 +91,8 @@ Run `doit` in the repository and read `build/manifest.json`.
 
 
 def init(directory: Path, model: str = DEFAULT_MODEL) -> list[Path]:
+    """Write the scaffold into a new or existing folder; nothing is overwritten, no link
+    is written through, and a failure part-way removes what this call created."""
     files = {
         "ctxfst.toml": CONFIG_TEXT.replace("{model}", model),
         "dodo.py": DODO,
@@ -97,14 +101,35 @@ def init(directory: Path, model: str = DEFAULT_MODEL) -> list[Path]:
         "content/welcome.ctxfst.md": WELCOME,
         "skills/build-knowledge-base/SKILL.md": SKILL,
     }
-    clashes = [name for name in files if (directory / name).exists()]
+    if os.path.lexists(directory) and not directory.is_dir():
+        raise ScaffoldError(f"{directory} is a link to nothing" if directory.is_symlink()
+                            else f"{directory} exists and is not a folder")
+    folders = sorted({parent for name in files for parent in Path(name).parents
+                      if parent != Path(".")}, key=lambda p: len(p.parts))
+    clashes = [name for name in files if os.path.lexists(directory / name)]
+    clashes += [f"{folder} (a link)" for folder in map(str, folders)
+                if (directory / folder).is_symlink()]
     if clashes:
         raise ScaffoldError(f"{directory} already has {', '.join(clashes)}; "
                             "nothing was written")
-    written = []
-    for name, text in files.items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
+    made = [path for path in [directory, *(directory / f for f in folders)]
+            if not os.path.lexists(path)]
+    written: list[Path] = []
+    try:
+        for name, text in files.items():
+            path = directory / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            with os.fdopen(os.open(path, flags, 0o666), "w", encoding="utf-8") as out:
+                written.append(path)
+                out.write(text)
+    except OSError as error:
+        for path in written:
+            path.unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise ScaffoldError(f"cannot scaffold into {directory}: "
+                            f"{error.strerror or error} ({error.filename}); nothing was "
+                            "kept") from None
     return written

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..build.io import write_json
+from ..build.io import read_bytes_no_follow, write_json
 from .planner import Plan, plan
 from .select import DEFAULT_RETRIES, attempts
-from .state import StateStore, WorldState
+from .state import RESULTS, StateFileError, StateStore, WorldState
 from .world import World
 
 STOP_REASONS = ("goal_reached", "no_candidates", "no_plan", "max_steps",
@@ -35,6 +35,48 @@ class Outcome:
 
 
 Executor = Callable[[dict[str, Any], WorldState], Outcome]
+OUTCOME_LISTS = ("add_states", "remove_states", "evidence")
+
+
+def parse_outcome(data: Any) -> Outcome:
+    """A script's printed result, exactly in the documented shape, or ValueError saying
+    what is wrong (a string is not a list of ids; 5 or null is not an id)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the result must be a JSON object, not {type(data).__name__}")
+    unknown = sorted(set(data) - {"status", "summary", *OUTCOME_LISTS})
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(map(repr, unknown))}; the result has "
+                         f"status, summary, {', '.join(OUTCOME_LISTS)}")
+    status = data.get("status")
+    if status not in RESULTS:
+        raise ValueError(f"status must be one of {', '.join(RESULTS)}, not {status!r}")
+    if not isinstance(data.get("summary", ""), str):
+        raise ValueError("summary must be a string")
+    for key in OUTCOME_LISTS:
+        value = data.get(key, [])
+        if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            raise ValueError(f"{key} must be a list of id strings, not {value!r:.80}")
+    return Outcome(status, data.get("summary", ""),
+                   *(list(dict.fromkeys(data.get(key, []))) for key in OUTCOME_LISTS))
+
+
+def outcome_problem(outcome: Any, known: dict[str, str]) -> str | None:
+    """Why an executor's outcome cannot be recorded (any executor: a plugin's too), or
+    None. The states it changes must be ids the world knows, as for `state add`."""
+    if not isinstance(outcome, Outcome):
+        return f"executor returned {type(outcome).__name__}, not an Outcome"
+    try:
+        parse_outcome({"status": outcome.status, "summary": outcome.summary,
+                       **{key: getattr(outcome, key) for key in OUTCOME_LISTS}})
+    except ValueError as error:
+        return f"invalid outcome: {error}"
+    if outcome.status != "failed":
+        unknown = [item for item in outcome.add_states + outcome.remove_states
+                   if item not in known]
+        if unknown:
+            return (f"outcome names unknown state(s) {', '.join(map(repr, unknown[:5]))}: no "
+                    "entity, skill condition or graph node has these ids")
+    return None
 
 
 def dry_run(skill: dict[str, Any], state: WorldState) -> Outcome:
@@ -51,10 +93,13 @@ def command_executor(root: Path, timeout: float) -> Executor:
         script = skill.get("script")
         if not script:
             return Outcome("failed", f"skill {skill['name']} declares no script")
+        project = root.resolve()
         folder = (root / skill["path"]).resolve().parent
         target = (folder / script).resolve()
-        if folder not in target.parents or not target.is_file():
-            return Outcome("failed", f"script {script!r} is not a file inside {folder}")
+        if (folder != project and project not in folder.parents) \
+                or folder not in target.parents or not target.is_file():
+            return Outcome("failed", f"script {script!r} is not a file inside the skill's "
+                           f"folder {folder} in the project")
         if not os.access(target, os.X_OK):
             return Outcome("failed", f"script {target} is not executable")
         try:
@@ -71,16 +116,13 @@ def command_executor(root: Path, timeout: float) -> Executor:
             return Outcome("failed", f"script exited {proc.returncode}: {tail[0][:200]}")
         try:
             data = json.loads(proc.stdout)
-            outcome = Outcome(status=data["status"], summary=str(data.get("summary", "")),
-                              add_states=[str(s) for s in data.get("add_states", [])],
-                              remove_states=[str(s) for s in data.get("remove_states", [])],
-                              evidence=[str(s) for s in data.get("evidence", [])])
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, RecursionError):
             return Outcome("failed", "script printed no valid JSON result: "
                            + proc.stdout.strip()[:200])
-        if outcome.status not in ("success", "failed", "partial"):
-            return Outcome("failed", f"script returned an unknown status {outcome.status!r}")
-        return outcome
+        try:
+            return parse_outcome(data)
+        except ValueError as error:
+            return Outcome("failed", f"script printed an invalid result: {error}")
 
     return run
 
@@ -121,6 +163,7 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
     """Run until a stop reason. `confirm` answers whether to re-run an interrupted
     non-idempotent skill; `ask_each_step` (interactive) is asked before every step."""
     skills = {entry["name"]: entry for entry in world.skills}
+    known = world.known_ids()
     steps: list[dict[str, Any]] = []
     pending = pending_step(store)
     if pending is not None:
@@ -154,6 +197,9 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
             outcome = executor(skills[name], state)
         except Exception as error:  # an executor bug must not leave the step pending
             outcome = Outcome("failed", f"executor error: {type(error).__name__}: {error}")
+        problem = outcome_problem(outcome, known)
+        if problem is not None:  # recorded as a failed step; the states stay as they were
+            outcome = Outcome("failed", problem)
         store.change("complete", skill=name, result=outcome.status, summary=outcome.summary,
                      added=outcome.add_states if outcome.status != "failed" else [],
                      removed=outcome.remove_states if outcome.status != "failed" else [])
@@ -195,16 +241,23 @@ def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,
     if not new:
         return
     try:
-        existing = json.loads(path.read_text()) if path.exists() else []
-        keys_ok = all(isinstance(e, dict) and {"source", "target", "relation"} <= set(e)
-                      for e in existing)
-    except (ValueError, TypeError, OSError):
-        existing, keys_ok = [], False
-    if not isinstance(existing, list) or not keys_ok:
-        # Keep the unreadable file for the user; start the runtime edges afresh.
-        path.replace(path.with_name(path.name + ".corrupt"))
-        existing = []
-    keys = {(e["source"], e["target"], e["relation"]) for e in new}
-    kept = [e for e in existing if (e["source"], e["target"], e["relation"]) not in keys]
-    write_json(path, sorted(kept + new, key=lambda e: (e["source"], e["target"],
-                                                       e["relation"])))
+        existing = json.loads(read_bytes_no_follow(path)) if os.path.lexists(path) else []
+        usable = isinstance(existing, list) and all(
+            isinstance(e, dict) and all(isinstance(e.get(key), str)
+                                        for key in ("source", "target", "relation"))
+            for e in existing)
+    except (ValueError, TypeError, OSError, RecursionError):
+        existing, usable = [], False
+    try:
+        if not usable:
+            # Keep the unreadable file for the user; start the runtime edges afresh.
+            path.replace(path.with_name(path.name + ".corrupt"))
+            existing = []
+        keys = {(e["source"], e["target"], e["relation"]) for e in new}
+        kept = [e for e in existing if (e["source"], e["target"], e["relation"]) not in keys]
+        write_json(path, sorted(kept + new, key=lambda e: (e["source"], e["target"],
+                                                           e["relation"])))
+    except OSError as error:
+        raise StateFileError(f"cannot record the outcome as runtime edges in {path}: "
+                         f"{error.strerror or error}; the step itself is recorded in the "
+                         "world state") from None

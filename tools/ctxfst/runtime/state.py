@@ -169,6 +169,8 @@ def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
     """The one definition of what each event does (used live and in replay)."""
     _check_event(event)
     kind = event["type"]
+    if kind == "init" and state is not None:
+        raise StateFileError("an init event after the start of the log")
     expected = 1 if state is None else state.serial + 1
     if event["serial"] != expected and (state is not None or kind == "init"):
         raise StateFileError(f"event serial {event['serial']} where {expected} belongs; "

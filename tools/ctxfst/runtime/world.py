@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,22 +74,61 @@ class World:
         return {"nodes": sorted(seen), "edges": [edges[k] for k in sorted(edges)]}
 
 
+_ID_LISTS = ("preconditions", "negative_preconditions", "add_effects", "delete_effects")
+
+
+def _shape_problem(skills: Any, graph: Any) -> str | None:
+    """What in the skill index or graph the runtime cannot use (the build folder may come
+    from someone else), or None."""
+    if not isinstance(skills, list):
+        return "skill-index.json: 'skills' is not a list"
+    for number, skill in enumerate(skills, 1):
+        where = f"skill-index.json: skill {number}"
+        if not isinstance(skill, dict):
+            return f"{where} is not an object"
+        for key in ("name", "node_id", "path"):
+            if not isinstance(skill.get(key), str):
+                return f"{where}: '{key}' is not a string"
+        for key in _ID_LISTS:
+            value = skill.get(key)
+            if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+                return f"{where}: '{key}' is not a list of ids"
+        cost = skill.get("cost")
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) \
+                or not math.isfinite(cost) or cost < 0:
+            return f"{where}: 'cost' is not a number of at least 0"
+        if not isinstance(skill.get("idempotent"), bool):
+            return f"{where}: 'idempotent' is not true or false"
+        if not isinstance(skill.get("script"), (str, type(None))):
+            return f"{where}: 'script' is not a string"
+    if not isinstance(graph, dict):
+        return "entity-graph.json is not an object"
+    nodes, edges = graph.get("nodes", []), graph.get("edges", [])
+    if not (isinstance(nodes, list) and all(
+            isinstance(node, dict) and isinstance(node.get("id"), str)
+            and isinstance(node.get("type", ""), str) for node in nodes)):
+        return "entity-graph.json: 'nodes' is not a list of objects with string ids"
+    if not (isinstance(edges, list) and all(
+            isinstance(edge, dict) and all(isinstance(edge.get(key), str)
+                                           for key in ("source", "target", "relation"))
+            for edge in edges)):
+        return "entity-graph.json: 'edges' is not a list of source/target/relation objects"
+    return None
+
+
 def load_world(build_dir: Path) -> World:
     index = build_dir / "skill-index.json"
     graph = build_dir / "entity-graph.json"
     missing = [p.name for p in (index, graph) if not p.is_file()]
     if missing:
         raise WorldError(f"{', '.join(missing)} not found in {build_dir}: run `doit` first")
-    required = {"name", "node_id", "preconditions", "negative_preconditions", "add_effects",
-                "delete_effects", "cost", "idempotent"}
     try:
-        skills = json.loads(index.read_text())["skills"]
-        graph_data = json.loads(graph.read_text())
-        if not (isinstance(skills, list) and all(isinstance(s, dict) and required <= set(s)
-                                                 for s in skills)
-                and isinstance(graph_data, dict)):
-            raise TypeError("unexpected shape")
-    except (ValueError, KeyError, TypeError, OSError) as error:
+        skills = json.loads(index.read_text(encoding="utf-8"))["skills"]
+        graph_data = json.loads(graph.read_text(encoding="utf-8"))
+        problem = _shape_problem(skills, graph_data)
+        if problem:
+            raise TypeError(problem)
+    except (ValueError, KeyError, TypeError, OSError, RecursionError) as error:
         raise WorldError(f"{build_dir}: unreadable build artifacts ({error}); run `doit` "
                          "again") from None
     return World(skills, graph_data)
