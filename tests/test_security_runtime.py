@@ -358,11 +358,14 @@ def test_init_failing_part_way_keeps_nothing(tmp_path, cli):
 def test_generate_mock_refuses_an_existing_kb_and_huge_counts(tmp_path, cli, monkeypatch):
     import ctxfst.mock as mock
 
-    written = []
+    asked = []  # the document counts generate was called with (at most 2 are written)
     real_generate = mock.generate
-    monkeypatch.setattr(mock, "generate",
-                        lambda out, docs, seed=0: written.append(docs) or real_generate(
-                            out, min(docs, 2), seed))
+
+    def small_generate(out, docs, seed=0):
+        asked.append(docs)
+        return real_generate(out, min(docs, 2), seed)
+
+    monkeypatch.setattr(mock, "generate", small_generate)
     kb = tmp_path / "kb"
     copy_example(kb, "hash-32")
     config = (kb / "ctxfst.toml").read_bytes()
@@ -373,7 +376,7 @@ def test_generate_mock_refuses_an_existing_kb_and_huge_counts(tmp_path, cli, mon
     assert (kb / "ctxfst.toml").read_bytes() == config
     result = cli("generate-mock", tmp_path / "new", "--docs", str(10 ** 9), cwd=tmp_path)
     assert result.code == 2 and "--docs" in result.err
-    assert written == [] and not (tmp_path / "new").exists()
+    assert asked == [] and not (tmp_path / "new").exists()
     regular = write(tmp_path, "file.txt", "mine\n")
     result = cli("generate-mock", regular, "--docs", "2", cwd=tmp_path)
     assert result.code == 2 and "internal error" not in result.err
