@@ -385,7 +385,7 @@ def _retrieval(args: argparse.Namespace) -> int:
             return EXIT_OK
         try:
             queries = load_queries(yaml.safe_load(args.queries.read_text(encoding="utf-8")))
-        except (OSError, yaml.YAMLError) as error:
+        except (OSError, yaml.YAMLError, RecursionError) as error:
             raise _Usage(f"{args.queries}: {error}") from None
         report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph,
                           bridge_for=bridge_for)

@@ -228,24 +228,39 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
     return np.vstack([found[key] for key in keys]).astype(np.float32), embedder.model_id
 
 
-def read_vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
-    """(ids, matrix, model id) of a vectors artifact that vectors_table wrote; ValueError
-    when its dimension metadata is missing or its values are not finite numbers."""
+def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.ndarray, str]:
+    """(ids, matrix, model id) of a vectors artifact that vectors_table wrote (read from
+    `data`, its bytes, when given); ValueError naming the path when it is not one: not
+    Parquet, columns of other types, missing dimension metadata, or values that are not
+    finite numbers."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    def damaged(why: str) -> ValueError:
+        return ValueError(f"{path}: damaged vectors ({why})")
+
     try:
-        dim = int(meta.get("ctxfst.dim", ""))
-    except ValueError:
-        dim = -1
-    flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    matrix = np.asarray(flat, np.float32)
-    if dim < 0 or matrix.size != table.num_rows * dim or not np.all(np.isfinite(matrix)):
-        raise ValueError(f"{path}: damaged vectors (missing dimension metadata, or values "
-                         "that are not finite numbers)")
-    return (table.column("id").to_pylist(), matrix.reshape(table.num_rows, dim),
-            meta.get("ctxfst.model_id", ""))
+        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    except Exception as error:  # whatever the Parquet reader makes of foreign bytes
+        raise damaged(f"not a readable Parquet table: {type(error).__name__}: {error}") \
+            from None
+    dim = int(meta["ctxfst.dim"]) if meta.get("ctxfst.dim", "").isdigit() else -1
+    if "id" not in table.column_names or "vector" not in table.column_names:
+        raise damaged("no `id` and `vector` columns")
+    ids, vectors = table.column("id"), table.column("vector")
+    kind = vectors.type
+    if not (ids.type == pa.string() and pa.types.is_fixed_size_list(kind)
+            and kind.value_type == pa.float32() and kind.list_size == dim):
+        raise damaged(f"missing dimension metadata, or `id` {ids.type} and `vector` {kind} "
+                      "are not text and fixed-size float32 lists of that dimension")
+    flat = vectors.combine_chunks().flatten()
+    if ids.null_count or vectors.null_count or flat.null_count:
+        raise damaged("empty (null) ids or vectors")
+    matrix = np.asarray(flat.to_numpy(zero_copy_only=False), np.float32)
+    if matrix.size != table.num_rows * dim or not np.all(np.isfinite(matrix)):
+        raise damaged("values that are not finite numbers")
+    return ids.to_pylist(), matrix.reshape(table.num_rows, dim), meta.get("ctxfst.model_id", "")
 
 
 def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: str):

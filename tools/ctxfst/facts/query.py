@@ -34,6 +34,30 @@ class FactsUsage(FactsError):
     """Bad arguments (exit 2)."""
 
 
+# Columns a writer may leave empty; every other one the queries use holds a value.
+FACTS_NULLABLE = frozenset({"freshness_at", "invalidated_run_id", "invalidated_build_seq",
+                            "invalidation_reason", "evidence.freshness_at"})
+RUNS_NULLABLE = frozenset({"failure_reason"})
+CHUNKS_FILE = "chunks.parquet"
+FALLBACK_COLUMNS = ["chunk_id", "source", "context", "content", "tags"]
+
+
+def _columns(schema) -> dict[str, Any]:
+    return {field.name: field.type for field in schema}
+
+
+def _build_stamp(meta: dict[bytes, bytes]) -> tuple[int, str]:
+    """(build_seq, extract_version) from the facts table's metadata; ValueError if bad."""
+    try:
+        seq = int(meta.get(b"ctxfst.build_seq", b"0").decode("ascii"))
+        version = meta.get(b"ctxfst.extract_version", b"").decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("its build_seq or extract_version metadata is not valid") from None
+    if seq < 0:
+        raise ValueError("its build_seq metadata is negative")
+    return seq, version
+
+
 def check_tenant(tenant: str | None) -> str:
     if tenant is None or tenant == "":
         raise FactsUsage("a tenant is required (--tenant T): facts are answered per tenant "
@@ -53,45 +77,36 @@ class Store:
     runs: list[dict[str, Any]]
     build_seq: int
     extract_version: str
+    artifacts: Any = None  # the BuildArtifacts they were read through
 
     @classmethod
     def load(cls, build_dir: Path, project=None) -> "Store":
-        import pyarrow.parquet as pq
-
-        from ..build.io import sha256_file
-
-        missing = [n for n in ("manifest.json", FACTS_FILE, RUNS_FILE)
-                   if not (build_dir / n).is_file()]
-        if missing:
-            raise FactsError(f"{', '.join(missing)} missing in {build_dir}: run `doit` to "
-                             "build the facts")
-        from ..build.freshness import artifact_digests, read_manifest
+        """The facts artifacts, checked against the build's manifest and for the columns
+        the queries use; with `project` (a Config), also against its sources."""
+        from ..build.artifacts import ArtifactError, BuildArtifacts
+        from .model import facts_schema, runs_schema
 
         try:
-            manifest = read_manifest(build_dir) or {}
-            listed = artifact_digests(manifest)
-        except (ValueError, KeyError) as error:
-            raise FactsError(f"{error}: run `doit`") from None
-        for name in (FACTS_FILE, RUNS_FILE):
-            if listed.get(name) != sha256_file(build_dir / name):
-                raise FactsError(f"{build_dir / name} does not match the build manifest (a "
-                                 "stale or partial build): run `doit`")
+            build = BuildArtifacts(build_dir, [FACTS_FILE, RUNS_FILE],
+                                   project.cache_dir if project is not None else None)
+        except ArtifactError as error:
+            raise FactsError(str(error)) from None
         if project is not None:
             from ..build.freshness import changed_inputs, stale_message
 
-            changed = changed_inputs(project, manifest)
+            changed = changed_inputs(project, build.manifest)
             if changed:
                 raise FactsError(stale_message(changed))
         try:
-            table = pq.read_table(build_dir / FACTS_FILE)
-            runs = pq.read_table(build_dir / RUNS_FILE).to_pylist()
-        except Exception as error:
-            raise FactsError(f"unreadable facts artifacts in {build_dir} ({error}): "
-                             "run `doit`") from None
-        meta = table.schema.metadata or {}
-        return cls(build_dir, table.to_pylist(), runs,
-                   int(meta.get(b"ctxfst.build_seq", b"0")),
-                   meta.get(b"ctxfst.extract_version", b"").decode())
+            table = build.parquet(FACTS_FILE, _columns(facts_schema()), FACTS_NULLABLE)
+            runs = build.parquet(RUNS_FILE, _columns(runs_schema()), RUNS_NULLABLE)
+            seq, version = _build_stamp(table.schema.metadata or {})
+        except ArtifactError as error:
+            raise FactsError(str(error)) from None
+        except ValueError as error:
+            raise FactsError(f"{build.path(FACTS_FILE)}: {error}: run `doit clean` and "
+                             "`doit`") from None
+        return cls(build_dir, table.to_pylist(), runs.to_pylist(), seq, version, build)
 
     def sources(self, tenant: str) -> dict[str, dict[str, Any]]:
         """The tenant's current sources: path -> latest run (deleted ones left out)."""
@@ -100,6 +115,20 @@ class Store:
             latest[run["source_path"]] = run
         return {path: run for path, run in latest.items()
                 if run["tenant_id"] == tenant and not run["source_deleted"]}
+
+    def chunks(self, columns: list[str]):
+        """These columns of chunks.parquet (checked like every artifact: every build has
+        one, so a missing or damaged one is an error, not an empty fallback)."""
+        from ..build.artifacts import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
+                                       chunk_columns)
+
+        try:
+            build = self.artifacts or BuildArtifacts(self.build_dir, [CHUNKS_FILE])
+            kinds = chunk_columns()
+            return build.parquet(CHUNKS_FILE, {c: kinds[c] for c in columns}, CHUNK_NULLABLE,
+                                 read_columns=columns)
+        except ArtifactError as error:
+            raise FactsError(str(error)) from None
 
     def tenant_facts(self, tenant: str, active_only: bool = True) -> list[dict[str, Any]]:
         return [f for f in self.facts if f["tenant_id"] == tenant
@@ -254,23 +283,20 @@ def ask(store: Store, settings, tenant: str | None, op: str, entity_type: str | 
 def lexical_fallback(store: Store, tenant: str, text: str, limit: int,
                      scan_cap: int) -> dict[str, Any]:
     """BM25 over at most scan_cap of the tenant's chunks; at most limit hits."""
-    import pyarrow.parquet as pq
-
     from ..document.text import tokens
     from ..retrieval.lexical import BM25, lexical_text, top_rows
 
     sources = set(store.sources(tenant))
-    path = store.build_dir / "chunks.parquet"
     report: dict[str, Any] = {"used": True, "method": "bm25 over chunk context, content "
                               "and tags (not facts: read the hits yourself)",
                               "query": text, "scan_cap": scan_cap, "limit": limit,
                               "scanned": 0, "truncated": False, "hits": []}
-    if not path.is_file() or limit == 0 or scan_cap == 0:
+    if limit == 0 or scan_cap == 0:
         return report
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = pq.read_table(path, columns=["chunk_id", "source", "context", "content", "tags"])
+    table = store.chunks(FALLBACK_COLUMNS)
     # This tenant's chunks only, and no more than the cap become Python objects.
     mine = table.filter(pc.is_in(table.column("source"),
                                  value_set=pa.array(sorted(sources), pa.string())))

@@ -17,10 +17,16 @@ def load_queries(data: Any) -> list[dict[str, Any]]:
                              "expected_entities}")
     for number, item in enumerate(queries, 1):
         if not (isinstance(item, dict) and isinstance(item.get("query"), str)
-                and isinstance(item.get("expected_entities", []), list)):
-            raise RetrievalError(f"query #{number} needs a `query` text and a list "
-                                 "`expected_entities`")
+                and all(_texts(item.get(key, [])) for key in ("expected_entities",
+                                                              "expected_chunks"))
+                and isinstance(item.get("id", ""), (str, int))):
+            raise RetrievalError(f"query #{number} needs a `query` text, lists of ids "
+                                 "`expected_entities` (and `expected_chunks`) and a text `id`")
     return queries
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: int,

@@ -7,7 +7,8 @@ from pathlib import Path
 from .search import RetrievalError
 
 
-def export_lancedb(build_dir: Path, db_path: Path) -> dict[str, int]:
+def export_lancedb(build_dir: Path, db_path: Path,
+                   cache_dir: Path | None = None) -> dict[str, int]:
     """Write tables `chunks` (id, text, context, tags, entities, source, vector) and
     `entities` (id, name, type, aliases, vector); replaces tables of those names."""
     try:
@@ -16,17 +17,22 @@ def export_lancedb(build_dir: Path, db_path: Path) -> dict[str, int]:
         raise RetrievalError("the lancedb package is not installed: pip install lancedb") \
             from None
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    needed = ["chunks.parquet", "chunk_vectors.parquet", "entities.parquet",
-              "entity_vectors.parquet"]
-    missing = [name for name in needed if not (build_dir / name).is_file()]
-    if missing:
-        raise RetrievalError(f"{', '.join(missing)} missing in {build_dir}: run `doit`")
-    chunks = pq.read_table(build_dir / "chunks.parquet")
-    chunk_vectors = pq.read_table(build_dir / "chunk_vectors.parquet")
-    entities = pq.read_table(build_dir / "entities.parquet")
-    entity_vectors = pq.read_table(build_dir / "entity_vectors.parquet")
+    from ..build.artifacts import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
+                                   chunk_columns, entity_columns)
+    from ..compile.embed import vectors_table
+
+    try:  # every artifact checked against the manifest, then for the columns used
+        build = BuildArtifacts(build_dir, ["chunks.parquet", "chunk_vectors.parquet",
+                                           "entities.parquet", "entity_vectors.parquet"],
+                               cache_dir)
+        chunks = build.parquet("chunks.parquet", chunk_columns(), CHUNK_NULLABLE)
+        entities = build.parquet("entities.parquet", entity_columns())
+        chunk_vectors, entity_vectors = (
+            vectors_table(*build.vectors(f"{kind}_vectors.parquet"), f"{kind}_vectors")
+            for kind in ("chunk", "entity"))
+    except ArtifactError as error:
+        raise RetrievalError(str(error)) from None
     if chunks.column("chunk_id").to_pylist() != chunk_vectors.column("id").to_pylist() or \
             entities.column("entity_id").to_pylist() != entity_vectors.column("id").to_pylist():
         raise RetrievalError(f"{build_dir}: vectors do not match their rows (a stale build): "
@@ -47,3 +53,15 @@ def export_lancedb(build_dir: Path, db_path: Path) -> dict[str, int]:
     db.create_table("chunks", data=chunk_table, mode="overwrite")
     db.create_table("entities", data=entity_table, mode="overwrite")
     return {"chunks": chunk_table.num_rows, "entities": entity_table.num_rows}
+
+
+def lancedb_folder(root: Path, db_path: Path) -> Path:
+    """The --db folder, links resolved: inside the project (a link in a stranger's
+    checkout must not lead the export to overwrite tables elsewhere) and not a file."""
+    from ..config import ConfigError, check_inside
+
+    folder = check_inside(root, db_path, "--db")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--db {db_path} is a file; a LanceDB database is a folder",
+                          code="CTX808")
+    return folder

@@ -13,7 +13,6 @@ singles out some entities.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -83,48 +82,62 @@ class Result:
                 "seeds": self.seeds, "expanded": self.expanded}
 
 
-def _vectors(path: Path) -> tuple[list[str], np.ndarray, str]:
-    from ..compile.embed import read_vectors
-
-    try:
-        return read_vectors(path)
-    except ValueError as error:
-        raise RetrievalError(f"{error}: run `doit clean` and `doit`") from None
-
-
 class Index:
-    """Everything a query needs, loaded once from build/."""
+    """Everything a query needs, loaded once from build/ (each artifact checked against
+    the build's manifest, then its columns and types)."""
+
+    ARTIFACTS = ["chunks.parquet", "chunk_vectors.parquet", "entity_vectors.parquet",
+                 "entities.parquet", "entity-graph.json"]
 
     def __init__(self, build_dir: Path, expected_model: str | None = None,
                  cache_dir: Path | None = None) -> None:
-        import pyarrow.parquet as pq
+        from ..build.artifacts import ArtifactError, BuildArtifacts
 
         self.build_dir, self.cache_dir = build_dir, cache_dir
+        try:
+            self.artifacts = BuildArtifacts(build_dir, self.ARTIFACTS, cache_dir)
+            self._load(expected_model)
+        except ArtifactError as error:
+            raise RetrievalError(str(error)) from None
 
-        needed = ["chunks.parquet", "chunk_vectors.parquet", "entity_vectors.parquet",
-                  "entities.parquet", "entity-graph.json"]
-        missing = [name for name in needed if not (build_dir / name).is_file()]
-        if missing:
-            raise RetrievalError(f"{', '.join(missing)} missing in {build_dir}: run `doit`")
-        chunks = pq.read_table(build_dir / "chunks.parquet").to_pylist()
+    def _load(self, expected_model: str | None) -> None:
+        from ..build.artifacts import (CHUNK_NULLABLE, REBUILD, ArtifactError, chunk_columns,
+                                       entity_columns)
+
+        build, build_dir = self.artifacts, self.build_dir
+        chunks = build.parquet("chunks.parquet", chunk_columns(), CHUNK_NULLABLE).to_pylist()
         self.chunks = chunks
-        self.chunk_ids, self.chunk_matrix, self.model_id = _vectors(
-            build_dir / "chunk_vectors.parquet")
+        self.chunk_ids, self.chunk_matrix, self.model_id = build.vectors(
+            "chunk_vectors.parquet")
         if self.chunk_ids != [c["chunk_id"] for c in chunks]:
             raise RetrievalError(f"{build_dir}: chunk vectors do not match the chunks (a stale "
                                  "or partial build): run `doit`")
-        self.entity_ids, self.entity_matrix, entity_model = _vectors(
-            build_dir / "entity_vectors.parquet")
+        self.entity_ids, self.entity_matrix, entity_model = build.vectors(
+            "entity_vectors.parquet")
         if entity_model != self.model_id:
             raise RetrievalError(f"{build_dir}: chunk vectors are from {self.model_id} but "
                                  f"entity vectors from {entity_model}: run `doit`")
+        dims = {m.shape[1] for m in (self.chunk_matrix, self.entity_matrix) if len(m)}
+        if len(dims) > 1:
+            raise RetrievalError(f"{build_dir}: chunk_vectors.parquet and "
+                                 "entity_vectors.parquet have vectors of different "
+                                 f"dimensions {sorted(dims)}: {REBUILD}")
+        if not len(self.entity_matrix):  # no entities: still one column per dimension
+            self.entity_matrix = self.entity_matrix.reshape(0, self.chunk_matrix.shape[1])
         if expected_model is not None and expected_model != self.model_id:
             raise RetrievalError(f"the vectors in {build_dir} were made by {self.model_id}, but "
                                  f"the configured model is {expected_model}: run `doit` to "
                                  "re-embed, or query with the model they were made with")
-        entities = pq.read_table(build_dir / "entities.parquet").to_pylist()
+        entities = build.parquet("entities.parquet", entity_columns()).to_pylist()
         self.entities = {e["entity_id"]: e for e in entities}
-        graph = json.loads((build_dir / "entity-graph.json").read_text())
+        if self.entity_ids != [e["entity_id"] for e in entities]:
+            raise RetrievalError(f"{build_dir}: entity vectors do not match the entities (a "
+                                 "stale or partial build): run `doit`")
+        graph = build.json("entity-graph.json")
+        problem = graph_problem(graph)
+        if problem:
+            raise ArtifactError(f"{build.path('entity-graph.json')}: not an entity graph "
+                                f"({problem}): {REBUILD}")
         self.names = {node["id"]: node.get("name", node["id"]) for node in graph["nodes"]}
         self.adjacency: dict[str, list[tuple[str, str, float]]] = {}
         for edge in graph["edges"]:
@@ -164,24 +177,12 @@ class Index:
                         pass
         return self._lexical
 
-    def _manifest_digest(self, name: str) -> str | None:
-        """The sha256 the manifest records for an artifact (no need to hash it again)."""
-        from ..build.freshness import artifact_digests, read_manifest
-
-        try:
-            manifest = read_manifest(self.build_dir)
-        except ValueError:
-            return None
-        return artifact_digests(manifest).get(name) if manifest else None
-
     def _lexical_cache_path(self) -> Path | None:
         if self.cache_dir is None:
             return None
         from .. import __version__  # the tokenizer and layout may change between versions
-        from ..build.io import sha256_file
 
-        digest = self._manifest_digest("chunks.parquet") or \
-            sha256_file(self.build_dir / "chunks.parquet")
+        digest = self.artifacts.digest("chunks.parquet")  # checked when the chunks were read
         return self.cache_dir / f"lexical-{__version__}-{digest[:24]}.npz"
 
     def bridge(self, query: str, readable: float, spec: str = BRIDGE_MODEL,
@@ -242,6 +243,26 @@ class Index:
         chunk = self.chunks[row]
         return Hit(chunk["chunk_id"], score, chunk["source"], chunk["context"] or "",
                    via or [])
+
+
+def graph_problem(graph: Any) -> str | None:
+    """What keeps entity-graph.json data from being the graph a query walks, or None."""
+    if not (isinstance(graph, dict) and isinstance(graph.get("nodes"), list)
+            and isinstance(graph.get("edges"), list)):
+        return "`nodes` and `edges` must be lists"
+    for number, node in enumerate(graph["nodes"], 1):
+        if not (isinstance(node, dict) and isinstance(node.get("id"), str)
+                and isinstance(node.get("name", ""), str)):
+            return f"node #{number} needs a text `id` (and `name`)"
+    for number, edge in enumerate(graph["edges"], 1):
+        if not (isinstance(edge, dict) and all(isinstance(edge.get(key), str) for key in
+                                               ("source", "target", "relation"))):
+            return f"edge #{number} needs a text `source`, `target` and `relation`"
+        score = edge.get("score", 0.5)  # weighs SIMILAR edges only
+        if edge["relation"] == "SIMILAR" and (type(score) not in (int, float)
+                                              or not math.isfinite(score)):
+            return f"edge #{number} has a `score` that is not a finite number"
+    return None
 
 
 def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
@@ -390,8 +411,10 @@ def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -
 
 def load_skill_graph(path: Path) -> dict[str, Any]:
     """A hand-made skill graph: {"nodes": [names], "edges": [{from, to, type}]}."""
+    from ..build.artifacts import parse_json, read_plain_file
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(read_plain_file(path)[0])  # a KB's file: no FIFO, no link out
         nodes = [str(n) for n in data["nodes"]]
         edges = [(str(e["from"]), str(e["to"]), str(e.get("type", "relatedTo")))
                  for e in data.get("edges", [])]
@@ -469,6 +492,12 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
     assert query_vector is not None
     if not index.chunks:
         return Result(query, mode, [])
+    if np.shape(query_vector) != index.chunk_matrix.shape[1:]:
+        from ..build.artifacts import REBUILD
+
+        raise RetrievalError(f"the vectors in {index.build_dir / 'chunk_vectors.parquet'} "
+                             f"have {index.chunk_matrix.shape[1]} dimensions, the query's "
+                             f"{np.shape(query_vector)[-1:]}: {REBUILD}")
     if mode == "vector":
         return Result(query, mode, vector_search(index, query_vector, k))
     hits, seeds, expanded = graph_search(index, query, query_vector, k if mode == "graph"

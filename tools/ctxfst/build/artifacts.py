@@ -1,0 +1,304 @@
+"""The readers' side of a build: every artifact a reader opens is first checked against
+the build's manifest.json (its size always, its sha256 unless the file is known unchanged
+since it was last verified), then parsed with the columns and types the reader uses
+checked. A half-published, swapped, damaged or hostile build folder is a clear error that
+names the file (exit 1 in the commands), never a traceback and never an answer read from
+the wrong data."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import stat as stat_mode
+from pathlib import Path
+from typing import Any
+
+REBUILD = "run `doit clean`, then run `doit`"  # plain `doit` trusts build/ as it is
+ARTIFACT_DIGESTS = "artifacts.json"  # in the cache folder: verified artifacts by identity
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+# The columns readers use of the compiler's tables, in the types it writes them.
+CHUNK_NULLABLE = frozenset({"context", "content"})
+
+
+def chunk_columns() -> dict[str, Any]:
+    import pyarrow as pa
+
+    return {"chunk_id": pa.string(), "source": pa.string(), "context": pa.string(),
+            "content": pa.string(), "tags": pa.list_(pa.string()),
+            "entities": pa.list_(pa.string())}
+
+
+def entity_columns() -> dict[str, Any]:
+    import pyarrow as pa
+
+    return {"entity_id": pa.string(), "name": pa.string(), "type": pa.string(),
+            "aliases": pa.list_(pa.string()), "representation": pa.string()}
+
+
+class ArtifactError(ValueError):
+    """A build artifact that is missing, not the file the manifest names, or unreadable."""
+
+
+def read_plain_file(path: Path) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes and the stat of what was read. A link (as the last part of
+    the path), a FIFO or a device is an OSError: never followed out of a folder, and
+    never a read that blocks for ever."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | \
+        getattr(os, "O_CLOEXEC", 0)
+    try:
+        handle = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(f"{path} is a link, not a file") from None
+        raise
+    with open(handle, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat_mode.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return file.read(), info
+
+
+def parse_json(data: bytes) -> Any:
+    """JSON text; ValueError for anything that is not (nesting too deep included)."""
+    try:
+        return json.loads(data)
+    except RecursionError:  # nested deeper than Python's stack: not a file we wrote
+        raise ValueError("nested too deeply") from None
+
+
+class DigestCache:
+    """sha256 of files remembered by their identity (size, mtime, inode, ctime), in one
+    data-only JSON file that is checked on read (a malformed entry is a miss), so a reader
+    hashes only files changed since it last did. Without a path it remembers nothing; a
+    cache that cannot be written only makes later checks slower."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.entries: dict[str, list] = {}
+        if path is not None:
+            try:
+                data = parse_json(read_plain_file(path)[0])
+            except (OSError, ValueError):
+                data = {}
+            if isinstance(data, dict):
+                self.entries = {key: value for key, value in data.items()
+                                if _valid_entry(value)}
+        self._loaded = dict(self.entries)
+
+    @staticmethod
+    def identity(info: os.stat_result) -> list[int]:
+        return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns]
+
+    def get(self, key: str, info: os.stat_result) -> str | None:
+        entry = self.entries.get(key)
+        return entry[4] if entry is not None and entry[:4] == self.identity(info) else None
+
+    def put(self, key: str, info: os.stat_result, digest: str) -> None:
+        self.entries[key] = [*self.identity(info), digest]
+
+    def keep_only(self, keys: set[str]) -> None:
+        self.entries = {key: value for key, value in self.entries.items() if key in keys}
+
+    def save(self) -> None:
+        if self.path is None or self.entries == self._loaded:
+            return
+        from .io import write_json
+
+        try:
+            write_json(self.path, self.entries, compact=True)
+            self._loaded = dict(self.entries)
+        except OSError:
+            pass
+
+
+def _valid_entry(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 5
+            and all(type(part) is int and part >= 0 for part in value[:4])
+            and isinstance(value[4], str) and _SHA256.fullmatch(value[4]) is not None)
+
+
+def read_manifest(build_dir: Path) -> dict[str, Any] | None:
+    """A build's manifest.json (None when nothing was published); ValueError when it is
+    unreadable or not a manifest (the parts readers use are checked: every artifact has a
+    file name, a size and a sha256; every input a path)."""
+    path = build_dir / "manifest.json"
+    if not os.path.lexists(path):
+        return None
+    try:
+        manifest = parse_json(read_plain_file(path)[0])
+        problem = _manifest_problem(manifest)
+        if problem:
+            raise ValueError(f"not a ctxfst manifest: {problem}")
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: unreadable ({error})") from None
+    return manifest
+
+
+def _manifest_problem(manifest: Any) -> str | None:
+    if not isinstance(manifest, dict):
+        return "not an object"
+    artifacts, inputs = manifest.get("artifacts"), manifest.get("inputs", [])
+    if not isinstance(artifacts, list) or not isinstance(inputs, list):
+        return "`artifacts` and `inputs` must be lists"
+    for number, item in enumerate(artifacts, 1):
+        if not (isinstance(item, dict) and isinstance(item.get("path"), str)
+                and _is_file_name(item["path"]) and type(item.get("bytes")) is int
+                and isinstance(item.get("sha256"), str)):
+            return f"artifact #{number} needs a file name `path`, `bytes` and `sha256`"
+    for number, item in enumerate(inputs, 1):
+        if not (isinstance(item, dict) and isinstance(item.get("path"), str)):
+            return f"input #{number} needs a `path`"
+    return None
+
+
+def _is_file_name(name: str) -> bool:
+    return name not in ("", ".", "..") and "/" not in name and "\\" not in name \
+        and "\0" not in name
+
+
+def artifact_digests(manifest: dict[str, Any]) -> dict[str, str]:
+    """Artifact file name -> the sha256 the manifest records for it."""
+    return {a["path"]: a["sha256"] for a in manifest["artifacts"]}
+
+
+class BuildArtifacts:
+    """A published build folder, read through its manifest. Open it with the names a
+    reader needs (missing ones are named together); every read is checked first."""
+
+    def __init__(self, build_dir: Path, names: list[str],
+                 cache_dir: Path | None = None) -> None:
+        self.build_dir = build_dir
+        missing = [name for name in names if not os.path.lexists(build_dir / name)]
+        if missing:
+            raise ArtifactError(f"{', '.join(missing)} missing in {build_dir}: run `doit`")
+        try:
+            manifest = read_manifest(build_dir)
+        except ValueError as error:
+            raise ArtifactError(f"{error}: {REBUILD}") from None
+        if manifest is None:
+            raise ArtifactError(f"{build_dir / 'manifest.json'} missing (a build that was "
+                                f"never finished or published): {REBUILD}")
+        self.manifest = manifest
+        self.recorded = {item["path"]: item for item in manifest["artifacts"]}
+        for name in names:
+            if name not in self.recorded:
+                raise ArtifactError(f"{build_dir / name} is not in the build's manifest.json "
+                                    f"(made by another version, or not by ctxfst): {REBUILD}")
+        self._digests = DigestCache(cache_dir / ARTIFACT_DIGESTS if cache_dir else None)
+
+    def path(self, name: str) -> Path:
+        return self.build_dir / name
+
+    def digest(self, name: str) -> str:
+        """The artifact's sha256, as the manifest records it (and reads check)."""
+        return self.recorded[name]["sha256"]
+
+    def read(self, name: str) -> bytes:
+        """The artifact's bytes, once they are known to be the ones the manifest names.
+        What is checked is what was read (one open file), so a build publishing at the
+        same time cannot slip another file in between."""
+        path, entry = self.path(name), self.recorded.get(name)
+        if entry is None:
+            raise ArtifactError(f"{path} is not in the build's manifest.json: {REBUILD}")
+        try:
+            data, info = read_plain_file(path)
+        except FileNotFoundError:
+            raise ArtifactError(f"{name} missing in {self.build_dir}: run `doit`") from None
+        except OSError as error:
+            raise ArtifactError(f"{path}: unreadable ({error}): {REBUILD}") from None
+        if len(data) != entry["bytes"] or info.st_size != entry["bytes"]:
+            raise self._mismatch(path, f"{len(data)} bytes, the manifest records "
+                                       f"{entry['bytes']}")
+        key = str(path.absolute())
+        if self._digests.get(key, info) != entry["sha256"]:
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != entry["sha256"]:
+                raise self._mismatch(path, "its sha256 is not the one the manifest records")
+            self._digests.put(key, info, digest)
+            self._digests.save()
+        return data
+
+    @staticmethod
+    def _mismatch(path: Path, why: str) -> ArtifactError:
+        return ArtifactError(f"{path} does not match the build's manifest ({why}): the build "
+                             f"folder was changed after the build, or a build was cut short; "
+                             f"{REBUILD}")
+
+    def json(self, name: str) -> Any:
+        try:
+            return parse_json(self.read(name))
+        except ArtifactError:
+            raise
+        except ValueError as error:
+            raise ArtifactError(f"{self.path(name)}: not JSON ({error}): {REBUILD}") from None
+
+    def parquet(self, name: str, columns: dict[str, Any], nullable: frozenset[str] = frozenset(),
+                read_columns: list[str] | None = None):
+        """The artifact as an Arrow table whose `columns` have exactly the given Arrow types
+        and hold no nulls, except those named in `nullable` ("column" or "column.field" of
+        a struct inside a list)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        data = self.read(name)
+        try:
+            file = pq.ParquetFile(pa.BufferReader(data))
+            absent = [c for c in read_columns or () if c not in file.schema_arrow.names]
+            table = None if absent else file.read(columns=read_columns)
+        except Exception as error:  # whatever the Parquet reader makes of foreign bytes
+            raise ArtifactError(f"{self.path(name)}: not a readable Parquet table "
+                                f"({type(error).__name__}: {error}): {REBUILD}") from None
+        problem = f"no column `{absent[0]}`" if absent else column_problem(table, columns,
+                                                                            nullable)
+        if problem:
+            raise ArtifactError(f"{self.path(name)}: {problem}: {REBUILD}")
+        return table
+
+    def vectors(self, name: str):
+        """(ids, matrix, model id) of a vectors artifact."""
+        from ..compile.embed import read_vectors
+
+        data = self.read(name)
+        try:
+            return read_vectors(self.path(name), data)
+        except ValueError as error:
+            raise ArtifactError(f"{error}: {REBUILD}") from None
+
+
+def column_problem(table, columns: dict[str, Any], nullable: frozenset[str] = frozenset()
+                   ) -> str | None:
+    """What keeps a table from having these typed columns without nulls, or None."""
+    for column, kind in columns.items():
+        if column not in table.column_names:
+            return f"no column `{column}`"
+        actual = table.schema.field(column).type
+        if not actual.equals(kind):
+            return f"column `{column}` is {actual}, not {kind}"
+        for chunk in table.column(column).chunks:
+            where = _null_in(chunk, column, nullable)
+            if where:
+                return f"column `{where}` has empty (null) values"
+    return None
+
+
+def _null_in(array, name: str, nullable: frozenset[str]) -> str | None:
+    import pyarrow as pa
+
+    if name not in nullable and array.null_count:
+        return name
+    kind = array.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+            pa.types.is_fixed_size_list(kind):
+        return _null_in(array.flatten(), name, nullable)
+    if pa.types.is_struct(kind):
+        for index in range(kind.num_fields):
+            child = f"{name}.{kind.field(index).name}"
+            where = _null_in(array.field(index), child, nullable)
+            if where:
+                return where
+    return None
