@@ -16,7 +16,7 @@ import yaml
 
 from ctxfst.build.runner import run_build
 
-from .conftest import copy_example, write
+from .conftest import copy_example, reseal, write
 
 QUERY = ("query", "Hono on Cloudflare Workers", "--bridge-model", "none")
 FACTS_ASK = ("facts", "ask", "--tenant", "default", "--op", "exists", "--key", "topic",
@@ -35,19 +35,6 @@ def built(tmp_path, capsys):
     assert run_build(root, []) == 0
     capsys.readouterr()
     return root
-
-
-def reseal(build: Path, name: str) -> None:
-    """Record an artifact's current bytes in the manifest, as a hostile build folder
-    whose manifest agrees with its (garbage) files would."""
-    manifest_path = build / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    path = build / name
-    for entry in manifest["artifacts"]:
-        if entry["path"] == name:
-            entry.update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-                         bytes=path.stat().st_size)
-    manifest_path.write_text(json.dumps(manifest))
 
 
 def assert_clear(result, *names: str) -> None:
@@ -301,3 +288,21 @@ def test_eval_queries_and_skill_graphs_of_the_wrong_shape_are_clear_errors(built
                 "skill-graph.json" not in result.err:
             failures.append((graph[:10], result.code, result.err))
     assert not failures, failures
+
+
+def test_the_runtime_reads_only_the_skill_index_and_graph_the_manifest_names(built, cli):
+    """plan, select, state and run read build/skill-index.json and entity-graph.json:
+    an edited one (a skill removed, still well formed) is refused, naming the file."""
+    goal, seed = "goal:edge-api-learning-plan", "state:has-resume"
+    assert cli("state", "init", "--goal", goal, "--seed", seed, cwd=built).code == 0
+    index_path = built / "build" / "skill-index.json"
+    pristine = index_path.read_bytes()
+    index = json.loads(pristine)
+    index["skills"] = index["skills"][1:]
+    index_path.write_text(json.dumps(index))
+    for args in (("plan",), ("select",), ("state", "subgraph")):
+        result = cli(*args, cwd=built)
+        assert result.code == 2 and "internal error" not in result.err, (args, result.err)
+        assert "skill-index.json does not match the build's manifest" in result.err
+    index_path.write_bytes(pristine)
+    assert cli("plan", cwd=built).code == 0

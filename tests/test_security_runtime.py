@@ -15,7 +15,7 @@ import pytest
 
 from ctxfst.build.runner import run_build
 
-from .conftest import copy_example, write
+from .conftest import copy_example, reseal, write
 
 GOAL = "goal:edge-api-learning-plan"
 SEED = "state:has-resume"
@@ -215,6 +215,7 @@ def test_a_skill_script_outside_the_project_is_never_run(kb, cli, tmp_path, caps
         skill["path"] = "../evil/x/SKILL.md"
         skill["script"] = "run.py"
     index_path.write_text(json.dumps(index))
+    reseal(kb / "build", index_path.name)  # past the manifest check: to the shape checks
     cli("state", "init", "--goal", GOAL, "--seed", SEED, cwd=kb)
     result = cli("run", "--executor", "command", cwd=kb)
     assert result.code != 70 and "internal error" not in result.err
@@ -226,6 +227,7 @@ def test_a_skill_index_of_the_wrong_shape_is_a_clear_error(kb, cli):
     index = json.loads(index_path.read_text())
     index["skills"][0]["cost"] = "cheap"
     index_path.write_text(json.dumps(index))
+    reseal(kb / "build", index_path.name)  # past the manifest check: to the shape checks
     cli("state", "init", "--goal", GOAL, "--seed", SEED, cwd=kb)
     for args in (("plan",), ("select",), ("run",)):
         result = cli(*args, cwd=kb)

@@ -4,7 +4,6 @@ checks that state ids name something real."""
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -116,19 +115,20 @@ def _shape_problem(skills: Any, graph: Any) -> str | None:
     return None
 
 
-def load_world(build_dir: Path) -> World:
-    index = build_dir / "skill-index.json"
-    graph = build_dir / "entity-graph.json"
-    missing = [p.name for p in (index, graph) if not p.is_file()]
-    if missing:
-        raise WorldError(f"{', '.join(missing)} not found in {build_dir}: run `doit` first")
+def load_world(build_dir: Path, cache_dir: Path | None = None) -> World:
+    """The skill index and entity graph, each checked against the build's manifest."""
+    from ..build.artifacts import ArtifactError, BuildArtifacts
+
     try:
-        skills = json.loads(index.read_text(encoding="utf-8"))["skills"]
-        graph_data = json.loads(graph.read_text(encoding="utf-8"))
+        build = BuildArtifacts(build_dir, ["skill-index.json", "entity-graph.json"], cache_dir)
+        skills = build.json("skill-index.json")["skills"]
+        graph_data = build.json("entity-graph.json")
         problem = _shape_problem(skills, graph_data)
         if problem:
             raise TypeError(problem)
-    except (ValueError, KeyError, TypeError, OSError, RecursionError) as error:
+    except ArtifactError as error:
+        raise WorldError(str(error)) from None
+    except (KeyError, TypeError) as error:
         raise WorldError(f"{build_dir}: unreadable build artifacts ({error}); run `doit` "
                          "again") from None
     return World(skills, graph_data)
