@@ -339,9 +339,10 @@ def _retrieval(args: argparse.Namespace) -> int:
             if reason:
                 raise RetrievalError(f"{reason} (or pass --allow-stale)")
         if args.command == "export":
-            from .retrieval.export import export_lancedb
+            from .retrieval.export import export_lancedb, lancedb_folder
 
-            counts = export_lancedb(build_dir, args.db)
+            counts = export_lancedb(build_dir, lancedb_folder(
+                config.root if config else Path.cwd().resolve(), args.db))
             print(f"wrote {counts['chunks']} chunks and {counts['entities']} entities to "
                   f"{args.db}")
             return EXIT_OK
@@ -561,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     from .validation import UsageError
 
     from .diagnostics import escape
+    from .files import UnreadableFolder
     from .mock import MockError
     from .runtime.commands import RuntimeUsage
     from .runtime.world import WorldError
@@ -588,8 +590,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_facts(args)
     except (UsageError, ConfigError, HookError, ScaffoldError, MockError, RuntimeUsage,
-            WorldError, _Usage) as error:
-        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
+            WorldError, UnreadableFolder, _Usage) as error:
+        text = error.render() if isinstance(error, ConfigError) else f"ctxfst: error: {error}"
+        print(escape(text), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

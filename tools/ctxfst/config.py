@@ -1,25 +1,229 @@
-"""Project discovery and the [tool.ctxfst] / ctxfst.toml settings."""
+"""Project discovery and the [tool.ctxfst] / ctxfst.toml settings.
+
+Settings may come from a stranger: every configured path must resolve (links included)
+inside the project root, and every error is located in the settings file
+(`path:line:column: error CTX8xx: message`).
+"""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
+import os
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from .files import display_path, inside
 
 CONFIG_FILE = "ctxfst.toml"
+TOOL_DIR = ".ctxfst"
 DEFAULT_MODEL = "minilm"  # the bundled offline all-MiniLM-L6-v2 (see compile/embed.py)
 DEFAULT_EXTRA_EDGES = ("**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml")
 DEFAULT_TENANT = "default"
+MAX_SETTINGS_BYTES = 8 * 1024 * 1024
 _TENANT = re.compile(r"[A-Za-z0-9_-]+")
 _FACT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 _FACTS_KNOWN = {"tenants", "complete", "extractors", "fallback_limit", "fallback_scan"}
+# Folders of .ctxfst/ whose entries are written: none may link out of the project.
+_TOOL_FOLDERS = ("", "cache", "facts")
 
 
 class ConfigError(Exception):
-    """A configuration file that cannot be used (bad TOML, wrong types)."""
+    """A configuration that cannot be used. With a path it is located there, and has a
+    stable code (CTX8xx, docs/rules.md)."""
+
+    def __init__(self, message: str, path: Path | None = None, line: int = 1,
+                 column: int = 1, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.path, self.line, self.column, self.code = (
+            message, path, line, column, code)
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return (f"{display_path(Path(self.path))}:{self.line}:{self.column}: error "
+                    f"{self.code}: {self.message}")
+        return f"{self.message} ({self.code})" if self.code else self.message
+
+    def render(self) -> str:
+        """The line the command line prints."""
+        return str(self) if self.path is not None else f"ctxfst: error: {self}"
+
+
+# Locating keys in TOML text. tomllib gives no positions, so the text (already parsed
+# by tomllib, hence valid) is scanned once more when an error needs a line.
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_SCALAR = re.compile(r"[^,\]}\r\n#]+")
+_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\",
+            "e": "\x1b"}
+
+
+class _KeyScanner:
+    """Offsets of every key of a TOML text: key path -> (key offset, value offset).
+    Array items are keyed by their index."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.n = text, len(text)
+        self.found: dict[tuple, tuple[int, int]] = {}
+
+    def skip(self, i: int, newlines: bool = True) -> int:
+        text = self.text
+        while i < self.n:
+            c = text[i]
+            if c in " \t" or (newlines and c in "\r\n"):
+                i += 1
+            elif c == "#":
+                end = text.find("\n", i)
+                i = self.n if end < 0 else end
+            else:
+                break
+        return i
+
+    def basic(self, i: int) -> tuple[str, int]:
+        """A one-line "..." string from its opening quote: (decoded, offset after it)."""
+        text, out, j = self.text, [], i + 1
+        while j < self.n and text[j] != '"':
+            if text[j] == "\\" and j + 1 < self.n:
+                code = text[j + 1]
+                width = {"u": 4, "U": 8}.get(code)
+                if width:
+                    out.append(chr(int(text[j + 2:j + 2 + width], 16)))
+                    j += 2 + width
+                    continue
+                out.append(_ESCAPES.get(code, code))
+                j += 2
+                continue
+            out.append(text[j])
+            j += 1
+        return "".join(out), j + 1
+
+    def key(self, i: int) -> tuple[tuple[str, ...], int]:
+        parts: list[str] = []
+        text = self.text
+        while True:
+            i = self.skip(i, newlines=False)
+            if i < self.n and text[i] == '"':
+                part, i = self.basic(i)
+            elif i < self.n and text[i] == "'":
+                end = text.index("'", i + 1)
+                part, i = text[i + 1:end], end + 1
+            else:
+                match = _BARE_KEY.match(text, i)
+                if not match:
+                    return tuple(parts), i
+                part, i = match.group(), match.end()
+            parts.append(part)
+            i = self.skip(i, newlines=False)
+            if i < self.n and text[i] == ".":
+                i += 1
+                continue
+            return tuple(parts), i
+
+    def value(self, i: int, path: tuple) -> int:
+        text = self.text
+        for quote in ('"""', "'''"):
+            if text.startswith(quote, i):
+                j = i + 3
+                while not text.startswith(quote, j):
+                    j += 2 if quote == '"""' and text[j] == "\\" else 1
+                run = 3  # up to two more quotes end the content, not the string
+                while run < 5 and j + run < self.n and text[j + run] == quote[0]:
+                    run += 1
+                return j + run
+        c = text[i] if i < self.n else ""
+        if c == '"':
+            return self.basic(i)[1]
+        if c == "'":
+            return text.index("'", i + 1) + 1
+        if c == "[":
+            i, index = i + 1, 0
+            while True:
+                i = self.skip(i)
+                if i >= self.n or text[i] == "]":
+                    return i + 1
+                self.found.setdefault(path + (index,), (i, i))
+                i = self.skip(self.value(i, path + (index,)))
+                index += 1
+                if i < self.n and text[i] == ",":
+                    i += 1
+        if c == "{":
+            i += 1
+            while True:
+                i = self.skip(i)
+                if i >= self.n or text[i] == "}":
+                    return i + 1
+                i = self.pair(i, path)
+                i = self.skip(i)
+                if i < self.n and text[i] == ",":
+                    i += 1
+        match = _SCALAR.match(text, i)
+        return match.end() if match else i + 1
+
+    def pair(self, i: int, table: tuple) -> int:
+        start = i
+        keys, i = self.key(i)
+        if not keys:
+            end = self.text.find("\n", i)
+            return self.n if end < 0 else end
+        i = self.skip(i, newlines=False)
+        if i < self.n and self.text[i] == "=":
+            i = self.skip(i + 1, newlines=False)
+        for depth in range(1, len(keys)):  # a dotted key defines its tables
+            self.found.setdefault(table + keys[:depth], (start, start))
+        self.found.setdefault(table + keys, (start, i))
+        return self.value(i, table + keys)
+
+    def scan(self) -> dict[tuple, tuple[int, int]]:
+        i, table = 0, ()
+        while True:
+            i = self.skip(i)
+            if i >= self.n:
+                return self.found
+            if self.text[i] == "[":
+                i += 2 if self.text.startswith("[[", i) else 1
+                start = self.skip(i, newlines=False)
+                table, i = self.key(start)
+                self.found.setdefault(table, (start, start))
+                end = self.text.find("\n", i)
+                i = self.n if end < 0 else end
+            else:
+                i = self.pair(i, table)
+
+
+def locate(text: str, keys: tuple, at_key: bool = False) -> tuple[int, int]:
+    """(line, column) of the value of a key path in TOML text (of the key itself with
+    at_key), or of the nearest enclosing key or table the text names; (1, 1) otherwise."""
+    try:
+        found = _KeyScanner(text).scan()
+    except (ValueError, IndexError):  # never an error of its own: a rough place will do
+        return 1, 1
+    for depth in range(len(keys), 0, -1):
+        if keys[:depth] in found:
+            key_at, value_at = found[keys[:depth]]
+            offset = value_at if depth == len(keys) and not at_key else key_at
+            starts = [0] + [m.end() for m in re.finditer("\n", text)]
+            line = bisect.bisect_right(starts, offset)
+            return line, offset - starts[line - 1] + 1
+    return 1, 1
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The ctxfst settings table, the file it came from and where in it they sit."""
+
+    data: dict
+    file: Path | None = None
+    text: str = ""
+    prefix: tuple = ()  # ("tool", "ctxfst") in pyproject.toml
+
+    def error(self, code: str, message: str, *keys, at_key: bool = False) -> ConfigError:
+        if self.file is None:
+            return ConfigError(message, code=code)
+        line, column = locate(self.text, self.prefix + keys, at_key)
+        return ConfigError(message, self.file, line, column, code)
 
 
 @dataclass(frozen=True)
@@ -74,31 +278,59 @@ class Config:
     @property
     def cache_dir(self) -> Path:
         """Caches that outlive `doit clean` (embeddings): beside the build, not in it."""
-        return self.root / ".ctxfst" / "cache"
+        return self.root / TOOL_DIR / "cache"
 
 
-def _settings_in(directory: Path) -> tuple[dict, Path] | None:
+def _settings_in(directory: Path) -> _Settings | None:
     dedicated = directory / CONFIG_FILE
     if dedicated.is_file():
-        return _read_toml(dedicated), dedicated
+        text = _read_settings_text(directory, dedicated)
+        return _Settings(_parse_toml(dedicated, text), dedicated, text)
     pyproject = directory / "pyproject.toml"
     if pyproject.is_file():
-        data = _read_toml(pyproject)
+        text = _read_settings_text(directory, pyproject)
+        data = _parse_toml(pyproject, text)
         tool = data.get("tool", {})
         if isinstance(tool, dict) and "ctxfst" in tool:
-            section = tool["ctxfst"]
-            if not isinstance(section, dict):
-                raise ConfigError(f"{pyproject}: [tool.ctxfst] must be a table")
-            return section, pyproject
+            found = _Settings(tool["ctxfst"], pyproject, text, ("tool", "ctxfst"))
+            if not isinstance(found.data, dict):
+                raise found.error("CTX803", "[tool.ctxfst] must be a table")
+            return found
     return None
 
 
-def _read_toml(path: Path) -> dict:
+def _read_settings_text(directory: Path, path: Path) -> str:
+    if not inside(directory.resolve(), path):
+        raise ConfigError(f"{path.name} is a link to {path.resolve()}, outside the project; "
+                          "it is not read", path, code="CTX804")
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: {error}") from None
+            data = handle.read(MAX_SETTINGS_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(f"cannot read the settings: {error.strerror or error}", path,
+                          code="CTX801") from None
+    if len(data) > MAX_SETTINGS_BYTES:
+        raise ConfigError(f"settings file larger than {MAX_SETTINGS_BYTES:,} bytes", path,
+                          code="CTX801")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ConfigError("settings file is not valid UTF-8", path, line, code="CTX801") \
+            from None
+
+
+def _parse_toml(path: Path, text: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        place = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+        line, column = (int(place.group(1)), int(place.group(2))) if place else (
+            text.count("\n") + 1 if "end of document" in message else 1, 1)
+        message = message[:place.start()] if place else message
+        raise ConfigError(f"TOML syntax error: {message}", path, line, column,
+                          "CTX801") from None
 
 
 def find_project(start: Path) -> Config | None:
@@ -108,106 +340,238 @@ def find_project(start: Path) -> Config | None:
     for candidate in (directory, *directory.parents):
         found = _settings_in(candidate)
         if found is not None:
-            settings, config_file = found
-            return load_config(candidate, settings, config_file)
+            return load_config(candidate, found.data, found.file, found.text, found.prefix)
     return None
+
+
+def setting_error(root: Path, code: str, message: str, *keys) -> ConfigError:
+    """A ConfigError located at a setting of the project in root (for checks that need
+    the sources, made after loading)."""
+    found = _settings_in(root)
+    return (found or _Settings({})).error(code, message, *keys)
+
+
+def check_inside(root: Path, path: Path, what: str) -> Path:
+    """A path given on the command line, resolved; it must stay inside the project."""
+    try:
+        resolved = path.resolve()
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{what} {path}: not a usable path ({error})", code="CTX803") \
+            from None
+    if not resolved.is_relative_to(root):
+        raise ConfigError(f"{what} {path} resolves to {resolved}, outside the project root "
+                          f"{root}", code="CTX804")
+    return resolved
 
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
           "similar_min_score", "extra_edges", "embed_batch_size", "facts"}
 
 
-def _facts_settings(section, config_file) -> dict:
+def _tenant_folder(root: Path, folder, settings: _Settings, where: tuple) -> str:
+    """A [facts] tenants key as the project-relative folder it names: it must be a
+    folder of the project, spelt exactly (a typo or a wrong case would leave its
+    documents in tenant `default`, where another tenant's queries would find them)."""
+    raw = folder.strip() if isinstance(folder, str) else ""
+    key = where + (folder,)
+    if not raw or raw.strip("/") in ("", "."):
+        raise settings.error("CTX803", f"tenant folder {folder!r} must name a folder of the "
+                             "project", *key, at_key=True)
+    path = _inside_root(root, raw, settings, f"tenant folder {folder!r}", key, at_key=True)
+    if not path.is_dir() or not _spelt_exactly(root, path):
+        raise settings.error("CTX806", f"tenant folder {folder!r} is no folder of the project "
+                             "(folders are matched exactly, case included)", *key,
+                             at_key=True)
+    if path == root:
+        raise settings.error("CTX803", f"tenant folder {folder!r} is the whole project; "
+                             "documents without a tenant are in tenant 'default'", *key,
+                             at_key=True)
+    return path.relative_to(root).as_posix()
+
+
+def _spelt_exactly(root: Path, path: Path) -> bool:
+    """On a case-insensitive file system `Content/Acme` finds `content/acme`: compare the
+    names the folders hold (only where a differently cased name resolves too)."""
+    swapped = path.parent / path.name.swapcase()
+    if path.name == path.name.swapcase() or not swapped.exists():
+        return True
+    current = root
+    for part in path.relative_to(root).parts:
+        try:
+            if part not in os.listdir(current):
+                return False
+        except OSError:
+            return False
+        current = current / part
+    return True
+
+
+def _facts_settings(section, settings: _Settings, root: Path) -> dict:
     """The [facts] table: tenants by folder, complete keys, extractors, fallback bounds."""
     if section is None:
         return {}
-    where = f"{config_file}: [facts]"
+    where = ("facts",)
+
+    def error(code: str, message: str, *keys, at_key: bool = False) -> ConfigError:
+        return settings.error(code, f"[facts] {message}", *where, *keys, at_key=at_key)
+
     if not isinstance(section, dict):
-        raise ConfigError(f"{where} must be a table")
+        raise error("CTX803", "must be a table")
     unknown = sorted(set(section) - _FACTS_KNOWN)
     if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(sorted(_FACTS_KNOWN))}")
+        raise error("CTX802", f"unknown setting(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(sorted(_FACTS_KNOWN))}", unknown[0], at_key=True)
     out: dict = {}
     tenants = section.get("tenants", {})
     if not isinstance(tenants, dict):
-        raise ConfigError(f"{where}: 'tenants' must be a table of folder = \"tenant\"")
-    pairs = []
+        raise error("CTX803", "'tenants' must be a table of folder = \"tenant\"", "tenants")
+    pairs: dict[str, str] = {}
     for folder, tenant in sorted(tenants.items()):
         if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
-            raise ConfigError(f"{where}: tenant {tenant!r} for folder {folder!r} is not a "
-                              "tenant id: use letters A-Z a-z, digits, '_' or '-'")
-        clean = folder.strip().strip("/").removeprefix("./")
-        if not clean or ".." in clean.split("/"):
-            raise ConfigError(f"{where}: folder {folder!r} must be a path inside the project")
-        pairs.append((clean, tenant))
-    out["facts_tenants"] = tuple(pairs)
+            raise error("CTX803", f"tenant {tenant!r} for folder {folder!r} is not a tenant "
+                        "id: use letters A-Z a-z, digits, '_' or '-'", "tenants", folder)
+        clean = _tenant_folder(root, folder, settings, where + ("tenants",))
+        if pairs.get(clean, tenant) != tenant:
+            raise error("CTX803", f"folder {clean!r} is given two tenants, {pairs[clean]!r} "
+                        f"and {tenant!r}", "tenants", folder, at_key=True)
+        pairs[clean] = tenant
+    out["facts_tenants"] = tuple(sorted(pairs.items()))
     complete = section.get("complete", {})
     if not isinstance(complete, dict):
-        raise ConfigError(f"{where}: 'complete' must be a table of entity type = "
-                          "[\"namespace/key\", ...]")
+        raise error("CTX803", "'complete' must be a table of entity type = "
+                    "[\"namespace/key\", ...]", "complete")
     entries = []
     for entity_type, keys in sorted(complete.items()):
         if not _FACT_NAME.fullmatch(entity_type):  # types are lowercase: "Document" never matches
-            raise ConfigError(f"{where}: complete.{entity_type}: an entity type is a lowercase "
-                              "name such as document, chunk, entity or skill")
+            raise error("CTX803", f"complete.{entity_type}: an entity type is a lowercase "
+                        "name such as document, chunk, entity or skill", "complete",
+                        entity_type, at_key=True)
         if not isinstance(keys, list) or not all(
                 isinstance(k, str) and k.count("/") == 1
                 and all(_FACT_NAME.fullmatch(part) for part in k.split("/")) for k in keys):
-            raise ConfigError(f"{where}: complete.{entity_type} must be a list of "
-                              "\"namespace/key\" strings (lowercase names)")
+            raise error("CTX803", f"complete.{entity_type} must be a list of "
+                        "\"namespace/key\" strings (lowercase names)", "complete", entity_type)
         entries.append((entity_type, tuple(sorted(set(keys)))))
     out["facts_complete"] = tuple(entries)
     extractors = section.get("extractors", [])
     if not isinstance(extractors, list) or not all(
             isinstance(e, str) and re.fullmatch(r"[\w.]+:[\w.]+", e) for e in extractors):
-        raise ConfigError(f"{where}: 'extractors' must be a list of \"module:factory\" "
-                          "names")
+        raise error("CTX803", "'extractors' must be a list of \"module:factory\" names",
+                    "extractors")
     out["facts_extractors"] = tuple(extractors)
     for key, default, high in (("fallback_limit", 5, 100), ("fallback_scan", 10_000, 10**7)):
         value = section.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
-            raise ConfigError(f"{where}: '{key}' must be an integer from 0 to {high}")
+            raise error("CTX803", f"'{key}' must be an integer from 0 to {high}", key)
         out[f"facts_{key}"] = value
     return out
 
 
-def load_config(root: Path, settings: dict, config_file: Path | None) -> Config:
+def _inside_root(root: Path, value: str, settings: _Settings, what: str, keys: tuple,
+                 at_key: bool = False) -> Path:
+    """A configured path, links resolved; relative to the root, and inside it (an
+    absolute path too)."""
+    try:
+        resolved = (root / value).resolve()
+    except (OSError, ValueError) as error:
+        raise settings.error("CTX803", f"{what} is not a usable path ({error})", *keys,
+                             at_key=at_key) from None
+    if not resolved.is_relative_to(root):
+        raise settings.error("CTX804", f"{what} resolves to {resolved}, outside the project "
+                             f"root {root}", *keys, at_key=at_key)
+    return resolved
+
+
+def _check_tool_folder(root: Path) -> None:
+    """.ctxfst/ (caches, doit's state, the facts ledger, the world state) is written by
+    every build: neither it nor anything in it may lead out of the project."""
+    tool = root / TOOL_DIR
+    for folder in _TOOL_FOLDERS:
+        current = tool / folder if folder else tool
+        try:
+            entries = [current] if not folder else []
+            if current.is_dir() and inside(root, current):
+                with os.scandir(current) as listing:
+                    entries += [Path(e.path) for e in listing if e.is_symlink()]
+        except OSError:
+            continue  # unreadable: whoever writes there reports it
+        for entry in entries:
+            if entry.is_symlink() and not inside(root, entry):
+                raise ConfigError(f"{entry.relative_to(root)} is a link to {entry.resolve()}, "
+                                  "outside the project; ctxfst writes there",
+                                  entry, code="CTX804")
+
+
+def load_config(root: Path, settings: dict, config_file: Path | None, text: str = "",
+                prefix: tuple = ()) -> Config:
+    """The project in root from its settings table (text: the settings file, for the
+    location of errors; prefix: the table's keys in it)."""
+    source = _Settings(settings, config_file, text, prefix)
+    root = root.resolve()
     unknown = sorted(set(settings) - _KNOWN)
     if unknown:
-        raise ConfigError(f"{config_file}: unknown setting(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(sorted(_KNOWN))}")
+        raise source.error("CTX802", f"unknown setting(s) {', '.join(unknown)}; "
+                           f"known: {', '.join(sorted(_KNOWN))}", unknown[0], at_key=True)
 
-    def text(key: str, default: str) -> str:
+    def text_value(key: str, default: str) -> str:
         value = settings.get(key, default)
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"{config_file}: '{key}' must be a non-empty string")
+            raise source.error("CTX803", f"'{key}' must be a non-empty string", key)
         return value
 
     def number(key: str, default, kind, low, high):
         value = settings.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
-            raise ConfigError(f"{config_file}: '{key}' must be a {kind.__name__}")
+            raise source.error("CTX803", f"'{key}' must be a {kind.__name__}", key)
         if not low <= value <= high:
-            raise ConfigError(f"{config_file}: '{key}' must be between {low} and {high}")
+            raise source.error("CTX803", f"'{key}' must be between {low} and {high}", key)
         return kind(value)
 
-    model = text("embedding_model", DEFAULT_MODEL)
+    def folder(key: str, default: str) -> Path:
+        value = text_value(key, default)
+        return _inside_root(root, value, source, f"'{key}' = {value!r}", (key,))
+
+    model = text_value("embedding_model", DEFAULT_MODEL)
     if model.startswith("hash") and not re.fullmatch(r"hash(-[1-9][0-9]{0,4})?", model):
-        raise ConfigError(f"{config_file}: 'embedding_model' {model!r}: the hash embedder "
-                          "is 'hash' or 'hash-N' with N dimensions")
+        raise source.error("CTX803", f"'embedding_model' {model!r}: the hash embedder is "
+                           "'hash' or 'hash-N' with N dimensions", "embedding_model")
     patterns = settings.get("extra_edges", list(DEFAULT_EXTRA_EDGES))
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
-        raise ConfigError(f"{config_file}: 'extra_edges' must be a list of glob patterns")
+        raise source.error("CTX803", "'extra_edges' must be a list of glob patterns",
+                           "extra_edges")
+    for index, pattern in enumerate(patterns):
+        if "\0" in pattern:
+            raise source.error("CTX803", f"extra_edges pattern {pattern!r} holds a NUL byte",
+                               "extra_edges", index)
+        if pattern.startswith(("/", "\\")) or ".." in PurePosixPath(pattern).parts:
+            raise source.error("CTX804", f"extra_edges pattern {pattern!r} may reach outside "
+                               "the content folder: patterns are relative to it, without "
+                               "'..'", "extra_edges", index)
     build = BuildSettings(
         embedding_model=model,
         similar_top_k=number("similar_top_k", 5, int, 0, 1000),
         similar_min_score=number("similar_min_score", 0.35, float, -1.0, 1.0),
         extra_edges=tuple(patterns),
         embed_batch_size=number("embed_batch_size", 32, int, 1, 4096),
-        **_facts_settings(settings.get("facts"), config_file),
+        **_facts_settings(settings.get("facts"), source, root),
     )
-    return Config(root=root, content_dir=(root / text("content_dir", "content")).resolve(),
-                  skills_dir=(root / text("skills_dir", "skills")).resolve(),
-                  build_dir=(root / text("build_dir", "build")).resolve(),
-                  config_file=config_file, build=build)
+    content_dir = folder("content_dir", "content")
+    skills_dir = folder("skills_dir", "skills")
+    build_dir = folder("build_dir", "build")
+    tool = root / TOOL_DIR
+    for key, path in (("content_dir", content_dir), ("skills_dir", skills_dir),
+                      ("build_dir", build_dir)):
+        if path.is_relative_to(tool):
+            raise source.error("CTX805", f"'{key}' is inside {TOOL_DIR}/, ctxfst's own "
+                               "folder", key)
+    # `doit clean` empties the build folder and builds replace it: never the sources.
+    if build_dir == root:
+        raise source.error("CTX805", "'build_dir' is the project root: `doit clean` would "
+                           "empty the project", "build_dir")
+    for key, path in (("content_dir", content_dir), ("skills_dir", skills_dir)):
+        if path.is_relative_to(build_dir):
+            raise source.error("CTX805", f"'build_dir' holds the {key.split('_')[0]} folder: "
+                               "`doit clean` would delete sources", "build_dir")
+    _check_tool_folder(root)
+    return Config(root=root, content_dir=content_dir, skills_dir=skills_dir,
+                  build_dir=build_dir, config_file=config_file, build=build)

@@ -97,6 +97,16 @@ _RULES = [
     Rule("CTX708", Severity.ERROR, "fact evidence not found in the text"),
     Rule("CTX709", Severity.ERROR, "invalid tenant"),
     Rule("CTX710", Severity.WARNING, "fact declared twice"),
+    # Settings and project paths (CTX8xx); all but CTX809 stop the command (exit 2)
+    Rule("CTX801", Severity.ERROR, "settings file cannot be read or is not valid TOML"),
+    Rule("CTX802", Severity.ERROR, "unknown setting"),
+    Rule("CTX803", Severity.ERROR, "setting has the wrong type or value"),
+    Rule("CTX804", Severity.ERROR, "path leads outside the project"),
+    Rule("CTX805", Severity.ERROR, "build folder would hold or replace the sources"),
+    Rule("CTX806", Severity.ERROR, "tenant folder is no folder of the project"),
+    Rule("CTX807", Severity.ERROR, "tenant folder holds no source"),
+    Rule("CTX808", Severity.ERROR, "output path is not a folder"),
+    Rule("CTX809", Severity.ERROR, "input file links outside the project"),
     # Quality lint (CTX5xx), reported by `ctxfst lint` only
     Rule("CTX501", Severity.WARNING, "near-duplicate chunks"),
     Rule("CTX502", Severity.WARNING, "context too short"),

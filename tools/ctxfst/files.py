@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Folders never searched for documents.
@@ -10,14 +12,96 @@ SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", 
              ".pytest_cache", ".hypothesis", ".mypy_cache", ".tox"}
 
 
+class UnreadableFolder(Exception):
+    """A folder that cannot be listed: its files would silently go unchecked."""
+
+
+def inside(root: Path, path) -> bool:
+    """Whether path, links resolved, is the (resolved) project root or below it. A path
+    the OS cannot even name (a NUL byte) is not inside anything."""
+    try:
+        return Path(path).resolve().is_relative_to(root)
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass
+class Walk:
+    """What a walk found, and what it refused (as diagnostics, when asked to collect them)."""
+
+    files: list[Path] = field(default_factory=list)
+    problems: list = field(default_factory=list)
+
+
 def walk(directory: Path, suffixes: tuple[str, ...] = (".md",),
          follow_links: bool = False) -> list[Path]:
-    """Files below directory ending in one of suffixes, in a stable order."""
-    found = []
-    for current, dirs, files in os.walk(directory, followlinks=follow_links):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
-        found.extend(Path(current) / name for name in files if name.endswith(suffixes))
-    return sorted(found)
+    """Files below directory ending in one of suffixes, in a stable order. An unreadable
+    folder raises UnreadableFolder (os.walk would skip it without a word)."""
+    return _walk(directory, suffixes, follow_links, None, None).files
+
+
+def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
+          root: Path | None, problems: list | None) -> Walk:
+    """With root: links (files, and followed folders) that leave it are refused; with
+    problems: unreadable folders and refused links become diagnostics there. Followed
+    folder links are walked after the real folders, in name order, and a folder is walked
+    once (a link back up would otherwise repeat the tree, or never end)."""
+    from .diagnostics import diag
+
+    result = Walk(problems=problems if problems is not None else [])
+    real = Path(directory).resolve() if follow_links else None
+    pending: list[tuple[Path, Path | None]] = [(Path(directory), real)]
+    links: list[Path] = []  # a heap: followed folder links, in name order
+    seen = {real}
+    while pending or links:
+        if pending:
+            current, real = pending.pop()
+        else:
+            current = heapq.heappop(links)
+            real = current.resolve()
+            if (root is not None and not real.is_relative_to(root)) or real in seen:
+                continue
+            seen.add(real)
+        try:
+            with os.scandir(current) as listing:
+                entries = list(listing)
+        except OSError as error:
+            message = f"cannot read folder: {error.strerror or error}; its files are not checked"
+            if problems is None:
+                raise UnreadableFolder(f"{display_path(current)}: {message}") from None
+            result.problems.append(diag("CTX001", message, display_path(current)))
+            continue
+        for entry in entries:
+            name = entry.name
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if name in SKIP_DIRS or name.startswith("."):
+                    continue
+                if not entry.is_symlink():
+                    child = real / name if real is not None else None
+                    if child is None or child not in seen:
+                        seen.add(child)
+                        pending.append((Path(entry.path), child))
+                elif follow_links:
+                    heapq.heappush(links, Path(entry.path))
+            elif name.endswith(suffixes):
+                if root is not None and entry.is_symlink() and not inside(root, entry.path):
+                    if problems is not None:
+                        result.problems.append(_link_out(Path(entry.path)))
+                    continue
+                result.files.append(Path(entry.path))
+    result.files.sort()
+    return result
+
+
+def _link_out(path: Path):
+    from .diagnostics import diag
+
+    return diag("CTX809", f"{path.name} is a link to {path.resolve()}, outside the project; "
+                "it is not read", display_path(path))
 
 
 def display_path(path: Path) -> str:
@@ -41,20 +125,35 @@ def project_relative(root: Path, path, fallback: str | None = None) -> str:
         return Path(os.path.relpath(Path(path).absolute(), root.absolute())).as_posix()
 
 
-def project_files(config) -> list[Path]:
-    """Every input of a project (a Config): documents, skills, and extra-edge files."""
-    files: list[Path] = []
+def scan_project(config) -> Walk:
+    """Every input of a project (a Config): documents, skills, and extra-edge files, and
+    the diagnostics of what was refused: unreadable folders, files linking out of the
+    project (the configured folders themselves are checked inside it by the config)."""
+    scan = Walk()
+    root = config.root
     if config.content_dir.is_dir():
-        files.extend(walk(config.content_dir))
+        scan.files.extend(_walk(config.content_dir, (".md",), False, root, scan.problems).files)
     if config.skills_dir.is_dir():
-        # Skill folders may be links; only those inside the project are read.
-        root = config.root.resolve()
-        files.extend(path for path in walk(config.skills_dir, follow_links=True)
-                     if root in path.resolve().parents)
+        # Skill folders may be links; only those inside the project are read (a skill
+        # folder linking out is reported by the skill rules, CTX411).
+        scan.files.extend(_walk(config.skills_dir, (".md",), True, root, scan.problems).files)
     if config.content_dir.is_dir():
-        files.extend(sorted({path for pattern in config.build.extra_edges
-                             for path in config.content_dir.glob(pattern) if path.is_file()}))
+        edges = set()
+        for pattern in config.build.extra_edges:  # relative, no "..": checked by the config
+            for path in config.content_dir.glob(pattern):
+                if not path.is_file():
+                    continue
+                if inside(root, path):
+                    edges.add(path)
+                else:
+                    scan.problems.append(_link_out(path))
+        scan.files.extend(sorted(edges))
     runtime_edges = config.root / ".ctxfst" / "runtime.edges.json"
     if runtime_edges.is_file():  # outcomes the agent loop recorded, merged on the next build
-        files.append(runtime_edges)
-    return files
+        scan.files.append(runtime_edges)  # .ctxfst links leaving the project: see config
+    return scan
+
+
+def project_files(config) -> list[Path]:
+    """Every input of a project (a Config) that may be read: see scan_project."""
+    return scan_project(config).files

@@ -16,7 +16,7 @@ from pathlib import Path
 from .config import Config, find_project
 from .diagnostics import Diagnostic, Severity, summarize
 from .document.kb import Input, KnowledgeBase, inputs_for, load_kb
-from .files import display_path, project_files
+from .files import display_path, inside, scan_project
 from .document.rules import validate
 from .document.source import Source
 
@@ -46,15 +46,20 @@ class _Plan:
     only: set[Path] | None  # report only diagnostics in these files (None: all)
     skills_dir: Path | None = None
     cache_dir: Path | None = None  # a project's parse cache, when there is a project
+    refused: list[Diagnostic] = field(default_factory=list)  # see project_inputs
 
 
 def _is_under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def project_inputs(config: Config) -> list[Input]:
-    return [Input(Source(display_path(path), path), explicit=False)
-            for path in project_files(config)]
+def project_inputs(config: Config, refused: list[Diagnostic] | None = None) -> list[Input]:
+    """The project's inputs; what the walk refused (unreadable folders, links out of the
+    project) is added to refused."""
+    scan = scan_project(config)
+    if refused is not None:
+        refused.extend(scan.problems)
+    return [Input(Source(display_path(path), path), explicit=False) for path in scan.files]
 
 
 
@@ -66,8 +71,9 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is None:
             raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
                              "pyproject.toml); name the files or folders to check")
-        return [_Plan(config.root, project_inputs(config), None, config.skills_dir,
-                      config.cache_dir)]
+        refused: list[Diagnostic] = []
+        return [_Plan(config.root, project_inputs(config, refused), None, config.skills_dir,
+                      config.cache_dir, refused)]
     plans: list[_Plan] = []
     by_project: dict[Path, _Plan] = {}
     for path in paths:
@@ -78,16 +84,18 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
         if config is not None and any(_is_under(resolved, d) for d in config.source_dirs):
             plan = by_project.get(config.root)
             if plan is None:
-                plan = _Plan(config.root, project_inputs(config), set(), config.skills_dir,
-                             config.cache_dir)
+                refused = []
+                plan = _Plan(config.root, project_inputs(config, refused), set(),
+                             config.skills_dir, config.cache_dir, refused)
                 by_project[config.root] = plan
                 plans.append(plan)
             assert plan.only is not None
             named = inputs_for([path])
             plan.only.update(Path(item.source.fs_path).resolve() for item in named)
             known = {Path(item.source.fs_path).resolve() for item in plan.inputs}
-            plan.inputs.extend(item for item in named
-                               if Path(item.source.fs_path).resolve() not in known)
+            plan.inputs.extend(item for item in named  # never a link out of the project
+                               if Path(item.source.fs_path).resolve() not in known
+                               and inside(config.root, item.source.fs_path))
             continue
         root = resolved if resolved.is_dir() else resolved.parent
         plans.append(_Plan(root, inputs_for([path]), None))
@@ -99,7 +107,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False) -> Repo
     for plan in plans:
         kb = _load(plan)
         kb.skills_dir = plan.skills_dir
-        found = check_kb(kb, with_lint, strict_spec)
+        found = sorted(set(check_kb(kb, with_lint, strict_spec) + plan.refused))
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
             report.files += sum(1 for item in (*kb.documents, *kb.skills)

@@ -88,13 +88,15 @@ def _load_validated(config: Config, counts: dict | None = None):
     from .cache import ParseCache
 
     cache = ParseCache(config.cache_dir / "parse.sqlite")
+    refused: list[Diagnostic] = []  # unreadable folders, links out of the project
     try:
-        kb = load_kb(config.root, project_inputs(config), cache)
+        kb = load_kb(config.root, project_inputs(config, refused), cache)
     finally:
         cache.close()
     if counts is not None:
         counts.update(documents_parsed=cache.misses, documents_from_cache=cache.hits)
     validation = validate(kb)
+    validation.diagnostics = sorted(set(validation.diagnostics + refused))
     errors = [d for d in validation.diagnostics if d.severity.value == "error"]
     if errors:
         _show(validation.diagnostics, kb.file_count)
@@ -412,6 +414,9 @@ def recover(config: Config) -> bool:
         names = [str(name) for name in read_json(journal)["files"]]
     except (ValueError, KeyError, TypeError, OSError):
         journal.unlink()
+        return False
+    if not set(names) <= {*ARTIFACTS, "manifest.json"}:
+        journal.unlink()  # names we never publish ("../x"): a forged journal, not ours
         return False
     if not all(staged(config, name).is_file() for name in names):
         journal.unlink()  # the staged set is gone: the next build publishes afresh

@@ -13,11 +13,12 @@ def run_build(root: Path, doit_args: list[str]) -> int:
     from doit.cmd_base import ModuleTaskLoader
     from doit.doit_cmd import DoitMain
 
-    from .tasks import build_lock, namespace
+    from .tasks import build_lock, check_build_folder, namespace
 
-    config = find_project(root)
+    config = find_project(root)  # settings and paths are checked before anything is touched
     if config is None:
         raise ConfigError(f"{root}: no ctxfst project (no ctxfst.toml or [tool.ctxfst])")
+    check_build_folder(config)
     previous = Path.cwd()
     os.chdir(config.root)  # doit keeps its state (.ctxfst/doit.db) relative to here
     try:

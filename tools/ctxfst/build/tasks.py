@@ -14,7 +14,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from ..config import ConfigError, find_project
-from ..files import project_files
+from ..files import project_files, scan_project
 
 DOIT_CONFIG = {
     "default_tasks": ["validate", "compile", "skills", "profiles", "embed", "graph", "facts",
@@ -26,14 +26,19 @@ DOIT_CONFIG = {
 
 
 def project_here():
-    """The project in the working directory, ready to build (or exit with a message)."""
+    """The project in the working directory, ready to build (or exit 2 with a message,
+    before anything is written or deleted)."""
     try:
         config = find_project(Path.cwd())
+        if config is not None:
+            check_build_folder(config)
     except ConfigError as error:
-        sys.exit(f"ctxfst: error: {error}")
+        print(error.render(), file=sys.stderr)
+        sys.exit(2)
     if config is None:
-        sys.exit("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] "
-                 "in pyproject.toml)")
+        print("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
+              "pyproject.toml)", file=sys.stderr)
+        sys.exit(2)
     (config.root / ".ctxfst").mkdir(exist_ok=True)
     from .pipeline import JOURNAL, recover
 
@@ -44,6 +49,18 @@ def project_here():
         with build_lock(config):
             recover(config)
     return config
+
+
+def check_build_folder(config) -> None:
+    """Staged artifacts are written into build/.staging/ and its stages/ folder, which
+    ctxfst makes: a link there (from a stranger's checkout) could lead anywhere."""
+    from .pipeline import RESULTS, staging
+
+    for path in (staging(config), staging(config) / RESULTS):
+        if path.is_symlink():
+            raise ConfigError(f"{path.relative_to(config.root)} is a link to {path.resolve()}; "
+                              "ctxfst makes this folder itself: remove the link", path,
+                              code="CTX804")
 
 
 _HELD: list = []
@@ -124,12 +141,15 @@ def namespace(CONFIG) -> dict:
 
     def task_validate():
         """Validate content/ and skills/ (stops the build on errors, build/ untouched)."""
-        sources = [str(path) for path in project_files(CONFIG)]
+        scan = scan_project(CONFIG)
+        sources = [str(path) for path in scan.files]
         if CONFIG.config_file is not None:
             sources.append(str(CONFIG.config_file))
-        # A deleted input changes the list itself; file_dep alone would not notice.
+        # A deleted input changes the list itself; file_dep alone would not notice. What
+        # the walk refused is in it too, so that the stage runs and reports it.
+        refused = [f"{d.code} {d.path}" for d in scan.problems]
         return _task("validate", task_validate.__doc__, sources, _paths("validation.json"),
-                     state="\n".join(sources))
+                     state="\n".join(sources + refused))
 
 
     def task_compile():

@@ -74,30 +74,40 @@ def _relative(root: Path, fs_path: Any, fallback: str) -> str:
     return project_relative(root, fs_path, fallback)
 
 
-def document_tenant(frontmatter: dict | None, relative: str, settings) -> str:
-    declared = (frontmatter or {}).get("tenant")
-    if declared is not None and tenant_problem(declared) is None:
-        return declared
+def document_tenant(frontmatter: dict | None, relative: str, settings) -> str | None:
+    """The source's `tenant:`, else its folder's tenant ([facts] tenants), else `default`;
+    None when it cannot be decided (a `tenant:` that is no tenant id, CTX709)."""
+    declared = frontmatter.get("tenant") if isinstance(frontmatter, dict) else None
+    if declared is not None:
+        return declared if tenant_problem(declared) is None else None
     return settings.tenant_for(relative) or DEFAULT_TENANT
 
 
 def collect_sources(root: Path, kb, settings) -> list[Source]:
-    """Every document and skill of a validated knowledge base, with its tenant."""
-    sources: list[Source] = []
-    for doc in kb.documents:
-        relative = _relative(root, doc.fs_path, doc.path)
-        sources.append(Source(relative, "document", Path(doc.fs_path), doc,
-                              document_tenant(doc.frontmatter, relative, settings),
-                              entity_id=relative))
-    for skill in kb.skills:
-        if skill.record is None:
-            continue
-        from ..skills.index import skill_node_id
+    """Every document and skill of a validated knowledge base, with its tenant. Fails
+    closed: a source whose tenant cannot be decided, or a [facts] tenants folder that
+    holds no source (its documents would be another tenant's), stops the stage."""
+    from ..skills.index import skill_node_id
 
-        relative = _relative(root, skill.fs_path, skill.path)
-        sources.append(Source(relative, "skill", Path(skill.fs_path), skill,
-                              document_tenant(skill.frontmatter, relative, settings),
-                              entity_id=skill_node_id(skill.record.name)))
+    sources: list[Source] = []
+    items = [("document", doc) for doc in kb.documents] + [
+        ("skill", skill) for skill in kb.skills if skill.record is not None]
+    for kind, item in items:
+        relative = _relative(root, item.fs_path, item.path)
+        tenant = document_tenant(item.frontmatter, relative, settings)
+        if tenant is None:
+            raise ExtractionError(f"{relative}: its tenant cannot be decided (an invalid "
+                                  "`tenant:`); no facts are served from it")
+        entity_id = relative if kind == "document" else skill_node_id(item.record.name)
+        sources.append(Source(relative, kind, Path(item.fs_path), item, tenant,
+                              entity_id=entity_id))
+    for folder, tenant in settings.facts_tenants:
+        if not any(s.path.startswith(folder + "/") for s in sources):
+            from ..config import setting_error
+
+            raise ExtractionError(str(setting_error(
+                root, "CTX807", f"tenant folder {folder!r} (tenant {tenant!r}) holds no "
+                "document or skill of the project", "facts", "tenants", folder)))
     return sorted(sources, key=lambda s: s.path)
 
 

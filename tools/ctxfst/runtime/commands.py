@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, find_project
+from ..config import Config, check_inside, find_project
 from .planner import Plan, alternatives, plan, validate_plan
 from .select import select
 from .state import RESULTS, StateError, StateStore, WorldState
@@ -26,7 +26,12 @@ def project(cwd: Path | None = None) -> Config:
 
 
 def store_for(config: Config, state_path: Path | None) -> StateStore:
-    return StateStore(state_path or (config.root / DEFAULT_STATE))
+    """The world state at state_path (default: .ctxfst/world-state.json); it, its event
+    log and its lock must resolve inside the project (a link could lead anywhere)."""
+    store = StateStore(state_path or (config.root / DEFAULT_STATE))
+    for path in (store.path, store.log, store.lock_path):
+        check_inside(config.root, path, "world-state file")
+    return store
 
 
 def world_for(config: Config) -> World:
