@@ -1,39 +1,93 @@
-"""Content-addressed caches that outlive `doit clean` (they live in .ctxfst/cache)."""
+"""Content-addressed caches that outlive `doit clean` (they live in .ctxfst/cache).
+
+A knowledge base may come from a stranger with its caches, so they hold plain data only
+(never pickle), their rows are checked on read by the code that decodes them, and a
+database holding anything but a cache's one table (other tables, views, triggers) is
+replaced, never obeyed. CTXFST_NO_CACHE=1 ignores them all.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import pickle
+import os
 import sqlite3
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import __version__
 
-# Bump when the parsed-document data changes shape.
-PARSE_FORMAT = "3"  # 2: chunk bodies carry their text offset; 3: SKILL.md tenant checked
+# Bump when the parsed-document data changes shape. 4: JSON rows instead of pickle.
+PARSE_FORMAT = "4"  # 2: chunk bodies carry their text offset; 3: SKILL.md tenant checked
+NO_CACHE_ENV = "CTXFST_NO_CACHE"
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+_expected_objects: dict[str, list] = {}
+
+
+def caches_disabled() -> bool:
+    """CTXFST_NO_CACHE=1: read no cache and keep none (a CI job on an untrusted change)."""
+    return os.environ.get(NO_CACHE_ENV, "").strip() not in ("", "0")
+
+
+def _objects(db: sqlite3.Connection) -> list:
+    return sorted(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+
+
+def _schema_objects(schema: str) -> list:
+    """What sqlite_master holds in a database that `schema` alone created."""
+    if schema not in _expected_objects:
+        fresh = sqlite3.connect(":memory:")
+        fresh.execute(schema)
+        _expected_objects[schema] = _objects(fresh)
+        fresh.close()
+    return _expected_objects[schema]
+
+
+def _in_memory(schema: str) -> sqlite3.Connection:
+    db = sqlite3.connect(":memory:")
+    db.execute(schema)
+    return db
 
 
 def connect(path: Path, schema: str) -> sqlite3.Connection:
-    """Open (or create) a cache database. A corrupt one is discarded and started anew:
-    a cache holds nothing that cannot be computed again."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in (1, 2):
-        try:
+    """Open (or create) a cache database. A corrupt one, or one holding anything but
+    `schema` (other tables, views, triggers), is discarded and started anew: a cache
+    holds nothing that cannot be computed again. Caches turned off, or a database that
+    cannot be opened, give an empty in-memory cache. (Links out of the project in
+    .ctxfst/ are refused with the settings, CTX804.)"""
+    if caches_disabled():
+        return _in_memory(schema)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in (1, 2):
             db = sqlite3.connect(path)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(schema)
-            return db
-        except sqlite3.DatabaseError:
+            try:
+                db.execute("PRAGMA trusted_schema=OFF")
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(schema)
+                if _objects(db) == _schema_objects(schema):
+                    return db
+                problem = "not a ctxfst cache"
+            except sqlite3.DatabaseError as error:
+                problem = str(error)
+            db.close()
             if attempt == 2:
-                raise
-            for suffix in ("", "-wal", "-shm"):
+                raise sqlite3.DatabaseError(problem)
+            for suffix in ("", *_SQLITE_SIDE_FILES):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
+    except (OSError, sqlite3.Error) as error:  # a read-only or full disk, say
+        return _without(path, schema, str(error))
     raise AssertionError("unreachable")
 
 
+def _without(path: Path, schema: str, why: str) -> sqlite3.Connection:
+    sys.stderr.write(f"ctxfst: warning: cache {path} not used ({why}); working without it\n")
+    return _in_memory(schema)
+
+
 class ParseCache:
-    """(path, exact file bytes, parser version) -> the parsed document's syntax pass.
+    """(path, exact file bytes, parser version) -> the parsed document's syntax pass, as
+    bytes the caller encodes and decodes (document.syntax_cache: JSON).
 
     Only an edited file is parsed again; the rest come back from here.
     """
@@ -41,6 +95,13 @@ class ParseCache:
     def __init__(self, path: Path) -> None:
         self.db = connect(path, "CREATE TABLE IF NOT EXISTS parsed (key TEXT PRIMARY KEY, "
                                 "value BLOB NOT NULL)")
+        try:  # rows of another format are never looked up (the key holds it): drop them
+            if self.db.execute("PRAGMA user_version").fetchone()[0] != int(PARSE_FORMAT):
+                with self.db:
+                    self.db.execute("DELETE FROM parsed")
+                    self.db.execute(f"PRAGMA user_version = {int(PARSE_FORMAT)}")
+        except sqlite3.Error:
+            pass
         self.hits = 0
         self.misses = 0
 
@@ -50,23 +111,39 @@ class ParseCache:
         digest.update(data)
         return digest.hexdigest()
 
-    def get_many(self, keys: list[str]) -> dict[str, Any]:
+    def get_many(self, wanted: dict[str, int], decode: Callable[[str, bytes], Any]
+                 ) -> dict[str, Any]:
+        """Decoded rows for the keys of `wanted` (key -> the most bytes its row may hold).
+        A row that is too large, not a blob, or that decode() turns down (None) is a miss."""
         found: dict[str, Any] = {}
-        for start in range(0, len(keys), 500):
-            batch = keys[start:start + 500]
-            marks = ",".join("?" * len(batch))
-            for key, blob in self.db.execute(
-                    f"SELECT key, value FROM parsed WHERE key IN ({marks})", batch):
-                found[key] = pickle.loads(blob)
+        keys = list(wanted)
+        try:
+            for start in range(0, len(keys), 500):
+                batch = keys[start:start + 500]
+                marks = ",".join("?" * len(batch))
+                # typeof and length read the row header only: a huge row is never loaded.
+                rows = self.db.execute(
+                    f"SELECT key, value FROM parsed WHERE key IN ({marks}) AND "
+                    f"typeof(value) = 'blob' AND length(value) <= ?",
+                    [*batch, max(wanted[key] for key in batch)])
+                for key, blob in rows:
+                    if len(blob) <= wanted[key]:
+                        value = decode(key, blob)
+                        if value is not None:
+                            found[key] = value
+        except sqlite3.Error:
+            pass  # damaged pages: what was not read is parsed again
         self.hits += len(found)
         self.misses += len(keys) - len(found)
         return found
 
-    def put_many(self, items: dict[str, Any]) -> None:
-        with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO parsed VALUES (?, ?)",
-                                [(key, pickle.dumps(value, protocol=5))
-                                 for key, value in items.items()])
+    def put_many(self, items: dict[str, bytes]) -> None:
+        try:
+            with self.db:
+                self.db.executemany("INSERT OR REPLACE INTO parsed VALUES (?, ?)",
+                                    list(items.items()))
+        except sqlite3.Error:
+            pass  # a read-only or full disk: the cache is a convenience, not a result
 
     def close(self) -> None:
         self.db.close()

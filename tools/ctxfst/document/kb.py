@@ -16,7 +16,7 @@ from ..skills.parse import SKILL_FILE, parse_skill
 from .edges import EDGE_SUFFIXES, EdgeFile, is_edge_file, parse_edge_file
 from .model import Entity, ParsedDocument
 from .parse import looks_like_ctxfst, parse_document, type_document
-from .source import Source
+from .source import Source, decode_text
 
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 200
@@ -78,7 +78,7 @@ def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | EdgeFile | None:
     if (not item.explicit and doc.frontmatter is None and doc.text
             and not looks_like_ctxfst(doc.text)):
         return None
-    # The text is not needed past parsing; do not carry (or pickle) it. Its hash tells
+    # The text is not needed past parsing; do not carry (or cache) it. Its hash tells
     # later stages whether the file still holds what was validated.
     doc.text_sha256 = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
     doc.text = ""
@@ -95,10 +95,30 @@ def _parse_all(inputs: list[Input]) -> list:
         return pool.map(_parse_input, inputs, chunksize=max(16, len(inputs) // (workers * 4)))
 
 
+_PLAIN = object()  # a cache hit meaning "plain Markdown, no document" (None is a miss)
+_PLAIN_ROW = b"null"
+
+
+def _still_plain(item: Input) -> bool:
+    """Whether a cached "plain Markdown" row holds for item. Checked on its text (a
+    decode, no YAML): a row could otherwise hide a document from validation."""
+    if item.explicit:
+        return False
+    text, problem = decode_text(item.source.path, item.source.data)
+    return problem is None and not looks_like_ctxfst(text)
+
+
 def _parse_cached(inputs: list[Input], cache) -> list:
-    """Parse inputs, taking documents whose exact bytes were parsed before from cache."""
+    """Parse inputs, taking documents whose exact bytes were parsed before from cache.
+
+    Rows are data checked on read (syntax_cache): a damaged or foreign row is parsed again.
+    """
+    from . import syntax_cache
+
     keys: list[str | None] = []
     prepared: list[Input] = []
+    wanted: dict[str, int] = {}
+    by_key: dict[str, Input] = {}
     for item in inputs:
         key = None
         name = os.path.basename(item.source.path)
@@ -107,19 +127,33 @@ def _parse_cached(inputs: list[Input], cache) -> list:
             if problem is None and data is not None:
                 item = Input(Source(item.source.path, item.source.fs_path, data), item.explicit)
                 key = cache.key(item.source.path, data)
+                wanted[key] = syntax_cache.row_limit(len(data))
+                by_key[key] = item
         prepared.append(item)
         keys.append(key)
-    hits = cache.get_many([key for key in keys if key])
+
+    def decode(key: str, blob: bytes):
+        item = by_key[key]
+        if blob == _PLAIN_ROW:
+            return _PLAIN if _still_plain(item) else None
+        return syntax_cache.decode(blob, item.source.path, item.source.fs_path)
+
+    hits = cache.get_many(wanted, decode)
     todo = [index for index, key in enumerate(keys) if key not in hits]
     results: list = [hits.get(key) if key else None for key in keys]
-    fresh: dict[str, ParsedDocument] = {}
+    fresh: dict[str, bytes] = {}
     for index, value in zip(todo, _parse_all([prepared[i] for i in todo])):
         results[index] = value
-        if keys[index] and (value is None or isinstance(value, ParsedDocument)):
-            # The syntax pass only (typing happens after this); None: plain Markdown.
-            fresh[keys[index]] = value
+        key = keys[index]
+        if key and value is None:
+            fresh[key] = _PLAIN_ROW
+        elif key and isinstance(value, ParsedDocument):
+            # The syntax pass only (typing happens after this).
+            row = syntax_cache.encode(value, wanted[key])
+            if row is not None:
+                fresh[key] = row
     cache.put_many(fresh)
-    return results
+    return [None if value is _PLAIN else value for value in results]
 
 
 def load_kb(root: Path, inputs: list[Input], cache=None) -> KnowledgeBase:
