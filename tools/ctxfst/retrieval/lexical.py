@@ -79,17 +79,31 @@ class BM25:
 
     @classmethod
     def load(cls, path: Path, size: int) -> "BM25":
-        """A saved index for `size` documents; ValueError when the file is not one."""
+        """A saved index for `size` documents; ValueError when the file is not one that
+        save() wrote: the cache folder may come with a stranger's knowledge base."""
+        import zipfile
+
+        from ..build.cache import caches_disabled
+
+        if caches_disabled():
+            raise ValueError(f"{path}: caches are turned off (CTXFST_NO_CACHE)")
         try:
+            # save() stores members uncompressed; a compressed one could inflate to any size.
+            with zipfile.ZipFile(path) as archive:
+                if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
+                    raise ValueError("compressed members")
             with np.load(path, allow_pickle=False) as data:
                 terms, idf, starts = data["terms"], data["idf"], data["starts"]
                 rows, weights, saved = data["rows"], data["weights"], int(data["size"][0])
         except Exception as error:  # truncated, foreign or damaged: the caller rebuilds
             raise ValueError(f"{path}: not a lexical index ({error})") from None
-        consistent = (terms.dtype.kind == "U" and saved == size
+        arrays = (terms, idf, starts, rows, weights)
+        consistent = ("".join(array.dtype.kind for array in arrays) == "Ufiif"  # as saved
+                      and all(array.ndim == 1 for array in arrays) and saved == size
                       and len(starts) == len(terms) + 1 == len(idf) + 1
                       and int(starts[0]) == 0 and int(starts[-1]) == len(rows) == len(weights)
                       and bool(np.all(np.diff(starts) >= 0))
+                      and bool(np.all(np.isfinite(idf))) and bool(np.all(np.isfinite(weights)))
                       and (len(rows) == 0 or 0 <= int(rows.min()) <= int(rows.max()) < size))
         if not consistent:
             raise ValueError(f"{path}: a lexical index of another shape")
