@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -162,6 +164,8 @@ def model_id_of(spec: str) -> str:
 class EmbeddingCache:
     """(model id, text sha256) -> float32 vector, in SQLite."""
 
+    MAX_DIM = 65_536
+
     def __init__(self, path: Path) -> None:
         from ..build.cache import connect
 
@@ -169,23 +173,45 @@ class EmbeddingCache:
                                 "text_sha TEXT NOT NULL, dim INTEGER NOT NULL, "
                                 "vector BLOB NOT NULL, PRIMARY KEY (model, text_sha))")
 
-    def get(self, model: str, keys: list[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
-        for start in range(0, len(keys), 500):
-            batch = keys[start:start + 500]
-            marks = ",".join("?" * len(batch))
-            for sha, dim, blob in self.db.execute(
-                    f"SELECT text_sha, dim, vector FROM vectors WHERE model = ? AND "
-                    f"text_sha IN ({marks})", [model, *batch]):
-                found[sha] = np.frombuffer(blob, dtype=np.float32, count=dim)
-        return found
+    def get(self, model: str, keys: list[str], dim: int | None = None
+            ) -> dict[str, np.ndarray]:
+        """Cached vectors by text sha256. The cache may come with a stranger's KB, so a
+        row is a miss (embedded again) unless it holds `dim` (when known; else the most
+        common dimension) float32 values of unit length (or zeros), as embedders write."""
+        blobs: dict[str, bytes] = {}
+        try:
+            for start in range(0, len(keys), 500):
+                batch = keys[start:start + 500]
+                marks = ",".join("?" * len(batch))
+                for sha, row_dim, blob in self.db.execute(
+                        f"SELECT text_sha, dim, vector FROM vectors WHERE model = ? AND "
+                        f"text_sha IN ({marks}) AND typeof(vector) = 'blob' AND "
+                        f"length(vector) <= ?", [model, *batch, 4 * self.MAX_DIM]):
+                    if type(row_dim) is int and 0 < row_dim and len(blob) == 4 * row_dim \
+                            and row_dim == (dim or row_dim):
+                        blobs[sha] = blob
+        except sqlite3.Error:
+            pass  # damaged pages: what was not read is embedded again
+        if dim is None and blobs:
+            sizes = Counter(len(blob) for blob in blobs.values())
+            common = max(sizes, key=lambda size: (sizes[size], size))
+            blobs = {sha: blob for sha, blob in blobs.items() if len(blob) == common}
+        if not blobs:
+            return {}
+        matrix = np.frombuffer(b"".join(blobs.values()), np.float32).reshape(len(blobs), -1)
+        norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
+        usable = (np.abs(norms - 1.0) <= 1e-3) | (norms == 0)  # false for nan and inf
+        return {sha: matrix[row] for row, sha in enumerate(blobs) if usable[row]}
 
     def put(self, model: str, items: dict[str, np.ndarray]) -> None:
-        with self.db:
-            self.db.executemany(
-                "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
-                [(model, sha, int(vec.shape[0]), vec.astype(np.float32).tobytes())
-                 for sha, vec in items.items()])
+        try:
+            with self.db:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                    [(model, sha, int(vec.shape[0]), vec.astype(np.float32).tobytes())
+                     for sha, vec in items.items()])
+        except sqlite3.Error:
+            pass  # a read-only or full disk: the cache is a convenience, not a result
 
     def close(self) -> None:
         self.db.close()
@@ -210,13 +236,18 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
     unique = dict(zip(keys, texts))
     stats.texts += len(texts)
     stats.unique += len(unique)
-    found = cache.get(embedder.model_id, list(unique))
-    stats.cache_hits += len(found)
+    found = cache.get(embedder.model_id, list(unique), getattr(embedder, "dim", None))
     # A fixed order for the misses: the same texts always meet in the same batches.
     missing = sorted(key for key in unique if key not in found)
     if missing:
         progress = sys.stderr.isatty() and len(missing) > 256
         vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
+        if found and len(next(iter(found.values()))) != vectors.shape[1]:
+            # The cached vectors have another dimension than the model's: a foreign cache.
+            found, missing = {}, sorted(unique)
+            vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
+    stats.cache_hits += len(found)
+    if missing:
         fresh = {key: vectors[row] for row, key in enumerate(missing)}
         cache.put(embedder.model_id, fresh)
         found.update(fresh)
