@@ -30,7 +30,7 @@ from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_
                          load_extractors)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Candidate,
                     Evidence, Fact, fact_sort_key, facts_schema, facts_table, rows_table,
-                    runs_table)
+                    runs_schema, runs_table)
 
 LEDGER = Path(".ctxfst") / "facts"
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
@@ -142,8 +142,20 @@ def fingerprint(source: Source, catalog_digest: str, version: str) -> str:
                             catalog_digest, source.kind]).encode())
 
 
+# Columns the build reads back as keys, sort keys and flags; only the others may be null.
+_FACT_COLUMNS_SET = ("fact_id", "tenant_id", "entity_type", "entity_id", "fact_namespace",
+                     "fact_key", "fact_value_norm", "value_type", "is_active", "created_run_id",
+                     "created_build_seq", "updated_build_seq", "evidence")
+_EVIDENCE_FIELDS_SET = ("source_path", "path", "start", "end", "extractor", "confidence")
+_RUN_COLUMNS_SET = ("run_id", "build_seq", "source_path", "source_deleted", "status",
+                    "input_fingerprint", "extract_version")
+
+
 def _read_ledger(directory: Path):
-    """The previous facts (an Arrow table, None when there are none), runs and build_seq."""
+    """The previous facts (an Arrow table, None when there are none), runs and build_seq.
+
+    The ledger may come with a stranger's checkout: one of another shape, with nulls
+    where the build needs values, or out of step with its build_seq is refused clearly."""
     path = directory / FACTS_FILE
     present = [name for name in LEDGER_FILES if (directory / name).is_file()]
     if not present:
@@ -156,15 +168,39 @@ def _read_ledger(directory: Path):
 
     try:
         table = pq.read_table(path)
-        runs = pq.read_table(directory / RUNS_FILE).to_pylist()
+        runs = pq.read_table(directory / RUNS_FILE)
         seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
         # Parquet names list items "element"; cast back to the written schema ("item"),
         # so carried-over rows encode exactly like fresh ones.
         table = table.replace_schema_metadata(None).cast(facts_schema())
+        runs = runs.replace_schema_metadata(None).cast(runs_schema())
+        problem = _ledger_problem(table, runs, seq)
     except Exception as error:  # a damaged ledger: say what to do, never a traceback
-        raise ExtractionError(f"{directory}: unreadable facts ledger ({error}); remove the "
-                              "folder to rebuild the facts from scratch") from None
-    return table, runs, seq
+        problem = str(error)
+    if problem:
+        raise ExtractionError(f"{directory}: unreadable facts ledger ({problem}); remove the "
+                              "folder to rebuild the facts from scratch")
+    return table, runs.to_pylist(), seq
+
+
+def _ledger_problem(table, runs, seq: int) -> str | None:
+    import pyarrow.compute as pc
+
+    for name, columns in ((FACTS_FILE, _FACT_COLUMNS_SET), (RUNS_FILE, _RUN_COLUMNS_SET)):
+        source = table if name == FACTS_FILE else runs
+        empty = [column for column in columns if source.column(column).null_count]
+        if empty:
+            return f"{name}: no value for {', '.join(empty)} in some rows"
+    evidence = pc.list_flatten(table.column("evidence"))
+    if evidence.null_count or (table.num_rows and pc.min(
+            pc.list_value_length(table.column("evidence"))).as_py() < 1) or any(
+            pc.struct_field(evidence, field).null_count for field in _EVIDENCE_FIELDS_SET):
+        return f"{FACTS_FILE}: facts without complete evidence"
+    newest = max(pc.max(column).as_py() or 0 for column in (
+        runs.column("build_seq"), table.column("updated_build_seq")))
+    if not 0 <= newest <= seq:
+        return f"build_seq {seq} is behind the ledger's rows ({newest})"
+    return None
 
 
 def _touched_rows(table, paths: set[str], fact_ids: set[str]) -> list[int]:
