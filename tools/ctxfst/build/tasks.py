@@ -231,6 +231,9 @@ def namespace(CONFIG) -> dict:
             (CONFIG.build_dir / name).unlink(missing_ok=True)
         _remove_staging()
 
+    from .doit_state import drop_damaged_state
+
+    drop_damaged_state(CONFIG.root / DOIT_CONFIG["dep_file"], DOIT_CONFIG["default_tasks"])
     return {"DOIT_CONFIG": DOIT_CONFIG, "task_validate": task_validate,
             "task_compile": task_compile, "task_skills": task_skills,
             "task_profiles": task_profiles,
