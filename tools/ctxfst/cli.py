@@ -24,6 +24,9 @@ def _add_check_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict-spec", action="store_true",
                         help="report SKILL.md top-level fields the Agent Skills "
                         "specification does not allow")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="ignore the parse cache in .ctxfst/ (one shipped with an "
+                        "untrusted change); also CTXFST_NO_CACHE=1")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -440,9 +443,11 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
     if args.staged:
         if args.paths:
             raise _Usage("--staged takes no paths")
-        report = check_staged(lint=lint, strict_spec=args.strict_spec)
+        report = check_staged(lint=lint, strict_spec=args.strict_spec,
+                              use_cache=not args.no_cache)
     else:
-        report = check_paths(args.paths, lint=lint, strict_spec=args.strict_spec)
+        report = check_paths(args.paths, lint=lint, strict_spec=args.strict_spec,
+                             use_cache=not args.no_cache)
     sys.stdout.write(RENDERERS[args.format](report.diagnostics, report.summary))
     return report.exit_code(strict=args.strict)
 

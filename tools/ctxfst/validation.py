@@ -102,10 +102,11 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
     return plans
 
 
-def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False) -> Report:
+def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
+         use_cache: bool = True) -> Report:
     report = Report()
     for plan in plans:
-        kb = _load(plan)
+        kb = _load(plan, use_cache)
         kb.skills_dir = plan.skills_dir
         found = sorted(set(check_kb(kb, with_lint, strict_spec) + plan.refused))
         if plan.only is not None:
@@ -118,12 +119,14 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False) -> Repo
     return report
 
 
-def _load(plan: _Plan) -> KnowledgeBase:
+def _load(plan: _Plan, use_cache: bool = True) -> KnowledgeBase:
     """Load a plan's files; in a project, unchanged documents come from the parse cache
-    (shared with the build), so a hook on a large KB re-parses only what changed."""
-    if plan.cache_dir is None:
+    (shared with the build), so a hook on a large KB re-parses only what changed.
+    Without use_cache (or with CTXFST_NO_CACHE=1) a cache shipped with the KB is ignored."""
+    from .build.cache import ParseCache, caches_disabled
+
+    if plan.cache_dir is None or not use_cache or caches_disabled():
         return load_kb(plan.root, plan.inputs)
-    from .build.cache import ParseCache
 
     try:
         cache = ParseCache(plan.cache_dir / "parse.sqlite")
@@ -152,8 +155,8 @@ def check_kb(kb: KnowledgeBase, with_lint: bool = False, strict_spec: bool = Fal
 
 
 def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False,
-                strict_spec: bool = False) -> Report:
-    return _run(plan_paths(paths, cwd or Path.cwd()), lint, strict_spec)
+                strict_spec: bool = False, use_cache: bool = True) -> Report:
+    return _run(plan_paths(paths, cwd or Path.cwd()), lint, strict_spec, use_cache)
 
 
 def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
@@ -166,7 +169,7 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
 
 
 def check_staged(cwd: Path | None = None, lint: bool = False,
-                 strict_spec: bool = False) -> Report:
+                 strict_spec: bool = False, use_cache: bool = True) -> Report:
     """Check the knowledge base exactly as the git index holds it (what a commit gets)."""
     cwd = cwd or Path.cwd()
     top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip())
@@ -200,4 +203,4 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
     return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir)], lint,
-                strict_spec)
+                strict_spec, use_cache)
