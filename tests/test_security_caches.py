@@ -20,8 +20,11 @@ import pytest
 import ctxfst
 from ctxfst.build.cache import ParseCache
 from ctxfst.build.runner import run_build
+from ctxfst.config import find_project
+from ctxfst.document.kb import load_kb
 from ctxfst.files import display_path
 from ctxfst.retrieval.search import Index, search
+from ctxfst.validation import project_inputs
 
 from .conftest import run_process, write
 
@@ -258,6 +261,7 @@ def _build(root: Path, capsys, *args: str) -> dict:
 
 def test_cold_and_warm_parses_give_identical_results(tmp_path, capsys, cli):
     root = project(tmp_path / "kb", tricky=TRICKY, good=GOOD)
+    write(root, "content/README.md", "# Plain Markdown\n\nNo frontmatter here.\n")
     cold = _build(root, capsys)
     assert cold["validate"]["documents_from_cache"] == 0
     first = {p.name: p.read_bytes() for p in (root / "build").iterdir() if p.is_file()
@@ -266,16 +270,25 @@ def test_cold_and_warm_parses_give_identical_results(tmp_path, capsys, cli):
     assert chunks["note:tricky"]["extra"] == {"tags": ["shared", "x"], "priority": "high"}
     _build(root, capsys, "clean")
     warm = _build(root, capsys)
-    assert warm["validate"]["documents_from_cache"] == 2
+    assert warm["validate"]["documents_from_cache"] == 3
     assert {p.name: p.read_bytes() for p in (root / "build").iterdir() if p.is_file()
             and p.name != "run_results.json"} == first
     # Diagnostics located by the deferred source map are the same from a cached row.
-    broken = TRICKY.replace("    name: Tricky\n", "    name: [not, text]\n")
-    write(root, "content/tricky.md", broken)
-    fresh = validate(cli, root, "--no-cache")
-    validate(cli, root)  # caches the broken document
-    assert validate(cli, root).json() == fresh.json()
-    assert fresh.code == 1 and "content/tricky.md" in fresh.out
+    for broken, cached in ((TRICKY.replace("    name: Tricky\n", "    name: [not, text]\n"), 3),
+                           (TRICKY.replace("    name: Tricky\n", "    name: Tricky\n\tx: 1\n"), 3),
+                           (TRICKY.replace("title:", "title: [unclosed\nnext:"), 3),
+                           (TRICKY.replace("    context: \"Second\"\n",
+                                           "    context: \"Second\"\n    context: twice\n"),
+                            2)):  # a duplicate key: positions already computed, not cached
+        write(root, "content/tricky.md", broken)
+        fresh = validate(cli, root, "--no-cache")
+        assert fresh.code == 1 and "content/tricky.md" in fresh.out
+        validate(cli, root)  # caches the broken document
+        assert validate(cli, root).json() == fresh.json()
+        cache = ParseCache(parse_db(root))
+        load_kb(root, project_inputs(find_project(root)), cache)
+        cache.close()
+        assert cache.hits == cached
 
 
 def _vectors(root: Path) -> sqlite3.Connection:

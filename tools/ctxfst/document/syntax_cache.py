@@ -82,12 +82,11 @@ def decode(blob: bytes, path: str, fs_path: Any) -> ParsedDocument | None:
     if not (type(text_sha256) is str and _SHA256.fullmatch(text_sha256)
             and type(line_offset) is int and type(bodies) is list and type(found) is list):
         return None
-    if frontmatter is None:
-        if fm_text is not None:
-            return None
-    elif type(frontmatter) is not dict or type(fm_text) is not str \
-            or not _shallow(frontmatter):
+    if not (fm_text is None or type(fm_text) is str):
         return None
+    if frontmatter is not None and not (type(frontmatter) is dict and fm_text is not None
+                                        and _shallow(frontmatter)):
+        return None  # (YAML that did not load leaves text and no frontmatter)
     chunk_bodies = _bodies(bodies)
     diagnostics = _diagnostics(found, path)
     if chunk_bodies is None or diagnostics is None:
