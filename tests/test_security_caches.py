@@ -291,6 +291,16 @@ def test_cold_and_warm_parses_give_identical_results(tmp_path, capsys, cli):
         assert cache.hits == cached
 
 
+def test_the_row_format_covers_every_document_field():
+    from dataclasses import fields
+
+    from ctxfst.document import syntax_cache
+    from ctxfst.document.model import ParsedDocument
+
+    assert sorted(f.name for f in fields(ParsedDocument)) == sorted(
+        syntax_cache.ROW_FIELDS + syntax_cache.READER_FIELDS + syntax_cache.TYPED_FIELDS)
+
+
 def _vectors(root: Path) -> sqlite3.Connection:
     return sqlite3.connect(root / ".ctxfst" / "cache" / "embeddings.sqlite")
 
