@@ -352,3 +352,24 @@ def test_settings_errors_are_located_with_a_code(tmp_path, cli):
         assert result.code == 2, (text, result.err)
         assert result.err.startswith(f"ctxfst.toml:{line}:{column}: error {code}: "), \
             (text, result.err)
+
+
+def test_a_settings_file_linking_out_of_the_project_is_not_used(tmp_path, cli):
+    write(tmp_path, "elsewhere.toml", 'skills_dir = "nothing"\n')
+    write(tmp_path, "elsewhere-pyproject.toml", '[tool.ctxfst]\nskills_dir = "nothing"\n')
+    kb = make_project(tmp_path / "kb")
+    (kb / "ctxfst.toml").unlink()
+    (kb / "ctxfst.toml").symlink_to(tmp_path / "elsewhere.toml")
+    result = cli("validate", cwd=kb)
+    assert result.code == 2 and result.err.startswith("ctxfst.toml:1:1: error CTX804"), \
+        result.err
+    (kb / "ctxfst.toml").unlink()
+    (kb / "pyproject.toml").symlink_to(tmp_path / "elsewhere-pyproject.toml")
+    assert "error CTX804" in cli("validate", cwd=kb).err
+    # Another tool's pyproject.toml may be a link: without [tool.ctxfst] it is not ours.
+    write(tmp_path, "elsewhere-pyproject.toml", '[project]\nname = "x"\n')
+    (kb / "pyproject.toml").unlink()
+    settings(kb, "")
+    write(kb, "content/a.md", doc("note:a"))
+    (kb / "content/pyproject.toml").symlink_to(tmp_path / "elsewhere-pyproject.toml")
+    assert cli("validate", cwd=kb / "content").code == 0

@@ -284,14 +284,16 @@ class Config:
 def _settings_in(directory: Path) -> _Settings | None:
     dedicated = directory / CONFIG_FILE
     if dedicated.is_file():
-        text = _read_settings_text(directory, dedicated)
+        _refuse_link_out(directory, dedicated)
+        text = _read_settings_text(dedicated)
         return _Settings(_parse_toml(dedicated, text), dedicated, text)
     pyproject = directory / "pyproject.toml"
     if pyproject.is_file():
-        text = _read_settings_text(directory, pyproject)
+        text = _read_settings_text(pyproject)
         data = _parse_toml(pyproject, text)
         tool = data.get("tool", {})
         if isinstance(tool, dict) and "ctxfst" in tool:
+            _refuse_link_out(directory, pyproject)  # (another tool's pyproject may link)
             found = _Settings(tool["ctxfst"], pyproject, text, ("tool", "ctxfst"))
             if not isinstance(found.data, dict):
                 raise found.error("CTX803", "[tool.ctxfst] must be a table")
@@ -299,10 +301,13 @@ def _settings_in(directory: Path) -> _Settings | None:
     return None
 
 
-def _read_settings_text(directory: Path, path: Path) -> str:
+def _refuse_link_out(directory: Path, path: Path) -> None:
     if not inside(directory.resolve(), path):
         raise ConfigError(f"{path.name} is a link to {path.resolve()}, outside the project; "
-                          "it is not read", path, code="CTX804")
+                          "its settings are not used", path, code="CTX804")
+
+
+def _read_settings_text(path: Path) -> str:
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_SETTINGS_BYTES + 1)
