@@ -87,6 +87,8 @@ def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
             data.setdefault("context", "")
             data.setdefault("tags", [])
             data["line_start"], data["line_end"] = line_start, line_end
+            # The build's own columns, as content and source: never a chunk field's value.
+            data.pop("document_title", None)
             if doc.title:
                 data["document_title"] = doc.title
             chunks.append(_ordered(data, _CHUNK_ORDER))

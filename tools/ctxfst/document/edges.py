@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..diagnostics import Diagnostic, diag
-from .model import iso_8601
+from .model import INT32_MAX, iso_8601
 from .parse import validate_record
 from .source import Source, load_text
 from .yamlpos import SourceMap, load_yaml
@@ -26,7 +26,7 @@ class EdgeProperties(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     timestamp: str | None = Field(default=None, description="ISO 8601 date-time.")
-    confidence: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    confidence: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] | None = None
     result_summary: str | None = None
     status: Literal["active", "expired", "failed"] | None = None
 
@@ -41,8 +41,9 @@ class ExtraEdge(BaseModel):
     source: Annotated[str, Field(strict=True, min_length=1)]
     target: Annotated[str, Field(strict=True, min_length=1)]
     relation: Relation
-    score: Annotated[float, Field(strict=False)] | None = None
-    shared_chunk_count: Annotated[int, Field(ge=0, strict=True)] | None = None
+    # JSON's NaN/Infinity and 1e999 arrive as strings that lax float parsing accepts.
+    score: Annotated[float, Field(strict=False, allow_inf_nan=False)] | None = None
+    shared_chunk_count: Annotated[int, Field(ge=0, le=INT32_MAX, strict=True)] | None = None
     properties: EdgeProperties = Field(default_factory=EdgeProperties)
 
 

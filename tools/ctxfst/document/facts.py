@@ -39,6 +39,10 @@ _ENUM_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?"
                         r"(Z|[+-]\d{2}:\d{2})?")
 MAX_NUMBER_EXPONENT = 308  # a double's range: further out is a typo, and a huge string
+# Finding an excerpt reads passages until it occurs; thousands of excerpts against
+# megabytes of passages multiply into minutes. Past this many characters read for one
+# document, the rest are refused (CTX312) rather than searched.
+MAX_EVIDENCE_READ = 200_000_000
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,39 @@ class DeclaredFact:
     confidence: float
     evidence: str | None
     path: tuple  # the entry's frontmatter path, for locating it in the source
+
+
+class EvidenceSearch:
+    """Finds `evidence:` excerpts in passages, within MAX_EVIDENCE_READ characters read
+    for one document."""
+
+    def __init__(self) -> None:
+        self.left = MAX_EVIDENCE_READ
+        self.refused = False  # the budget ran out (reported once)
+
+    def occurs(self, excerpt: str, passages: list[str]) -> bool | None:
+        """Whether excerpt occurs in one of passages; None once the budget is spent."""
+        for passage in passages:
+            if self.left < len(passage):
+                self.left = 0
+                return None
+            found = passage.find(excerpt)
+            self.left -= len(passage) if found < 0 else found + len(excerpt)
+            if found >= 0:
+                return True
+        return False
+
+    def refusal(self, item: Any, path: tuple) -> Diagnostic | None:
+        """The one CTX312 of a document whose budget ran out, at the first excerpt left."""
+        if self.refused:
+            return None
+        from .model import diagnostic_at
+
+        self.refused = True
+        return diagnostic_at(item, path, "CTX312", "evidence excerpts not checked from here "
+                             f"on: finding them would read over {MAX_EVIDENCE_READ:,} "
+                             "characters of passages; split the document or cite fewer "
+                             "excerpts")
 
 
 def tenant_problem(value: Any) -> str | None:
@@ -167,12 +204,15 @@ def _confidence(value: Any) -> float | None:
 
 
 def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: list[str] | None,
-                   out: list[Diagnostic]) -> list[DeclaredFact]:
+                   out: list[Diagnostic], search: EvidenceSearch | None = None
+                   ) -> list[DeclaredFact]:
     """Check one `facts:` value (raw YAML data) at frontmatter path base + ('facts',).
 
     passage lists the texts an `evidence:` excerpt must occur in, one of them (None: not
-    checkable here, the build checks it). Diagnostics are located through item.source_map.
+    checkable here, the build checks it), searched through search (one per document).
+    Diagnostics are located through item.source_map.
     """
+    search = search or EvidenceSearch()
     from .model import diagnostic_at as at
 
     where = base + ("facts",)
@@ -230,13 +270,18 @@ def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: list[s
                 out.append(at(item, path + ("evidence",), "CTX708",
                               f"{name}: evidence must be a non-empty excerpt of the text"))
                 evidence = None
-            elif passage is not None and not any(evidence in part for part in passage):
-                where_text = "the passage" if label.startswith("chunk") else \
-                    "any passage of the document"
-                out.append(at(item, path + ("evidence",), "CTX708",
-                              f"{name}: evidence {evidence!r:.60} does not occur in "
-                              f"{where_text}"))
-                evidence = None
+            elif passage is not None:
+                occurs = search.occurs(evidence, passage)
+                if occurs is None:
+                    out.extend(filter(None, [search.refusal(item, path + ("evidence",))]))
+                    continue  # unchecked: never kept as a fact without its evidence
+                if not occurs:
+                    where_text = "the passage" if label.startswith("chunk") else \
+                        "any passage of the document"
+                    out.append(at(item, path + ("evidence",), "CTX708",
+                                  f"{name}: evidence {evidence!r:.60} does not occur in "
+                                  f"{where_text}"))
+                    evidence = None
         if len(out) > problems or text is None or norm is None:
             continue
         key = (entry["namespace"], entry["key"], norm)
@@ -264,11 +309,13 @@ def check_document(doc) -> None:
             from .model import diagnostic_at
 
             out.append(diagnostic_at(doc, ("tenant",), "CTX709", f"tenant {problem}"))
-    everything = [body.content for body in doc.bodies.values()]
+    # In chunk id order, as the facts build searches them (so this bounds its work too).
+    everything = [doc.bodies[chunk_id].content for chunk_id in sorted(doc.bodies)]
+    search = EvidenceSearch()
     all_local = all(record.content_path is None for _, record in doc.chunks)
     if "facts" in data:
         facts[("document",)] = declared_facts(doc, (), data["facts"], "document", everything
-                                              if all_local else None, out)
+                                              if all_local else None, out, search)
     for section, records in (("entities", doc.entities), ("chunks", doc.chunks)):
         raw_list = data.get(section)
         for index, record in records:
@@ -283,5 +330,5 @@ def check_document(doc) -> None:
                 passage = everything if all_local else None
                 label = f"entity '{record.id}'"
             facts[(section, index)] = declared_facts(doc, (section, index), raw["facts"],
-                                                     label, passage, out)
+                                                     label, passage, out, search)
     doc.facts = facts

@@ -8,7 +8,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from ..diagnostics import Diagnostic
+from ..diagnostics import Diagnostic, ordered
 from .kb import KnowledgeBase
 from .model import ENTITY_ID_PREFIXES, ChunkRecord, ParsedDocument
 from .model import diagnostic_at as _at
@@ -56,7 +56,7 @@ def lint(kb: KnowledgeBase, validation: Validation) -> list[Diagnostic]:
         _lint_entity_ids(doc, out)
     _near_duplicates(chunks, out)
     _lint_catalog(validation, out)
-    return sorted(set(out))
+    return ordered(out)
 
 
 def _lint_chunk(doc, index: int, record: ChunkRecord, content: str, out) -> None:

@@ -32,7 +32,11 @@ EntityType = Literal[
 Priority = Literal["low", "medium", "high", "critical"]
 ChunkType = Literal["text", "image", "video", "audio"]
 CostLevel = Literal["low", "medium", "high"]
-Cost = Union[CostLevel, Annotated[float, Field(gt=0, strict=True)]]
+# The build stores numbers in Parquet int32/int64/float64 columns and JSON: a value
+# that does not fit is a validation error, never a failed build.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+Cost = Union[CostLevel, Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]]
 Identifier = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=256)]
 StringList = list[Annotated[str, Field(strict=True)]]
 
@@ -48,6 +52,28 @@ def iso_8601(value: Any) -> Any:
             raise ValueError(f"{value!r} is not an ISO 8601 date or date-time such as "
                              "2026-03-12") from None
     return value
+
+
+NAME_MAX = 255   # bytes in one file name (most file systems)
+PATH_MAX = 4096  # bytes in a whole path (Linux)
+
+
+def path_problem(value: str) -> str | None:
+    """Why value cannot name a file on any common system, or None when it can.
+
+    Checked before the OS sees the path: it raises on a NUL byte, and on a name that is
+    too long only on some file systems; validation must not depend on either.
+    """
+    if "\x00" in value:
+        return "contains a NUL byte"
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > PATH_MAX:
+        return f"is {size:,} bytes long; a path has at most {PATH_MAX:,}"
+    for name in value.replace("\\", "/").split("/"):
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > NAME_MAX:
+            return f"has a {size:,}-byte name {name[:20]!r}...; a file name has at most {NAME_MAX}"
+    return None
 
 
 class _Record(BaseModel):
@@ -88,7 +114,7 @@ class ChunkRecord(WorldModelFields):
     entities: StringList = Field(default_factory=list, description="Entity ids mentioned.")
     state_refs: StringList = Field(default_factory=list)
     created_at: str | None = Field(default=None, description="ISO 8601 date or date-time.")
-    version: Annotated[StrictInt, Field(ge=1)] | None = None
+    version: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] | None = None
     priority: Priority | None = None
     dependencies: StringList = Field(default_factory=list, description=(
         "Chunk ids (anywhere in the knowledge base) to read before this one."))

@@ -150,7 +150,7 @@ def _records(doc: ParsedDocument, data: dict, key: str, model: type[BaseModel],
 # Messages for fields whose pydantic errors (unions, validators) read poorly.
 _FIELD_HINTS = {
     "cost": "must be low, medium, high or a positive number",
-    "version": "must be a positive integer",
+    "version": "must be a positive integer (at most 2^63 - 1)",
     "idempotent": "must be true or false",
     "priority": "must be one of low, medium, high, critical",
 }
@@ -160,6 +160,7 @@ _CODE_BY_ERROR = {
     "enum": "CTX103",
     "string_pattern_mismatch": "CTX104",
     "value_error": "CTX105",
+    "finite_number": "CTX105",
     "greater_than": "CTX105",
     "greater_than_equal": "CTX105",
     "less_than": "CTX105",

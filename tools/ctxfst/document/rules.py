@@ -6,13 +6,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..diagnostics import Diagnostic, diag
+from ..diagnostics import Diagnostic, diag, ordered
 from ..skills.model import SPEC_FIELDS
 from ..skills.index import skill_node_id
 from ..skills.parse import check_skill_dirs
 from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
-from .model import ChunkRecord, ParsedDocument, strip_not
+from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
 from .model import diagnostic_at as _at
 from .yamlpos import Path as KeyPath
 
@@ -43,11 +43,12 @@ def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
     out: list[Diagnostic] = kb.parse_diagnostics()
     catalog = build_catalog(kb, out)
     chunks = _chunk_index(kb, out)
+    suggest = _Suggestions(catalog)
     for doc in kb.documents:
         _check_body_sync(doc, kb.root, out)
         for index, entity in doc.entities:
             _check_conditions(doc, ("entities", index), f"entity '{entity.id}'", entity,
-                              catalog, out)
+                              catalog, suggest, out)
         for index, chunk in doc.chunks:
             base = ("chunks", index)
             label = f"chunk '{chunk.id}'"
@@ -55,18 +56,18 @@ def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
                 if ref not in catalog:
                     out.append(_at(doc, base + ("entities", position), "CTX204",
                                    f"{label} mentions '{ref}', which no document declares"
-                                   f"{_suggest(ref, catalog)}"))
-            _check_conditions(doc, base, label, chunk, catalog, out)
+                                   f"{suggest(ref)}"))
+            _check_conditions(doc, base, label, chunk, catalog, suggest, out)
             for position, dependency in enumerate(chunk.dependencies):
                 if dependency not in chunks:
                     out.append(_at(doc, base + ("dependencies", position), "CTX206",
                                    f"{label} depends on '{dependency}', which is no chunk "
                                    "in the knowledge base"))
     _check_cycles(chunks, out)
-    _check_skills(kb, catalog, out, strict_spec)
+    _check_skills(kb, catalog, suggest, out, strict_spec)
     skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
     edges = _check_extra_edges(kb, set(catalog) | skill_nodes, out)
-    return Validation(catalog=catalog, chunks=chunks, diagnostics=sorted(set(out)),
+    return Validation(catalog=catalog, chunks=chunks, diagnostics=ordered(out),
                       extra_edges=edges)
 
 
@@ -137,9 +138,18 @@ def _chunk_index(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, ChunkPla
     return chunks
 
 
-def _check_conditions(doc, base: KeyPath, label: str, record, catalog, out) -> None:
+def _check_conditions(doc, base: KeyPath, label: str, record, catalog, suggest,
+                      out) -> None:
     for field_name, allowed in _CONDITION_TYPES.items():
-        for position, reference in enumerate(getattr(record, field_name, []) or []):
+        references = getattr(record, field_name, None)  # entities: an extra state_refs
+        if references is None:
+            continue
+        if not (isinstance(references, list) and all(isinstance(r, str) for r in references)):
+            out.append(_at(doc, base + (field_name,), "CTX102",
+                           f"{label}: {field_name} must be a list of state ids, found "
+                           f"{type(references).__name__} {references!r:.60}"))
+            continue  # (a string would be read one character per id)
+        for position, reference in enumerate(references):
             _negated, ref_id = strip_not(reference)
             path = base + (field_name, position)
             entry = catalog.get(ref_id)
@@ -147,7 +157,7 @@ def _check_conditions(doc, base: KeyPath, label: str, record, catalog, out) -> N
                 out.append(_at(doc, path, "CTX204",
                                f"{label}: {field_name} names '{ref_id}', which no document "
                                f"declares (declare it as a {' or '.join(allowed)} entity)"
-                               f"{_suggest(ref_id, catalog)}"))
+                               f"{suggest(ref_id)}"))
             elif entry.entity.type not in allowed:
                 out.append(_at(doc, path, "CTX205",
                                f"{label}: {field_name} names '{ref_id}', a "
@@ -155,13 +165,20 @@ def _check_conditions(doc, base: KeyPath, label: str, record, catalog, out) -> N
                                f"{' or '.join(allowed)}"))
 
 
-def _suggest(reference: str, catalog: dict[str, CatalogEntry]) -> str:
-    """A hint when the id differs only by its type prefix (state: vs entity:)."""
-    tail = reference.split(":")[-1]
-    for candidate in catalog:
-        if candidate != reference and candidate.split(":")[-1] == tail:
-            return f"; did you mean '{candidate}'?"
-    return ""
+class _Suggestions:
+    """A hint when an unknown id differs from a declared one only by its type prefix
+    (state: vs entity:); looked up by last part, not by scanning the catalog per id."""
+
+    def __init__(self, catalog: dict[str, CatalogEntry]) -> None:
+        self.by_tail: dict[str, str] = {}
+        for candidate in catalog:  # the first declared wins, as in catalog order
+            self.by_tail.setdefault(candidate.split(":")[-1], candidate)
+
+    def __call__(self, reference: str) -> str:
+        candidate = self.by_tail.get(reference.split(":")[-1])
+        if candidate is None or candidate == reference:
+            return ""
+        return f"; did you mean '{candidate}'?"
 
 
 def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
@@ -190,17 +207,38 @@ def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> 
     _check_passage_evidence(doc, root, out)
 
 
+def _content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
+    """The resolved file a chunk's content_path names, or why it names none."""
+    problem = path_problem(record.content_path)
+    if problem is not None:
+        return None, problem
+    try:
+        return (Path(doc.fs_path).resolve().parent / record.content_path).resolve(), None
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop
+        return None, f"cannot be resolved: {error}"
+
+
+def _inside_file(target: Path, root: Path) -> bool:
+    try:
+        return target.is_file() and root in target.parents
+    except OSError:  # a name too long for this file system, ...
+        return False
+
+
 def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None:
     where = base + ("content_path",)
     if doc.fs_path is None:
         return
-    target = (Path(doc.fs_path).resolve().parent / record.content_path).resolve()
+    target, problem = _content_target(doc, record)
     root = root.resolve()
-    if target != root and root not in target.parents:
+    if target is None:
+        out.append(_at(doc, where, "CTX311", f"content_path {record.content_path!r:.80} "
+                       f"{problem}"))
+    elif target != root and root not in target.parents:
         out.append(_at(doc, where, "CTX308",
                        f"content_path '{record.content_path}' points outside the knowledge "
                        f"base root {root}"))
-    elif not target.is_file():
+    elif not _inside_file(target, root):
         out.append(_at(doc, where, "CTX309",
                        f"content_path '{record.content_path}' does not exist"))
 
@@ -208,6 +246,7 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
 def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
     """`evidence:` of declared facts that parsing could not check because a passage lives
     in a content_path file (parsing sees one file; a KB-level check sees them all)."""
+    from .facts import EvidenceSearch
     from .source import decode_text
 
     if doc.fs_path is None or all(record.content_path is None for _, record in doc.chunks):
@@ -216,8 +255,8 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
     for _, record in doc.chunks:
         if record.content_path is None:
             continue
-        target = (Path(doc.fs_path).resolve().parent / record.content_path).resolve()
-        if target.is_file() and root.resolve() in target.parents:
+        target, _ = _content_target(doc, record)
+        if target is not None and _inside_file(target, root.resolve()):
             try:
                 text, _ = decode_text(str(target), target.read_bytes())
             except OSError:
@@ -225,27 +264,37 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
             if text is not None:
                 passages[record.id] = text
     chunk_ids = {("chunks", index): record.id for index, record in doc.chunks}
+    search = EvidenceSearch()
     for owner, facts in sorted((getattr(doc, "facts", None) or {}).items()):
         if owner in chunk_ids:
             if doc.chunks[owner[1]][1].content_path is None:
                 continue  # a body passage: checked while parsing
             texts, where = [passages.get(chunk_ids[owner], "")], "the chunk's passage"
         else:
-            texts, where = list(passages.values()), "any passage of the document"
+            texts, where = [passages[key] for key in sorted(passages)], \
+                "any passage of the document"
         for fact in facts:
-            if fact.evidence is not None and not any(fact.evidence in t for t in texts):
+            found = True if fact.evidence is None else search.occurs(fact.evidence, texts)
+            if found is None:
+                out.extend(filter(None, [search.refusal(doc, fact.path + ("evidence",))]))
+            elif not found:
                 out.append(_at(doc, fact.path + ("evidence",), "CTX708",
                                f"evidence {fact.evidence!r:.60} does not occur in {where}"))
+
+
+_CYCLE_ENDS = 10  # ids shown at each end of a long cycle: a message never grows with the KB
 
 
 def _check_cycles(chunks: dict[str, ChunkPlace], out: list[Diagnostic]) -> None:
     """Report each dependency cycle once (iterative DFS; KBs can be deep)."""
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    positions: dict[tuple[str, str], int] = {}  # (chunk, dependency) -> its index
     for start in sorted(chunks):
         if start in state:
             continue
         stack = [(start, iter(chunks[start].record.dependencies))]
         trail = [start]
+        depth = {start: 0}  # trail index of each chunk on it
         state[start] = 1
         while stack:
             node, children = stack[-1]
@@ -254,24 +303,39 @@ def _check_cycles(chunks: dict[str, ChunkPlace], out: list[Diagnostic]) -> None:
                 if child not in chunks:
                     continue
                 if state.get(child) == 1:
-                    cycle = trail[trail.index(child):] + [child]
+                    first = depth[child]
+                    second = trail[first + 1] if first + 1 < len(trail) else child
                     place = chunks[child]
-                    position = place.record.dependencies.index(cycle[1]) if len(cycle) > 1 else 0
-                    out.append(_at(place.doc, ("chunks", place.index, "dependencies", position),
-                                   "CTX207", "dependency cycle: " + " -> ".join(cycle)))
+                    if (child, second) not in positions:
+                        positions[child, second] = place.record.dependencies.index(second)
+                    out.append(_at(place.doc, ("chunks", place.index, "dependencies",
+                                               positions[child, second]),
+                                   "CTX207", "dependency cycle: " + _cycle_text(trail, first)))
                 elif child not in state:
                     state[child] = 1
+                    depth[child] = len(trail)
                     trail.append(child)
                     stack.append((child, iter(chunks[child].record.dependencies)))
                     advanced = True
                     break
             if not advanced:
                 state[node] = 2
-                trail.pop()
+                depth.pop(trail.pop())
                 stack.pop()
 
 
-def _check_skills(kb: KnowledgeBase, catalog, out: list[Diagnostic],
+def _cycle_text(trail: list[str], first: int) -> str:
+    """trail[first:] and back to its first id; a long cycle by its two ends."""
+    length = len(trail) - first
+    if length < 2 * _CYCLE_ENDS:
+        ids = trail[first:]
+    else:
+        ids = (trail[first:first + _CYCLE_ENDS] + [f"... {length - 2 * _CYCLE_ENDS + 1} more ..."]
+               + trail[len(trail) - _CYCLE_ENDS + 1:])
+    return " -> ".join(ids + [trail[first]])
+
+
+def _check_skills(kb: KnowledgeBase, catalog, suggest, out: list[Diagnostic],
                   strict_spec: bool) -> None:
     if kb.skills_dir is not None:
         shown = os.path.relpath(kb.skills_dir) if kb.skills_dir.is_absolute() else str(
@@ -297,7 +361,7 @@ def _check_skills(kb: KnowledgeBase, catalog, out: list[Diagnostic],
                                    "specification; `ctxfst skills migrate` moves it into "
                                    "metadata"))
     for skill in skills:
-        _check_skill(skill, catalog, set(names), produced, out)
+        _check_skill(skill, catalog, suggest, set(names), produced, out)
     if not kb.skills:
         return  # nothing to resolve entities' related_skills against
     for doc in kb.documents:
@@ -309,7 +373,8 @@ def _check_skills(kb: KnowledgeBase, catalog, out: list[Diagnostic],
                                    f"has no skills/{other}/SKILL.md"))
 
 
-def _check_skill(skill, catalog, names: set[str], produced: set[str], out) -> None:
+def _check_skill(skill, catalog, suggest, names: set[str], produced: set[str],
+                 out) -> None:
     record = skill.record
     label = f"skill '{record.name}'"
     for field_name in ("preconditions", "postconditions"):
@@ -334,7 +399,7 @@ def _check_skill(skill, catalog, names: set[str], produced: set[str], out) -> No
         if node not in catalog:
             out.append(_at(skill, ("related_nodes", position), "CTX406",
                            f"{label}: related node '{node}' is no entity of the knowledge "
-                           f"base{_suggest(node, catalog)}"))
+                           f"base{suggest(node)}"))
     for position, other in enumerate(record.related_skills):
         if other not in names:
             out.append(_at(skill, ("related_skills", position), "CTX407",

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..diagnostics import Diagnostic, diag
 from ..document.parse import load_frontmatter, validate_record, wrong_type
+from ..document.model import path_problem
 from ..document.source import Source, load_text
 from ..document.yamlpos import SourceMap
 from .model import (LIST_FIELDS, SKILL_NAME_PATTERN, WORLD_MODEL_FIELDS, ParsedSkill,
@@ -39,6 +40,7 @@ def parse_skill(source: Source) -> ParsedSkill:
     skill.record = validate_record(skill, SkillRecord, normalized, (), "skill", 0,
                                    ("name", "description"))
     _check_name(skill, data)
+    _check_script(skill, data)
     if "tenant" in data:  # facts from this skill belong to that tenant (see docs/facts.md)
         from ..document.facts import tenant_problem
         from ..document.model import diagnostic_at
@@ -116,6 +118,39 @@ def _check_name(skill: ParsedSkill, data: dict) -> None:
         skill.diagnostics.append(diag(
             "CTX402", f"skill name '{name}' differs from its directory "
             f"'{skill.directory_name}'", skill.path, pos.line, pos.column))
+
+
+def _check_script(skill: ParsedSkill, data: dict) -> None:
+    """`script` (top level or metadata): a relative file path inside the skill's folder,
+    which the `command` executor runs."""
+    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    if "script" in data:
+        path, value = ("script",), data["script"]
+    elif "script" in metadata:
+        path, value = ("metadata", "script"), metadata["script"]
+    else:
+        return
+    if not isinstance(value, str):
+        if len(path) == 1:  # a metadata value that is no string is reported as such
+            wrong_type(skill, path, "script", "a file path inside the skill's folder", value)
+        return
+    if not value:
+        return  # no script: the command executor says so when asked to run it
+    problem = path_problem(value)
+    if problem is None and (PurePosixPath(value).is_absolute() or _climbs_out(value)):
+        problem = "is not inside the skill's folder"
+    if problem is not None:
+        skill.diagnostics.append(_at(skill, path, "CTX414",
+                                     f"script {value!r:.80} {problem}"))
+
+
+def _climbs_out(value: str) -> bool:
+    depth = 0
+    for part in value.replace("\\", "/").split("/"):
+        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+        if depth < 0:
+            return True
+    return False
 
 
 def check_skill_dirs(skills_dir: Path, root: Path, shown: str) -> list[Diagnostic]:
