@@ -138,8 +138,9 @@ def test_lint_near_duplicates_are_linear_on_copies(tmp_path, cli):
 
 def test_kb_checks_are_linear(tmp_path):
     """Dependency cycles (every chunk back to the first: messages grew with the chain),
-    unknown references (each scanned the catalog for a hint) and evidence excerpts
-    (each read every passage) cost no more per item at 8x size."""
+    unknown references (each scanned the catalog for a hint), evidence excerpts (each
+    read every passage) and re-declared entities (each merge rescanned the lists) cost
+    no more per item at 8x size."""
     def cycles(size):
         chunks = "".join(f"  - {{id: n:c{i}, context: x, dependencies: [n:c{i + 1}, n:c0]}}\n"
                          for i in range(size))
@@ -162,8 +163,16 @@ def test_kb_checks_are_linear(tmp_path):
                 f'<Chunk id="n:a">\n' + ("abcdefghij" * 7 + "\n") * size + "</Chunk>\n")
         return lambda: parse_text(text, "facts.md")
 
+    def redeclarations(size):
+        kb = _kb(tmp_path, [
+            "---\nentities:\n  - id: entity:x\n    name: X\n    type: concept\n    aliases: ["
+            + ", ".join(f"a{n}x{k}" for k in range(10)) + f"]\nchunks:\n  - id: n:c{n}\n"
+            f"    context: x\n---\n<Chunk id=\"n:c{n}\">x</Chunk>\n" for n in range(size)])
+        return lambda: validate(kb)
+
     ratios = {"cycles": _growth(cycles, 64), "unknown references":
-              _growth(unknown_references, 64), "evidence": _growth(evidence, 64)}
+              _growth(unknown_references, 64), "evidence": _growth(evidence, 64),
+              "an entity declared in every document": _growth(redeclarations, 16)}
     assert all(ratio < LINEAR for ratio in ratios.values()), ratios
 
 

@@ -195,14 +195,28 @@ class CatalogEntry:
     declarations: list[Declaration]
 
 
-def merge_entities(first: Entity, other: Entity) -> Entity:
-    """Merge an identical re-declaration: lists are unioned, first value wins otherwise."""
-    if other == first:
-        return first  # the common case: a verbatim re-declaration adds nothing
+def merge_entities(first: Entity, others: list[Entity]) -> Entity:
+    """Merge identical re-declarations: lists are unioned in order, the first value wins
+    otherwise. All at once: merging one by one rescanned and revalidated the growing
+    lists (1,000 documents re-declaring one entity took 17 s)."""
+    others = [other for other in others if other != first]
+    if not others:
+        return first  # the common case: verbatim re-declarations add nothing
     data = first.model_dump(exclude_none=True)
-    for key, value in other.model_dump(exclude_none=True).items():
-        if key not in data:
-            data[key] = value
-        elif isinstance(data[key], list) and isinstance(value, list):
-            data[key] = data[key] + [item for item in value if item not in data[key]]
+    present: dict[str, set] = {}  # the items of each list in data, when hashable
+    for other in others:
+        for key, value in other.model_dump(exclude_none=True).items():
+            if key not in data:
+                data[key] = value
+            elif isinstance(data[key], list) and isinstance(value, list):
+                try:
+                    known = present.get(key)
+                    if known is None:
+                        known = present[key] = set(data[key])
+                    added = [item for item in value if item not in known]
+                    known.update(added)
+                except TypeError:  # unhashable items (mappings in an extra field)
+                    present.pop(key, None)
+                    added = [item for item in value if item not in data[key]]
+                data[key].extend(added)
     return Entity.model_validate(data)

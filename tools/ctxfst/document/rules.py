@@ -95,6 +95,7 @@ def _check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdg
 
 def build_catalog(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, CatalogEntry]:
     catalog: dict[str, CatalogEntry] = {}
+    merges: dict[str, list] = {}  # re-declarations, merged into the first at the end
     for doc in kb.documents:
         seen_here: dict[str, int] = {}
         for index, entity in doc.entities:
@@ -117,8 +118,10 @@ def build_catalog(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, Catalog
                                f"({entity.type}) but as {known.name!r} ({known.type}) at "
                                f"{entry.declarations[0].location()}"))
                 continue
-            entry.entity = merge_entities(known, entity)
+            merges.setdefault(entity.id, []).append(entity)
             entry.declarations.append(place)
+    for entity_id, others in merges.items():
+        catalog[entity_id].entity = merge_entities(catalog[entity_id].entity, others)
     return catalog
 
 
