@@ -72,7 +72,7 @@ def path_problem(value: str) -> str | None:
     for name in value.replace("\\", "/").split("/"):
         size = len(name.encode("utf-8", "surrogatepass"))
         if size > NAME_MAX:
-            return f"has a {size:,}-byte name {name[:20]!r}...; a file name has at most {NAME_MAX}"
+            return f"has a name of {size:,} bytes; a file name has at most {NAME_MAX}"
     return None
 
 

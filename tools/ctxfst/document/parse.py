@@ -117,11 +117,11 @@ def _yaml_kind(value: Any) -> str:
 def wrong_type(doc: Any, path: Path, label: str, expected: str, value: Any) -> None:
     pos = doc.source_map.value(path)
     doc.diagnostics.append(diag("CTX102", f"{label} must be {expected}, found "
-                                f"{_yaml_kind(value)} {_short(value)}", doc.path,
+                                f"{_yaml_kind(value)} {short_repr(value)}", doc.path,
                                 pos.line, pos.column))
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -222,11 +222,13 @@ def _field_diagnostic(doc: Any, err: dict, item: dict, path: Path,
         code = "CTX105" if code == "CTX102" and field_name == "version" else code
         if field_name == "cost":
             code = "CTX103"
-        message = f"{label}: {field_name} {_FIELD_HINTS[field_name]}, found {_short(value)}"
+        message = (f"{label}: {field_name} {_FIELD_HINTS[field_name]}, found "
+                   f"{short_repr(value)}")
     else:
         reason = err["msg"].removeprefix("Value error, ")
         bad = err.get("input")
-        message = f"{label}: {'.'.join(str(p) for p in loc)}: {reason} (found {_short(bad)})"
+        message = (f"{label}: {'.'.join(str(p) for p in loc)}: {reason} "
+                   f"(found {short_repr(bad)})")
     return diag(code, message, doc.path, pos.line, pos.column)
 
 

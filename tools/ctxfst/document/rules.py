@@ -14,6 +14,7 @@ from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
 from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
 from .model import diagnostic_at as _at
+from .parse import short_repr
 from .yamlpos import Path as KeyPath
 
 # Which entity types each condition field may name.
@@ -150,7 +151,7 @@ def _check_conditions(doc, base: KeyPath, label: str, record, catalog, suggest,
         if not (isinstance(references, list) and all(isinstance(r, str) for r in references)):
             out.append(_at(doc, base + (field_name,), "CTX102",
                            f"{label}: {field_name} must be a list of state ids, found "
-                           f"{type(references).__name__} {references!r:.60}"))
+                           f"{type(references).__name__} {short_repr(references)}"))
             continue  # (a string would be read one character per id)
         for position, reference in enumerate(references):
             _negated, ref_id = strip_not(reference)
@@ -235,8 +236,8 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
     target, problem = _content_target(doc, record)
     root = root.resolve()
     if target is None:
-        out.append(_at(doc, where, "CTX311", f"content_path {record.content_path!r:.80} "
-                       f"{problem}"))
+        out.append(_at(doc, where, "CTX311",
+                       f"content_path {short_repr(record.content_path)} {problem}"))
     elif target != root and root not in target.parents:
         out.append(_at(doc, where, "CTX308",
                        f"content_path '{record.content_path}' points outside the knowledge "

@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..diagnostics import Diagnostic, diag
-from ..document.parse import load_frontmatter, validate_record, wrong_type
+from ..document.parse import load_frontmatter, short_repr, validate_record, wrong_type
 from ..document.model import path_problem
 from ..document.source import Source, load_text
 from ..document.yamlpos import SourceMap
@@ -141,7 +141,7 @@ def _check_script(skill: ParsedSkill, data: dict) -> None:
         problem = "is not inside the skill's folder"
     if problem is not None:
         skill.diagnostics.append(_at(skill, path, "CTX414",
-                                     f"script {value!r:.80} {problem}"))
+                                     f"script {short_repr(value)} {problem}"))
 
 
 def _climbs_out(value: str) -> bool:
