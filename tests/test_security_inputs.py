@@ -20,6 +20,7 @@ from ctxfst.document.kb import KnowledgeBase
 from ctxfst.document.lint import lint
 from ctxfst.document.parse import parse_text
 from ctxfst.document.rules import validate
+from ctxfst.document.source import MAX_FILE_BYTES
 
 from .conftest import run_process, write
 
@@ -310,6 +311,9 @@ LOCATED = {
     "content_path link loop": ("content/doc.md", DOC.format(
         chunk="    content_path: loop.txt\n").replace(
         '<Chunk id="note:a">\nSome text about a and b.\n</Chunk>\n', ""), "CTX311", 14),
+    "content_path over the size limit": ("content/doc.md", DOC.format(
+        chunk="    content_path: huge.txt\n").replace(
+        '<Chunk id="note:a">\nSome text about a and b.\n</Chunk>\n', ""), "CTX004", 14),
     "entity state_refs 5": ("content/doc.md", DOC.replace(
         "    type: concept\n  - id: entity:b", "    type: concept\n    state_refs: 5\n"
         "  - id: entity:b").format(chunk=""), "CTX102", 7),
@@ -326,12 +330,15 @@ LOCATED = {
 @pytest.mark.parametrize("name", LOCATED)
 def test_unusable_paths_and_lists_are_located_errors(tmp_path, name):
     """Hole 6: content_path with a NUL byte or a 300-byte name, entity `state_refs: 5`
-    (exit 70) or a string (read one character per id); a skill script path."""
+    (exit 70) or a string (read one character per id); a skill script path; a
+    content_path file the build cannot read."""
     file, text, code, line = LOCATED[name]
     write(tmp_path, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
     write(tmp_path, "content/doc.md", DOC.format(chunk=""))
     write(tmp_path, "skills/s/SKILL.md", SKILL.format(fields=""))
     os.symlink("loop.txt", tmp_path / "content" / "loop.txt")
+    with open(tmp_path / "content" / "huge.txt", "wb") as huge:
+        huge.truncate(MAX_FILE_BYTES + 1)  # the build could not read it
     write(tmp_path, file, text)
     result = run_process("validate", "--format", "json", cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr

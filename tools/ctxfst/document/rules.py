@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from ..skills.parse import check_skill_dirs
 from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
 from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
+from .source import MAX_FILE_BYTES, Source, load_text
 from .model import diagnostic_at as _at
 from .parse import short_repr
 from .yamlpos import Path as KeyPath
@@ -222,11 +224,15 @@ def _content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
         return None, f"cannot be resolved: {error}"
 
 
-def _inside_file(target: Path, root: Path) -> bool:
+def _file_size(target: Path, root: Path) -> int | None:
+    """The size of target when it is a regular file inside root, else None."""
+    if root not in target.parents:
+        return None
     try:
-        return target.is_file() and root in target.parents
-    except OSError:  # a name too long for this file system, ...
-        return False
+        info = target.stat()
+    except OSError:  # missing, a name too long for this file system, ...
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None:
@@ -242,16 +248,18 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
         out.append(_at(doc, where, "CTX308",
                        f"content_path '{record.content_path}' points outside the knowledge "
                        f"base root {root}"))
-    elif not _inside_file(target, root):
+    elif (size := _file_size(target, root)) is None:
         out.append(_at(doc, where, "CTX309",
                        f"content_path '{record.content_path}' does not exist"))
+    elif size > MAX_FILE_BYTES:  # the build could not read it
+        out.append(_at(doc, where, "CTX004", f"content_path '{record.content_path}' names "
+                       f"a file over the {MAX_FILE_BYTES:,}-byte limit"))
 
 
 def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
     """`evidence:` of declared facts that parsing could not check because a passage lives
     in a content_path file (parsing sees one file; a KB-level check sees them all)."""
     from .facts import EvidenceSearch
-    from .source import decode_text
 
     if doc.fs_path is None or all(record.content_path is None for _, record in doc.chunks):
         return
@@ -260,11 +268,8 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
         if record.content_path is None:
             continue
         target, _ = _content_target(doc, record)
-        if target is not None and _inside_file(target, root.resolve()):
-            try:
-                text, _ = decode_text(str(target), target.read_bytes())
-            except OSError:
-                text = None
+        if target is not None and _file_size(target, root.resolve()) is not None:
+            text, _ = load_text(Source(str(target), target))  # size-limited
             if text is not None:
                 passages[record.id] = text
     chunk_ids = {("chunks", index): record.id for index, record in doc.chunks}
