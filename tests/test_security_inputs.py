@@ -72,6 +72,7 @@ HOSTILE_BODIES = {
     "tag openers without '>'": lambda n: "<Chunk" * n,
     "closing tags on one line": lambda n: "</Chunk>" * n,
     "closing tags after backticks": lambda n: "`</Chunk>" * n,
+    "a backtick run before tags": lambda n: "x " + "`" * (8 * n) + " </Chunk>" * n,
     "a long attribute name": lambda n: "<Chunk " + "a" * (64 * n) + ">",
     "chunks nested deep": lambda n: "".join(f'<Chunk id="c{i}">\n{"x" * 40}\n'
                                             for i in range(n)) + "</Chunk>\n" * n,
