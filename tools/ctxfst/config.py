@@ -21,6 +21,9 @@ from .files import display_path, inside
 CONFIG_FILE = "ctxfst.toml"
 TOOL_DIR = ".ctxfst"
 DEFAULT_MODEL = "minilm"  # the bundled offline all-MiniLM-L6-v2 (see compile/embed.py)
+NAMED_MODELS = ("minilm", "use-multilingual")  # bundled: see compile/embed.py
+# A Hugging Face Hub id, `org/name`: never a path (no '..', no leading '/' or '.').
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*/[A-Za-z0-9][A-Za-z0-9._-]*")
 DEFAULT_EXTRA_EDGES = ("**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml")
 DEFAULT_TENANT = "default"
 MAX_SETTINGS_BYTES = 8 * 1024 * 1024
@@ -540,6 +543,13 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
     if model.startswith("hash") and not re.fullmatch(r"hash(-[1-9][0-9]{0,4})?", model):
         raise source.error("CTX803", f"'embedding_model' {model!r}: the hash embedder is "
                            "'hash' or 'hash-N' with N dimensions", "embedding_model")
+    if not (model in NAMED_MODELS or model.startswith("hash") or _HUB_ID.fullmatch(model)):
+        # A model folder is code-like input (tokenizers, module classes, weights): one
+        # named by a stranger's settings is never loaded.
+        raise source.error("CTX803", f"'embedding_model' {model!r} is not a model name: use "
+                           f"{', '.join(sorted(NAMED_MODELS))}, 'hash-N', or a Hub id such as "
+                           "'BAAI/bge-m3' (local model folders are not accepted)",
+                           "embedding_model")
     patterns = settings.get("extra_edges", list(DEFAULT_EXTRA_EDGES))
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         raise source.error("CTX803", "'extra_edges' must be a list of glob patterns",

@@ -21,7 +21,7 @@ def inside(root: Path, path) -> bool:
     the OS cannot even name (a NUL byte) is not inside anything."""
     try:
         return Path(path).resolve().is_relative_to(root)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a link loop (Python 3.11)
         return False
 
 
@@ -100,8 +100,12 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
 def _link_out(path: Path):
     from .diagnostics import diag
 
-    return diag("CTX809", f"{path.name} is a link to {path.resolve()}, outside the project; "
-                "it is not read", display_path(path))
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return diag("CTX809", f"{path.name} is a link to {target} that leaves the project or "
+                "never ends; it is not read", display_path(path))
 
 
 def display_path(path: Path) -> str:

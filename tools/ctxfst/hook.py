@@ -25,8 +25,10 @@ def hooks_dir(repo: Path) -> Path:
 
 def hook_script(python: str) -> str:
     # The interpreter that installed the hook runs it, so no virtualenv needs activating.
+    # -P: `-m` would put the repository first on the import path, and a KB's own
+    # yaml.py or ctxfst/ folder would then run on every commit.
     return (f"#!/bin/sh\n{MARKER}\n"
-            f"exec {shlex.quote(python)} -m ctxfst validate --staged \"$@\"\n")
+            f"exec {shlex.quote(python)} -P -m ctxfst validate --staged \"$@\"\n")
 
 
 def install_hook(repo: Path, force: bool = False) -> Path:

