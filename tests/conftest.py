@@ -97,3 +97,12 @@ def run_process(*args: str, cwd: Path | None = None, env: dict | None = None
     return subprocess.run([sys.executable, "-m", "ctxfst", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, env={**os.environ, **(env or {})},
                           check=False)
+
+
+def add_skill_script(kb: Path, skill: str, body: str) -> None:
+    """Give a skill an executable run.py for the command executor (rebuild to use it)."""
+    script = kb / "skills" / skill / "run.py"
+    script.write_text(f"#!{sys.executable}\n{body}")
+    script.chmod(0o755)
+    skill_file = kb / "skills" / skill / "SKILL.md"
+    skill_file.write_text(skill_file.read_text().replace("cost:", "script: run.py\ncost:", 1))

@@ -18,7 +18,7 @@ from ctxfst.runtime.loop import command_executor, dry_run, pending_step, run
 from ctxfst.runtime.state import StateError, StateStore
 from ctxfst.runtime.world import load_world
 
-from .conftest import UPSTREAM, copy_example, make_project, write
+from .conftest import UPSTREAM, add_skill_script, copy_example, make_project, write
 
 GOAL = "goal:edge-api-learning-plan"
 
@@ -174,22 +174,14 @@ def test_killed_writers_leave_a_loadable_state_equal_to_its_replay(tmp_path):
         assert loaded.serial == len(store.replay().events)
 
 
-def _skill_script(kb: Path, skill: str, body: str) -> None:
-    script = kb / "skills" / skill / "run.py"
-    script.write_text(f"#!{sys.executable}\n{body}")
-    script.chmod(0o755)
-    skill_file = kb / "skills" / skill / "SKILL.md"
-    skill_file.write_text(skill_file.read_text().replace("cost:", "script: run.py\ncost:", 1))
-
-
 def test_command_executor_outcomes(kb, capsys):
-    _skill_script(kb, "inventory-skills",
+    add_skill_script(kb, "inventory-skills",
                   "import json, sys\nstate = json.load(sys.stdin)\n"
                   "assert state['goal']\nprint(json.dumps({'status': 'success', 'summary': "
                   "'inventoried', 'add_states': ['state:has-skill-inventory']}))\n")
-    _skill_script(kb, "analyze-gaps", "import sys\nprint('garbage')\n")
-    _skill_script(kb, "ask-career-coach", "import sys\nsys.exit(3)\n")
-    _skill_script(kb, "draft-learning-plan", "import time\ntime.sleep(30)\n")
+    add_skill_script(kb, "analyze-gaps", "import sys\nprint('garbage')\n")
+    add_skill_script(kb, "ask-career-coach", "import sys\nsys.exit(3)\n")
+    add_skill_script(kb, "draft-learning-plan", "import time\ntime.sleep(30)\n")
     assert run_build(kb, []) == 0
     capsys.readouterr()
     world = load_world(kb / "build")
@@ -256,7 +248,7 @@ def test_killed_runner_never_runs_a_non_idempotent_skill_twice(kb, capsys):
     counter = kb / "runs.log"
     for skill in ("inventory-skills", "analyze-gaps", "draft-learning-plan",
                   "ask-career-coach"):
-        _skill_script(kb, skill,
+        add_skill_script(kb, skill,
                       "import json, sys, time\nstate = json.load(sys.stdin)\n"
                       f"open({str(counter)!r}, 'a').write({skill!r} + '\\n')\n"
                       "time.sleep(0.4)\n"
@@ -343,7 +335,7 @@ def test_one_runner_per_state(kb, cli):
 
 
 def test_undecodable_script_output_and_corrupt_runtime_edges(kb, capsys):
-    _skill_script(kb, "inventory-skills", "import sys\nsys.stdout.buffer.write(b'\\xff\\n')\n")
+    add_skill_script(kb, "inventory-skills", "import sys\nsys.stdout.buffer.write(b'\\xff\\n')\n")
     assert run_build(kb, []) == 0
     capsys.readouterr()
     (kb / ".ctxfst").mkdir(exist_ok=True)

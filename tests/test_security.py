@@ -43,7 +43,7 @@ from ctxfst.files import display_path
 from ctxfst.retrieval.search import Index, search
 from ctxfst.validation import project_inputs
 
-from .conftest import copy_example, make_project, reseal, run_process, write
+from .conftest import add_skill_script, copy_example, make_project, reseal, run_process, write
 
 
 # ======================================================================================
@@ -1196,15 +1196,6 @@ def kb(tmp_path, capsys):
     return root
 
 
-def _script(kb: Path, skill: str, body: str) -> None:
-    """Give a skill a script for the command executor, and rebuild."""
-    script = kb / "skills" / skill / "run.py"
-    script.write_text(f"#!{sys.executable}\n{body}")
-    script.chmod(0o755)
-    skill_file = kb / "skills" / skill / "SKILL.md"
-    skill_file.write_text(skill_file.read_text().replace("cost:", "script: run.py\ncost:", 1))
-
-
 def _build_project(kb: Path, capsys) -> None:
     assert run_build(kb, []) == 0
     capsys.readouterr()
@@ -1232,7 +1223,8 @@ def _no_internal_error(result) -> None:
 ])
 def test_malformed_executor_output_fails_the_step_and_keeps_the_state(kb, cli, capsys,
                                                                       printed, complaint):
-    _script(kb, "inventory-skills", f"import sys\nsys.stdin.read()\nprint({json.dumps(printed)!r})\n")
+    add_skill_script(kb, "inventory-skills",
+                     f"import sys\nsys.stdin.read()\nprint({json.dumps(printed)!r})\n")
     _build_project(kb, capsys)
     assert cli("state", "init", "--goal", GOAL, "--seed", SEED, cwd=kb).code == 0
     before = _state(cli, kb)["active_states"]
@@ -1254,7 +1246,7 @@ def test_malformed_executor_output_fails_the_step_and_keeps_the_state(kb, cli, c
 def test_run_options_out_of_range_are_usage_errors_that_record_nothing(kb, cli, capsys,
                                                                         option):
     marker = kb / "ran.txt"
-    _script(kb, "inventory-skills", f"import sys\nopen({str(marker)!r}, 'w').write('x')\n"
+    add_skill_script(kb, "inventory-skills", f"import sys\nopen({str(marker)!r}, 'w').write('x')\n"
                                     "print('{\"status\": \"success\"}')\n")
     _build_project(kb, capsys)
     cli("state", "init", "--goal", GOAL, "--seed", SEED, cwd=kb)
@@ -1917,3 +1909,105 @@ def test_settings_never_name_a_model_folder_of_the_kb(tmp_path):
     assert built.returncode == 1, built.stdout + built.stderr
     assert "refusing to load a model from the working tree" in built.stdout + built.stderr
     assert "Traceback" not in built.stdout + built.stderr
+
+
+# From the security review of the change: FIFOs, sparse files, dangling links, glob
+# patterns, and KB text in facts and query output.
+
+def _no_hang(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A real process with a safety timeout far above its normal second: a hang fails."""
+    try:
+        return subprocess.run([sys.executable, "-m", "ctxfst", *args], cwd=cwd, timeout=120,
+                              capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"ctxfst {' '.join(args)} hung")
+
+
+def test_fifos_where_files_belong_never_hang_a_command(tmp_path):
+    root = copy_example(tmp_path / "kb")
+    assert run_build(root, []) == 0
+    os.mkfifo(root / "content" / "x.ctxfst.md")
+    for command in (("validate",), ("lint",)):
+        result = _no_hang(*command, cwd=root)
+        assert result.returncode == 1
+        assert "content/x.ctxfst.md:1:1: error CTX001: cannot read file: not a regular file" \
+            in result.stdout
+    result = _no_hang("query", "Hono", "--bridge-model", "none", cwd=root)
+    assert result.returncode == 1 and "older than the sources" in result.stderr
+    (root / "content" / "x.ctxfst.md").unlink()
+    state = root / ".ctxfst" / "world-state.json"
+    os.mkfifo(state)
+    for command in (("state", "show"), ("select",), ("plan",)):
+        result = _no_hang(*command, cwd=root)
+        assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
+
+
+def test_sparse_huge_artifacts_are_refused_before_they_are_read(tmp_path):
+    root = copy_example(tmp_path / "kb")
+    assert run_build(root, []) == 0
+    for name, command in (("chunks.parquet", ("query", "fastapi", "--mode", "lexical")),
+                          ("manifest.json", ("facts", "list", "--tenant", "default"))):
+        path = root / "build" / name
+        saved = path.read_bytes()
+        with open(path, "r+b") as handle:
+            handle.truncate(1 << 40)  # 1 TB, sparse: reading it would exhaust memory
+        result = _no_hang(*command, cwd=root)
+        assert result.returncode == 1, result.stderr
+        assert name in result.stderr and "internal error" not in result.stderr
+        path.write_bytes(saved)
+
+
+def test_a_dangling_link_in_the_sources_makes_readers_refuse_not_crash(tmp_path, cli):
+    root = copy_example(tmp_path / "kb")
+    assert run_build(root, []) == 0
+    (root / "content" / "gone.ctxfst.md").symlink_to("nothing-here.md")
+    for command in (("query", "Hono", "--bridge-model", "none"),
+                    ("facts", "ask", "--tenant", "default", "--op", "exists", "--value", "x")):
+        result = cli(*command, cwd=root)
+        assert result.code == 1 and "older than the sources" in result.err, result.err
+    assert cli("validate", cwd=root).code == 1
+
+
+@pytest.mark.parametrize("pattern", [".", "./", "**/**/**/**/*.edges.json", "**/a/**/*.json"])
+def test_extra_edge_patterns_that_name_no_files_or_nest_globs_are_refused(tmp_path, pattern):
+    root = make_project(tmp_path)
+    write(root, "ctxfst.toml", f'content_dir = "content"\nextra_edges = ["{pattern}"]\n')
+    result = _no_hang("validate", cwd=root)
+    assert result.returncode == 2
+    assert "ctxfst.toml:2:16: error CTX803" in result.stderr
+
+
+def test_a_content_folder_linking_out_of_the_project_is_reported(tmp_path):
+    outside = tmp_path / "outside"
+    write(outside, "secret.ctxfst.md", "---\nentities: []\n---\n")
+    root = make_project(tmp_path / "kb")
+    (root / "content" / "sub").symlink_to(outside)
+    result = _no_hang("validate", cwd=root)
+    assert result.returncode == 1
+    assert "content/sub:1:1: error CTX809" in result.stdout
+
+
+HOSTILE_TEXT = "Hono \x1b]0;PWN\x07\x1b[2J is\r\nFAKE: error CTX001 \u202eevil\u2028end"
+
+
+def test_kb_text_in_facts_and_query_output_cannot_forge_lines_or_control_a_terminal(
+        tmp_path, cli):
+    root = copy_example(tmp_path / "kb")
+    write(root, "content/tiny.ctxfst.md", '---\nchunks:\n  - id: note:tiny\n    context: "tiny '
+          f'{json.dumps(HOSTILE_TEXT)[1:-1]}"\n---\n<Chunk id="note:tiny">\ntiny '
+          f'{HOSTILE_TEXT}\n</Chunk>\n')
+    assert run_build(root, []) == 0
+    outputs = []
+    for args in (("facts", "ask", "--tenant", "default", "--op", "exists", "--namespace", "x",
+                  "--key", "y", "--value", "tiny"),
+                 ("facts", "list", "--tenant", "default"),
+                 ("query", "tiny", "--mode", "lexical")):
+        for fmt in ("text", "json"):
+            result = cli(*args, "--format", fmt, cwd=root)
+            assert result.code == 0, result.err
+            outputs.append(result.out)
+            if fmt == "json":
+                json.loads(result.out)
+    for out in outputs:
+        assert not any(char in out for char in "\x1b\x07\r\u202e\u2028"), out[:2000]
+        assert not any(line.startswith("FAKE") for line in out.splitlines())

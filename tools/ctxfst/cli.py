@@ -217,12 +217,12 @@ def _print(data, fmt: str, lines: list[str]) -> None:
     """JSON, or the text lines with control characters made visible in each (ids and
     summaries come from the knowledge base and its scripts: a newline in one must not
     forge a line)."""
-    from .diagnostics import escape, json_text
+    from .diagnostics import escape_lines, json_text
 
     if fmt == "json":
         print(json_text(data))
     else:
-        print("\n".join(escape(line) for line in lines))
+        print(escape_lines(lines))
 
 
 def _state_text(state) -> list[str]:
@@ -319,11 +319,10 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
 
 
 def _retrieval(args: argparse.Namespace) -> int:
-    import json
-
     import yaml
 
     from .compile.embed import get_embedder
+    from .diagnostics import escape, json_text
     from .config import find_project
     from .retrieval.evaluate import evaluate, load_queries, markdown
     from .retrieval.search import Index, RetrievalError, load_skill_graph, search
@@ -373,7 +372,7 @@ def _retrieval(args: argparse.Namespace) -> int:
             result = search(index, args.text, vector, args.mode, args.top_k, args.hops,
                             skill_graph, bridge)
             if args.format == "json":
-                print(json.dumps(result.as_json(), ensure_ascii=False, indent=2))
+                print(json_text(result.as_json()))
                 return EXIT_OK
             lines = [] if result.hits else ["no matching chunks"]
             for number, hit in enumerate(result.hits, 1):
@@ -393,11 +392,11 @@ def _retrieval(args: argparse.Namespace) -> int:
             raise _Usage(f"{args.queries}: {error}") from None
         report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph,
                           bridge_for=bridge_for)
-        print(json.dumps(report, ensure_ascii=False, indent=2) if args.format == "json"
-              else markdown(report), end="" if args.format == "markdown" else "\n")
+        print(json_text(report) if args.format == "json" else markdown(report),
+              end="" if args.format == "markdown" else "\n")
         return EXIT_OK
     except RetrievalError as error:
-        print(f"ctxfst: error: {error}", file=sys.stderr)
+        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -558,7 +558,13 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
         if "\0" in pattern:
             raise source.error("CTX803", f"extra_edges pattern {pattern!r} holds a NUL byte",
                                "extra_edges", index)
-        if pattern.startswith(("/", "\\")) or ".." in PurePosixPath(pattern).parts:
+        parts = PurePosixPath(pattern).parts
+        if not parts or parts.count("**") > 1:
+            # Each further `**` multiplies the folders the glob walks: eight of them in a
+            # deep tree ran for minutes.
+            raise source.error("CTX803", f"extra_edges pattern {pattern!r} must name files, "
+                               "with at most one '**'", "extra_edges", index)
+        if pattern.startswith(("/", "\\")) or ".." in parts:
             raise source.error("CTX804", f"extra_edges pattern {pattern!r} may reach outside "
                                "the content folder: patterns are relative to it, without "
                                "'..'", "extra_edges", index)

@@ -167,7 +167,9 @@ def summarize(diagnostics: Iterable[Diagnostic], files: int) -> dict:
 
 # Characters that would let a crafted id or path start a new output line, or drive the
 # terminal: C0, DEL, C1, and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0, DEL, C1, line/paragraph separators, and the bidirectional controls (U+202E makes
+# a terminal show text in another order than it is).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -183,6 +185,12 @@ def escape(value: object) -> str:
     \\u2028). Every text output of ids, paths or messages from a knowledge base goes
     through it."""
     return _CONTROL.sub(_visible, str(value))
+
+
+def escape_lines(lines: list[str]) -> str:
+    """Lines of output joined, each escaped first: a newline inside one (an id, a value,
+    an excerpt from the KB) shows as \\n and cannot forge another line."""
+    return "\n".join(escape(line) for line in lines)
 
 
 def text_line(d: Diagnostic) -> str:
@@ -203,8 +211,8 @@ def summary_line(summary: dict) -> str:
 
 
 # json.dumps escapes C0 itself; with ensure_ascii=False (readable non-ASCII text) it keeps
-# DEL, C1 and U+2028/U+2029 raw: they become \u escapes, which decode to the same text.
-_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029]")
+# DEL, C1, U+2028/U+2029 and the bidi controls raw: they become \u escapes, which decode to the same text.
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def json_text(payload: object) -> str:

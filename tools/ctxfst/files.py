@@ -87,6 +87,9 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
                         pending.append((Path(entry.path), child))
                 elif follow_links:
                     heapq.heappush(links, Path(entry.path))
+                elif root is not None and problems is not None and \
+                        not inside(root, entry.path):
+                    result.problems.append(_link_out(Path(entry.path)))  # not silently
             elif name.endswith(suffixes):
                 if root is not None and entry.is_symlink() and not inside(root, entry.path):
                     if problems is not None:

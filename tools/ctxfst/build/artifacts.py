@@ -7,14 +7,14 @@ the wrong data."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import re
-import stat as stat_mode
 from pathlib import Path
 from typing import Any
+
+from .io import FileTooLarge, read_regular
 
 REBUILD = "run `doit clean`, then run `doit`"  # plain `doit` trusts build/ as it is
 ARTIFACT_DIGESTS = "artifacts.json"  # in the cache folder: verified artifacts by identity
@@ -44,23 +44,16 @@ class ArtifactError(ValueError):
     """A build artifact that is missing, not the file the manifest names, or unreadable."""
 
 
-def read_plain_file(path: Path) -> tuple[bytes, os.stat_result]:
-    """A regular file's bytes and the stat of what was read. A link (as the last part of
-    the path), a FIFO or a device is an OSError: never followed out of a folder, and
-    never a read that blocks for ever."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | \
-        getattr(os, "O_CLOEXEC", 0)
-    try:
-        handle = os.open(path, flags)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise OSError(f"{path} is a link, not a file") from None
-        raise
-    with open(handle, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat_mode.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
-        return file.read(), info
+# Far above any manifest or cache file a build writes; a sparse 1 TB file is refused
+# before it is read.
+MAX_METADATA_BYTES = 1 << 30
+
+
+def read_plain_file(path: Path, limit: int = MAX_METADATA_BYTES
+                    ) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes and the stat of what was read: never through a link (as the
+    last part of the path), never a FIFO or device, never more than limit bytes."""
+    return read_regular(path, limit, follow_links=False)
 
 
 def parse_json(data: bytes) -> Any:
@@ -206,7 +199,10 @@ class BuildArtifacts:
         if entry is None:
             raise ArtifactError(f"{path} is not in the build's manifest.json: {REBUILD}")
         try:
-            data, info = read_plain_file(path)
+            data, info = read_plain_file(path, entry["bytes"])
+        except FileTooLarge:
+            raise self._mismatch(path, f"over the {entry['bytes']} bytes the manifest "
+                                       "records") from None
         except FileNotFoundError:
             raise ArtifactError(f"{name} missing in {self.build_dir}: run `doit`") from None
         except OSError as error:

@@ -30,14 +30,18 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
         relative = project_relative(root, path)
         seen.add(relative)
         entry = recorded.get(relative)
-        stat = path.stat()
-        if entry is None or entry.get("bytes") != stat.st_size:
+        try:
+            stat = path.stat()
+            if entry is None or entry.get("bytes") != stat.st_size:
+                changed.append(relative)
+                continue
+            digest = digests.get(relative, stat)
+            if digest is None:
+                digest = sha256_file(path)
+                digests.put(relative, stat, digest)
+        except OSError:  # a dangling link, a FIFO, a file gone: validation now fails
             changed.append(relative)
             continue
-        digest = digests.get(relative, stat)
-        if digest is None:
-            digest = sha256_file(path)
-            digests.put(relative, stat, digest)
         if entry.get("sha256") != digest:
             changed.append(relative)
     # A recorded input gone from the sources; one that could not be a project file (the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -58,15 +59,62 @@ def _create_temp(path: Path) -> tuple[int, str]:
             continue
 
 
-def open_no_follow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
-    """os.open that refuses a symbolic link as the last component (OSError ELOOP), so a
+class NotAFile(OSError):
+    """A path that names a link (where none may be), a FIFO, a device or a folder."""
+
+
+class FileTooLarge(OSError):
+    """A file over the size its reader accepts (checked before anything is read)."""
+
+    def __init__(self, path: Path, size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{size:,} bytes, over the limit of {limit:,}",
+                         str(path))
+        self.size = size
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666,
+                 follow_links: bool = True) -> int:
+    """os.open for what must be a regular file. O_NONBLOCK, then a check: a FIFO or a
+    device planted where a file belongs is an error, never an open or read that blocks
+    for ever. With follow_links=False a link as the last component is refused too, so a
     planted link never makes us read, append to or truncate a file elsewhere."""
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    flags |= os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        handle = os.open(path, flags, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP and not follow_links:
+            raise NotAFile(errno.ELOOP, "a link, not a file", str(path)) from None
+        if error.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+            raise NotAFile(errno.ENXIO, "not a regular file", str(path)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(handle).st_mode):
+        os.close(handle)
+        raise NotAFile(errno.EINVAL, "not a regular file", str(path))
+    os.set_blocking(handle, True)
+    return handle
 
 
-def read_bytes_no_follow(path: Path) -> bytes:
-    with os.fdopen(open_no_follow(path), "rb") as handle:
-        return handle.read()
+def open_no_follow(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    return open_regular(path, flags, mode, follow_links=False)
+
+
+def read_regular(path: Path, limit: int | None = None, follow_links: bool = True
+                 ) -> tuple[bytes, os.stat_result]:
+    """A regular file's bytes and the stat of what was read (one open file). A file over
+    limit bytes is FileTooLarge before any of it is read: a sparse 1 TB file is refused,
+    not loaded."""
+    with os.fdopen(open_regular(path, follow_links=follow_links), "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if limit is not None and info.st_size > limit:
+            raise FileTooLarge(path, info.st_size, limit)
+        data = handle.read() if limit is None else handle.read(limit + 1)
+        if limit is not None and len(data) > limit:  # it grew while we read
+            raise FileTooLarge(path, len(data), limit)
+        return data, info
+
+
+def read_bytes_no_follow(path: Path, limit: int | None = None) -> bytes:
+    return read_regular(path, limit, follow_links=False)[0]
 
 
 def json_bytes(payload: Any, compact: bool = False) -> bytes:
@@ -105,7 +153,7 @@ def write_parquet(path: Path, table) -> None:
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with os.fdopen(open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

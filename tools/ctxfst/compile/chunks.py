@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ..diagnostics import Diagnostic, diag
+from ..files import inside
 from ..document.kb import KnowledgeBase
 from ..document.model import SCHEMA_VERSION, ChunkRecord, ParsedDocument
-from ..document.rules import Validation
+from ..document.rules import Validation, content_target
 from ..document.source import Source, load_text
 
 CHUNKS_SCHEMA_VERSION = "1.0.0"
@@ -59,13 +60,19 @@ def _relative(root: Path, doc: ParsedDocument) -> str:
     return project_relative(root, doc.fs_path, doc.path)
 
 
-def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic]) -> tuple[str, int, int]:
+def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic],
+             root: Path) -> tuple[str, int, int]:
     body = doc.bodies.get(record.id)
     if body is not None:
         return body.content, body.line, body.end_line
     pos = doc.source_map.value(("chunks", [i for i, r in doc.chunks if r is record][0], "id"))
-    target = Path(doc.fs_path).resolve().parent / (record.content_path or "")
-    text, problem = load_text(Source(str(target), target))
+    target, why = content_target(doc, record)
+    if target is None or not inside(root, target):
+        why = why or "is outside the knowledge base root"
+        errors.append(diag("CTX309", f"content_path {record.content_path!r} {why}",
+                           doc.path, pos.line, pos.column))
+        return "", pos.line, pos.line
+    text, problem = load_text(Source(str(target), target))  # size-limited, no FIFO
     if problem is not None:
         errors.append(diag("CTX309", f"content_path '{record.content_path}': {problem.message}",
                            doc.path, pos.line, pos.column))
@@ -78,10 +85,11 @@ def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
     errors: list[Diagnostic] = []
     chunks = []
     sources = {id(doc): _relative(kb.root, doc) for doc in kb.documents}
+    root = kb.root.resolve()
     for doc in kb.documents:
         source = sources[id(doc)]
         for _index, record in doc.chunks:
-            content, line_start, line_end = _content(doc, record, errors)
+            content, line_start, line_end = _content(doc, record, errors, root)
             data = record.model_dump(exclude_none=True, exclude_unset=True)
             data.update(content=content, source=source)
             data.setdefault("context", "")

@@ -213,8 +213,10 @@ def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> 
     _check_passage_evidence(doc, root, out)
 
 
-def _content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
-    """The resolved file a chunk's content_path names, or why it names none."""
+def content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
+    """The resolved file a chunk's content_path names, or why it names none. The one
+    place that resolves content_path: validation, the compiler and facts use it (each
+    still checks the target is inside the root: a file may change between them)."""
     problem = path_problem(record.content_path)
     if problem is not None:
         return None, problem
@@ -239,7 +241,7 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
     where = base + ("content_path",)
     if doc.fs_path is None:
         return
-    target, problem = _content_target(doc, record)
+    target, problem = content_target(doc, record)
     root = root.resolve()
     if target is None:
         out.append(_at(doc, where, "CTX311",
@@ -267,7 +269,7 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
     for _, record in doc.chunks:
         if record.content_path is None:
             continue
-        target, _ = _content_target(doc, record)
+        target, _ = content_target(doc, record)
         if target is not None and _file_size(target, root.resolve()) is not None:
             text, _ = load_text(Source(str(target), target))  # size-limited
             if text is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +29,15 @@ class Source:
                 return None, _too_large(self.path, len(self.data), limit)
             return self.data, None
         assert self.fs_path is not None
+        from ..build.io import FileTooLarge, read_regular
+
         try:
-            size = os.stat(self.fs_path).st_size
-            if size > limit:
-                return None, _too_large(self.path, size, limit)
-            with open(self.fs_path, "rb") as handle:
-                return handle.read(limit + 1), None
-        except OSError as error:
-            return None, diag("CTX001", f"cannot read file: {error.strerror or error}", self.path)
+            return read_regular(self.fs_path, limit)[0], None
+        except FileTooLarge as error:
+            return None, _too_large(self.path, error.size, limit)
+        except (OSError, ValueError) as error:  # ValueError: a NUL byte in the name
+            reason = getattr(error, "strerror", None) or error
+            return None, diag("CTX001", f"cannot read file: {reason}", self.path)
 
 
 def _too_large(path: str, size: int, limit: int) -> Diagnostic:

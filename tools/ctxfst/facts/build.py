@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
-from ..document.source import decode_text
+from ..document.rules import content_target
+from ..document.source import Source as DocumentSource, decode_text, load_text
+from ..files import inside
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Candidate,
@@ -260,9 +262,12 @@ def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
         for _, chunk in record.chunks:
             if chunk.content_path is None or chunk.id in passages:
                 continue
-            target = (source.fs_path.resolve().parent / chunk.content_path).resolve()
+            target, why = content_target(record, chunk)
+            if target is None or not inside(root.resolve(), target):
+                raise ExtractionError(f"{source.path}: content_path {chunk.content_path!r} "
+                                      f"{why or 'is outside the knowledge base root'}")
             relative = _relative(root, target, str(target))
-            passage_text, problem = decode_text(relative, target.read_bytes())
+            passage_text, problem = load_text(DocumentSource(relative, target))  # size-limited
             if passage_text is None:
                 raise ExtractionError(f"{relative}: {problem.message if problem else ''}")
             files[relative] = passage_text

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..diagnostics import escape, escape_lines, json_text
+
 OPS = ("exists", "count", "list")  # = query.OPS; not imported: parsing stays light
 
 
@@ -86,12 +88,13 @@ def run(args: argparse.Namespace) -> int:
                        version)
             text = _ask_text(data)
     except FactsUsage as error:
-        print(f"ctxfst: error: {error}", file=sys.stderr)
+        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return 2
     except FactsError as error:
-        print(f"ctxfst: error: {error}", file=sys.stderr)
+        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return 1
-    print(json.dumps(data, ensure_ascii=False, indent=2) if args.format == "json" else text)
+    # Values, excerpts and ids come from the KB: one line each, control characters escaped.
+    print(json_text(data) if args.format == "json" else text)
     return 0
 
 
@@ -132,7 +135,7 @@ def _ask_text(data: dict) -> str:
         for hit in fallback["hits"]:
             lines.append(f"  - {hit['chunk_id']} ({hit['source']}, {hit['score']:g}): "
                          f"{hit['excerpt']}")
-    return "\n".join(lines)
+    return escape_lines(lines)
 
 
 def _show_text(data: dict) -> str:
@@ -146,11 +149,11 @@ def _show_text(data: dict) -> str:
              f"{data['freshness_at'] or 'unknown'}",
              f"  {data['evidence_count']} evidence:"]
     lines.extend(_evidence_lines(data, "    - "))
-    return "\n".join(lines)
+    return escape_lines(lines)
 
 
 def _list_text(data: dict) -> str:
     lines = [_fact_line(f) + ("" if f["is_active"] else "  [inactive]") for f in data["facts"]]
     lines.append(f"{data['total']} fact(s) in tenant {data['tenant']}"
                  + (f", {len(data['facts'])} shown" if data["truncated"] else ""))
-    return "\n".join(lines)
+    return escape_lines(lines)

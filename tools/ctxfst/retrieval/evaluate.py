@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..diagnostics import escape_lines
 from .search import Bridge, Index, RetrievalError, search
 
 
@@ -86,4 +87,4 @@ def markdown(report: dict[str, Any]) -> str:
             cells = [f"{h['chunk_id']}{' ✓' if h['relevant'] else ''}" for h in hits]
             cells += [""] * (k - len(cells))
             lines.append(f"| {mode} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return escape_lines(lines) + "\n"  # query texts and ids come from files
