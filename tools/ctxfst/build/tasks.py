@@ -14,6 +14,7 @@ from pathlib import Path
 from doit.tools import config_changed
 
 from ..config import ConfigError, find_project
+from ..diagnostics import escape
 from ..files import project_files, scan_project
 
 DOIT_CONFIG = {
@@ -33,7 +34,7 @@ def project_here():
         if config is not None:
             check_build_folder(config)
     except ConfigError as error:
-        print(error.render(), file=sys.stderr)
+        print(escape(error.render()), file=sys.stderr)
         sys.exit(2)
     if config is None:
         print("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
@@ -84,8 +85,8 @@ def build_lock(config):
     from ..locks import exclusive
 
     def waiting(holder: str) -> None:
-        print(f"ctxfst: another build of this project is running ({holder}); waiting for it",
-              file=sys.stderr, flush=True)
+        print(f"ctxfst: another build of this project is running ({escape(holder)}); "
+              "waiting for it", file=sys.stderr, flush=True)
 
     return exclusive(build_lock_path(config), None, str, waiting, reentrant=True)
 
@@ -111,7 +112,7 @@ def namespace(CONFIG) -> dict:
             try:
                 STAGE_FUNCTIONS[stage](CONFIG)
             except BuildFailed as error:
-                print(f"ctxfst: {stage}: {error}", file=sys.stderr)
+                print(f"ctxfst: {stage}: {escape(error)}", file=sys.stderr)  # KB paths
                 return False
             return True
 
