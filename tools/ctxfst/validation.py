@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .collector import collector_paused
 from .config import Config, find_project
 from .diagnostics import Diagnostic, Severity, summarize
 from .document.kb import Input, KnowledgeBase, inputs_for, load_kb
@@ -106,9 +107,10 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
          use_cache: bool = True) -> Report:
     report = Report()
     for plan in plans:
-        kb = _load(plan, use_cache)
-        kb.skills_dir = plan.skills_dir
-        found = sorted(set(check_kb(kb, with_lint, strict_spec) + plan.refused))
+        with collector_paused():  # a parsed KB is large, long-lived and acyclic
+            kb = _load(plan, use_cache)
+            kb.skills_dir = plan.skills_dir
+            found = sorted(set(check_kb(kb, with_lint, strict_spec) + plan.refused))
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
             report.files += sum(1 for item in (*kb.documents, *kb.skills)

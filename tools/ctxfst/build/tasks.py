@@ -13,6 +13,7 @@ from pathlib import Path
 
 from doit.tools import config_changed
 
+from ..collector import collector_paused
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..files import project_files, scan_project
@@ -110,7 +111,8 @@ def namespace(CONFIG) -> dict:
 
             hold_build_lock(CONFIG)
             try:
-                STAGE_FUNCTIONS[stage](CONFIG)
+                with collector_paused():  # stages hold the KB's many acyclic objects
+                    STAGE_FUNCTIONS[stage](CONFIG)
             except BuildFailed as error:
                 print(f"ctxfst: {stage}: {escape(error)}", file=sys.stderr)  # KB paths
                 return False

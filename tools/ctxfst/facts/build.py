@@ -16,14 +16,13 @@ artifacts byte for byte.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..collector import collector_paused
 from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
 from ..document.rules import content_target
 from ..document.source import Source as DocumentSource, decode_text, load_text
@@ -300,27 +299,13 @@ def _plan(sources: list[Source], latest: dict[str, dict], digests: dict[str, str
     return work
 
 
-@contextmanager
-def _collector_paused():
-    """The stage makes millions of objects that live to its end and form no cycles; the
-    cyclic garbage collector would scan them again and again (a third of the time on a
-    large knowledge base) and free nothing."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
     """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir.
 
     Only the previous facts a build touches become Python objects; the others are
     carried over as Arrow rows, so an edit costs little on a large knowledge base.
     """
-    with _collector_paused():
+    with collector_paused():
         return _run_facts(root, kb, settings, out_dir)
 
 
