@@ -352,3 +352,28 @@ def test_a_journal_without_staged_files_is_dropped(tmp_path, capsys):
     assert code == 0, out
     assert not (root / "build" / JOURNAL).exists()
     assert_consistent(root)
+
+
+def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, capsys,
+                                                                      monkeypatch):
+    """validate, compile and facts share the KB the first of them validated, while no
+    input has changed; an input edited between stages is loaded and validated again."""
+    import ctxfst.document.rules as rules
+    from ctxfst.build import pipeline
+
+    calls = []
+    real = rules.validate
+    monkeypatch.setattr(rules, "validate",
+                        lambda kb, *args: calls.append(1) or real(kb, *args))
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    assert len(calls) == 1
+    config = find_project(root)
+    pipeline.stage_validate(config)
+    doc = root / "content" / "backend-frameworks.ctxfst.md"
+    doc.write_text(doc.read_text(encoding="utf-8").replace("Hono is a tiny web framework",
+                                                           "Hono is a very small framework"))
+    pipeline.stage_compile(config)
+    chunks = json.loads((root / "build" / ".staging" / "chunks.json").read_text())
+    assert any("Hono is a very small framework" in c["content"] for c in chunks["chunks"])
+    assert len(calls) == 3

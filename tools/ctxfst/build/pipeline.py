@@ -80,17 +80,43 @@ def _show(diagnostics: list[Diagnostic], files: int) -> None:
     sys.stdout.write(render_text(diagnostics, summarize(diagnostics, files)))
 
 
+# The validated KB of this process's last load, shared by the stages of one build run
+# (validate, compile and facts each need it): (project, settings, input identities) ->
+# (kb, validation). Identities include ctime, which every write changes.
+_validated: dict[tuple, tuple[tuple, Any, Any]] = {}
+
+
+def _identities(inputs, refused) -> tuple:
+    found = []
+    for item in inputs:
+        try:
+            info = os.stat(item.source.fs_path)
+        except OSError:
+            return ()  # a file gone since the walk: never reuse
+        found.append((item.source.path, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+                      info.st_ino))
+    return (tuple(found), tuple(refused))
+
+
 def _load_validated(config: Config, counts: dict | None = None):
-    """Load and validate the knowledge base; raise BuildFailed on any error."""
+    """Load and validate the knowledge base; raise BuildFailed on any error. A later stage
+    of the same run gets the KB its first stage validated while no input has changed."""
     from ..document.kb import load_kb
     from ..document.rules import validate
     from ..validation import project_inputs
     from .cache import ParseCache
 
-    cache = ParseCache(config.cache_dir / "parse.sqlite")
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
+    inputs = project_inputs(config, refused)
+    key = (config.root, config.build.digest())
+    identities = _identities(inputs, refused)
+    shared = _validated.get(key)
+    if shared is not None and identities and shared[0] == identities:
+        return shared[1], shared[2]
+    _validated.clear()
+    cache = ParseCache(config.cache_dir / "parse.sqlite")
     try:
-        kb = load_kb(config.root, project_inputs(config, refused), cache)
+        kb = load_kb(config.root, inputs, cache)
     finally:
         cache.close()
     if counts is not None:
@@ -102,6 +128,8 @@ def _load_validated(config: Config, counts: dict | None = None):
         _show(validation.diagnostics, kb.file_count)
         raise BuildFailed(f"validation found {len(errors)} error(s); the build stopped and "
                           "build/ was left as it was")
+    if identities:
+        _validated[key] = (identities, kb, validation)
     return kb, validation
 
 
