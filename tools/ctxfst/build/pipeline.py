@@ -98,9 +98,10 @@ def _identities(inputs, refused) -> tuple:
     return (tuple(found), tuple(refused))
 
 
-def _load_validated(config: Config, counts: dict | None = None):
-    """Load and validate the knowledge base; raise BuildFailed on any error. A later stage
-    of the same run gets the KB its first stage validated while no input has changed."""
+def _load_validated(config: Config, counts: dict | None = None, reuse: bool = True):
+    """Load and validate the knowledge base; raise BuildFailed on any error. With reuse,
+    a later stage gets the KB an earlier one validated while no input has changed (the
+    validate stage itself always loads: it opens a run)."""
     from ..document.kb import load_kb
     from ..document.rules import validate
     from ..validation import project_inputs
@@ -111,7 +112,7 @@ def _load_validated(config: Config, counts: dict | None = None):
     key = (config.root, config.build.digest())
     identities = _identities(inputs, refused)
     shared = _validated.get(key)
-    if shared is not None and identities and shared[0] == identities:
+    if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1], shared[2]
     _validated.clear()
     cache = ParseCache(config.cache_dir / "parse.sqlite")
@@ -144,7 +145,7 @@ def _inputs(config: Config, files: list[Path]) -> list[dict[str, Any]]:
 def stage_validate(config: Config) -> None:
     started = time.perf_counter()
     counts: dict[str, int] = {}
-    kb, validation = _load_validated(config, counts)
+    kb, validation = _load_validated(config, counts, reuse=False)
     warnings = sum(1 for d in validation.diagnostics if d.severity.value == "warning")
     if validation.diagnostics:
         _show(validation.diagnostics, kb.file_count)
