@@ -23,7 +23,7 @@ from ctxfst.document.parse import parse_document
 from ctxfst.document.source import Source
 from ctxfst.mock import mock_document
 
-CH22 = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "ch22"
+CH22 = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "ch22"
 
 
 def ch22_chunks() -> list[dict]:

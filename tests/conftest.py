@@ -14,9 +14,9 @@ import pytest
 from ctxfst.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-UPSTREAM = SHARED / "fixtures" / "upstream"
-CH22 = SHARED / "benchmarks" / "ch22" / "benchmark.ctxfst.md"
+FIXTURES = REPO / "tests" / "fixtures"  # vendored public data: a clone alone passes
+UPSTREAM = FIXTURES / "upstream"
+CH22 = FIXTURES / "ch22" / "benchmark.ctxfst.md"
 
 
 def write(root: Path, name: str, text: str | bytes) -> Path:
