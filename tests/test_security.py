@@ -2014,3 +2014,29 @@ def test_kb_text_in_facts_and_query_output_cannot_forge_lines_or_control_a_termi
     for out in outputs:
         assert not any(char in out for char in "\x1b\x07\r\u202e\u2028"), out[:2000]
         assert not any(line.startswith("FAKE") for line in out.splitlines())
+
+
+def test_facts_ask_never_imports_the_extractors_the_settings_name(tmp_path, capsys,
+                                                                  monkeypatch):
+    """The build imports configured plugin extractors (trusted, like dodo.py); `facts ask`
+    is a reader and runs no code a KB's settings name."""
+    marker = tmp_path / "imported"
+    write(tmp_path / "plugins", "marking_extractor.py",
+          f"open({str(marker)!r}, 'a').write('x')\n\n"
+          "class Extractor:\n    name, version = 'marking', '1'\n\n"
+          "    def extract(self, view):\n        return []\n\n\n"
+          "def make():\n    return Extractor()\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "plugins"))
+    root = copy_example(tmp_path / "kb",
+                        extra='[facts]\nextractors = ["marking_extractor:make"]\n')
+    assert run_build(root, []) == 0
+    capsys.readouterr()
+    assert marker.exists()
+    marker.unlink()
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "plugins"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    asked = run_process("facts", "ask", "--tenant", "default", "--op", "exists",
+                        "--namespace", "domain", "--key", "topic", cwd=root, env=env)
+    assert asked.returncode == 0, asked.stderr
+    assert "answer: yes" in asked.stdout
+    assert not marker.exists()

@@ -51,7 +51,7 @@ def add_parser(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 with an answer, 1 when it cannot be answered, 2 for bad arguments."""
     from ..config import find_project
-    from .extractors import ExtractionError, extract_version, load_extractors
+    from .extractors import reader_version
     from .query import FactsError, FactsUsage, Store, ask, check_tenant, list_facts, show
 
     try:
@@ -79,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
             from ..config import BuildSettings
 
             settings = config.build if config else BuildSettings()
-            try:
-                version = extract_version(load_extractors(settings.facts_extractors))
-            except ExtractionError as error:
-                raise FactsError(str(error)) from None
+            version = reader_version(settings.facts_extractors, store.extract_version)
             data = ask(store, settings, args.tenant, args.op, args.entity_type,
                        args.namespace, args.key, args.value, args.min_confidence, args.limit,
                        version)

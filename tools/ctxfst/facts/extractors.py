@@ -436,6 +436,18 @@ def extract_version(extractors: list[Extractor]) -> str:
     return "+".join(f"{e.name}@{e.version}" for e in extractors)
 
 
+def reader_version(plugins: tuple[str, ...], recorded: str) -> str:
+    """The extractor version a reader (`facts ask`) checks runs against, importing no
+    plugin: readers run no code a KB's settings name (docs/security.md). Without plugins
+    it is the current built-in version; with them, the version the build recorded, as
+    long as its built-in part is the current one (a plugin upgraded since the build is
+    seen by the next build, which re-extracts)."""
+    builtin = extract_version(load_extractors(()))
+    if not plugins:
+        return builtin
+    return recorded if recorded.startswith(builtin + "+") else f"{builtin}+(plugins)"
+
+
 def _plugin_problem(candidate: Any) -> str | None:
     """What is wrong with a plugin's candidate (the built-in extractors are tested)."""
     if not isinstance(candidate, Candidate) or not isinstance(candidate.evidence, Evidence):
