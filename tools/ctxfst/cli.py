@@ -344,7 +344,8 @@ def _retrieval(args: argparse.Namespace) -> int:
             from .retrieval.export import export_lancedb, lancedb_folder
 
             counts = export_lancedb(build_dir, lancedb_folder(
-                config.root if config else Path.cwd().resolve(), args.db))
+                config.root if config else Path.cwd().resolve(), args.db),
+                config.cache_dir if config else None)
             print(f"wrote {counts['chunks']} chunks and {counts['entities']} entities to "
                   f"{args.db}")
             return EXIT_OK
@@ -514,7 +515,7 @@ def _skill_files(paths: list[Path]) -> list[Path]:
 def _skills(args: argparse.Namespace) -> int:
     files = _skill_files(args.paths)
     if args.skills_command == "migrate":
-        from .build.io import write_atomic
+        from .build.io import read_bytes_no_follow, write_atomic
         from .diagnostics import escape
         from .skills.migrate import MigrationError, migrate_text
 
@@ -523,9 +524,10 @@ def _skills(args: argparse.Namespace) -> int:
             try:
                 if path.is_symlink():  # rewriting would replace the link with a copy
                     raise MigrationError("is a symbolic link; migrate the file it points to")
-                # newline="": keep CRLF files CRLF (the body is kept byte for byte)
-                with open(path, encoding="utf-8", newline="") as handle:
-                    text, differs = migrate_text(handle.read(), str(path))
+                # bytes decoded as they are: CRLF files stay CRLF (the body is kept byte
+                # for byte); never through a link, never a FIFO
+                text, differs = migrate_text(read_bytes_no_follow(path).decode("utf-8"),
+                                             str(path))
                 if differs and not args.check:
                     write_atomic(path, text.encode("utf-8"))  # keeps the file's mode
             except (MigrationError, UnicodeDecodeError, OSError) as error:

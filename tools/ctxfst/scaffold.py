@@ -6,6 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from .build.io import open_no_follow
 from .config import DEFAULT_MODEL
 
 
@@ -119,8 +120,8 @@ def init(directory: Path, model: str = DEFAULT_MODEL) -> list[Path]:
         for name, text in files.items():
             path = directory / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-            with os.fdopen(os.open(path, flags, 0o666), "w", encoding="utf-8") as out:
+            handle = open_no_follow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
                 written.append(path)
                 out.write(text)
     except OSError as error:

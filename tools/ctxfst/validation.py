@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .collector import collector_paused
 from .config import Config, find_project
-from .diagnostics import Diagnostic, Severity, summarize
+from .diagnostics import Diagnostic, Severity, ordered, summarize
 from .document.kb import Input, KnowledgeBase, inputs_for, load_kb
 from .files import display_path, inside, scan_project
 from .document.rules import validate
@@ -110,7 +110,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
         with collector_paused():  # a parsed KB is large, long-lived and acyclic
             kb = _load(plan, use_cache)
             kb.skills_dir = plan.skills_dir
-            found = sorted(set(check_kb(kb, with_lint, strict_spec) + plan.refused))
+            found = ordered(check_kb(kb, with_lint, strict_spec) + plan.refused)
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
             report.files += sum(1 for item in (*kb.documents, *kb.skills)
@@ -153,7 +153,7 @@ def check_kb(kb: KnowledgeBase, with_lint: bool = False, strict_spec: bool = Fal
 
     # Lint reports file-level problems too, or an unreadable file would pass silently.
     unreadable = [d for d in validation.diagnostics if d.code < "CTX100"]
-    return sorted(set(unreadable + lint(kb, validation)))
+    return ordered(unreadable + lint(kb, validation))
 
 
 def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False,

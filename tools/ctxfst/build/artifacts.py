@@ -154,11 +154,6 @@ def _is_file_name(name: str) -> bool:
         and "\0" not in name
 
 
-def artifact_digests(manifest: dict[str, Any]) -> dict[str, str]:
-    """Artifact file name -> the sha256 the manifest records for it."""
-    return {a["path"]: a["sha256"] for a in manifest["artifacts"]}
-
-
 class BuildArtifacts:
     """A published build folder, read through its manifest. Open it with the names a
     reader needs (missing ones are named together); every read is checked first."""

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..config import Config
-from ..diagnostics import Diagnostic, render_text, summarize
+from ..diagnostics import Diagnostic, ordered, render_text, summarize
 from .io import read_json, sha256_file, write_atomic, write_json
 
 STAGING = ".staging"
@@ -123,7 +123,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     if counts is not None:
         counts.update(documents_parsed=cache.misses, documents_from_cache=cache.hits)
     validation = validate(kb)
-    validation.diagnostics = sorted(set(validation.diagnostics + refused))
+    validation.diagnostics = ordered(validation.diagnostics + refused)
     errors = [d for d in validation.diagnostics if d.severity.value == "error"]
     if errors:
         _show(validation.diagnostics, kb.file_count)

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..diagnostics import Diagnostic, diag
-from ..files import inside
 from ..document.kb import KnowledgeBase
 from ..document.model import SCHEMA_VERSION, ChunkRecord, ParsedDocument
-from ..document.rules import Validation, content_target
+from ..document.rules import Validation, passage_file
 from ..document.source import Source, load_text
 
 CHUNKS_SCHEMA_VERSION = "1.0.0"
@@ -66,9 +65,8 @@ def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic],
     if body is not None:
         return body.content, body.line, body.end_line
     pos = doc.source_map.value(("chunks", [i for i, r in doc.chunks if r is record][0], "id"))
-    target, why = content_target(doc, record)
-    if target is None or not inside(root, target):
-        why = why or "is outside the knowledge base root"
+    target, why = passage_file(doc, record, root)
+    if target is None:
         errors.append(diag("CTX309", f"content_path {record.content_path!r} {why}",
                            doc.path, pos.line, pos.column))
         return "", pos.line, pos.line

@@ -204,15 +204,13 @@ def _confidence(value: Any) -> float | None:
 
 
 def declared_facts(item: Any, base: tuple, raw: Any, label: str, passage: list[str] | None,
-                   out: list[Diagnostic], search: EvidenceSearch | None = None
-                   ) -> list[DeclaredFact]:
+                   out: list[Diagnostic], search: EvidenceSearch) -> list[DeclaredFact]:
     """Check one `facts:` value (raw YAML data) at frontmatter path base + ('facts',).
 
     passage lists the texts an `evidence:` excerpt must occur in, one of them (None: not
     checkable here, the build checks it), searched through search (one per document).
     Diagnostics are located through item.source_map.
     """
-    search = search or EvidenceSearch()
     from .model import diagnostic_at as at
 
     where = base + ("facts",)

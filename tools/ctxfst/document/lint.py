@@ -153,19 +153,19 @@ def _lint_catalog(validation: Validation, out) -> None:
 def _near_duplicates(chunks: list[_Chunk], out) -> None:
     """All chunks with a Jaccard >= NEAR_DUPLICATE partner, without an all-pairs loop.
 
-    PPJoin: with tokens ordered rarest first, two sets with Jaccard >= t share a token
+    PPJoin: with tokens candidates rarest first, two sets with Jaccard >= t share a token
     within each one's prefix of |S| - ceil(t|S|) + 1 tokens; a shared token's positions
     bound how much more they can share, which prunes most candidates before any set
     intersection is computed. Chunks with the same token set are searched once, through
     their first member: n copies of one chunk would otherwise be n^2 candidate pairs.
     """
     t = NEAR_DUPLICATE
-    ordered = sorted((c for c in chunks if len(c.token_set) >= MIN_TOKENS_FOR_DUPLICATE),
-                     key=lambda c: (len(c.token_set), c.record.id))
+    candidates = sorted((c for c in chunks if len(c.token_set) >= MIN_TOKENS_FOR_DUPLICATE),
+                        key=lambda c: (len(c.token_set), c.record.id))
     groups: dict[frozenset, list[_Chunk]] = {}
-    for chunk in ordered:
+    for chunk in candidates:
         groups.setdefault(chunk.token_set, []).append(chunk)
-    firsts = [group[0] for group in groups.values()]  # still in `ordered` order
+    firsts = [group[0] for group in groups.values()]  # still in `candidates` order
     frequency: Counter = Counter()
     for chunk in firsts:
         frequency.update(chunk.token_set)
@@ -183,7 +183,7 @@ def _near_duplicates(chunks: list[_Chunk], out) -> None:
             match, score = _first_candidate(chunk, firsts, ranked, postings)
         for i, token in enumerate(ranked[x][:indexed]):
             index[token].append((x, i))
-        # One report per chunk (its first match in `ordered`) keeps output linear in the
+        # One report per chunk (its first match in `candidates`) keeps output linear in the
         # KB. An earlier distinct set precedes the group's own first member.
         for position, member in enumerate(groups[chunk.token_set]):
             if match is None and position == 0:

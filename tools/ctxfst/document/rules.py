@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..diagnostics import Diagnostic, diag, ordered
+from ..files import inside
 from ..skills.model import SPEC_FIELDS
 from ..skills.index import skill_node_id
 from ..skills.parse import check_skill_dirs
@@ -226,9 +227,18 @@ def content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
         return None, f"cannot be resolved: {error}"
 
 
+def passage_file(doc, record: ChunkRecord, root: Path) -> tuple[Path | None, str | None]:
+    """content_target, refused when it leaves root (resolved): what the compiler and the
+    facts stage read, checked again there since a file may change after validation."""
+    target, problem = content_target(doc, record)
+    if target is not None and not inside(root, target):
+        return None, "is outside the knowledge base root"
+    return target, problem
+
+
 def _file_size(target: Path, root: Path) -> int | None:
     """The size of target when it is a regular file inside root, else None."""
-    if root not in target.parents:
+    if not inside(root, target):
         return None
     try:
         info = target.stat()
@@ -246,7 +256,7 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
     if target is None:
         out.append(_at(doc, where, "CTX311",
                        f"content_path {short_repr(record.content_path)} {problem}"))
-    elif target != root and root not in target.parents:
+    elif not inside(root, target):
         out.append(_at(doc, where, "CTX308",
                        f"content_path '{record.content_path}' points outside the knowledge "
                        f"base root {root}"))

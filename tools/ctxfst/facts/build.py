@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..collector import collector_paused
 from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
-from ..document.rules import content_target
-from ..document.source import Source as DocumentSource, decode_text, load_text
-from ..files import inside
+from ..document.rules import passage_file
+from ..build.io import read_regular
+from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Candidate,
@@ -112,12 +111,18 @@ def collect_sources(root: Path, kb, settings) -> list[Source]:
     return sorted(sources, key=lambda s: s.path)
 
 
-def _passage_files(source: Source) -> list[Path]:
+def _passage_files(root: Path, source: Source) -> list[Path]:
     if source.kind != "document":
         return []
-    base = source.fs_path.resolve().parent
-    return sorted({(base / record.content_path).resolve() for _, record in source.record.chunks
-                   if record.content_path is not None})
+    found = set()
+    for _, record in source.record.chunks:
+        if record.content_path is not None:
+            target, why = passage_file(source.record, record, root.resolve())
+            if target is None:
+                raise ExtractionError(f"{source.path}: content_path "
+                                      f"{record.content_path!r} {why}")
+            found.add(target)
+    return sorted(found)
 
 
 def _catalogs(sources: list[Source]) -> tuple[dict[str, Catalog], dict[str, str]]:
@@ -261,10 +266,10 @@ def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
         for _, chunk in record.chunks:
             if chunk.content_path is None or chunk.id in passages:
                 continue
-            target, why = content_target(record, chunk)
-            if target is None or not inside(root.resolve(), target):
+            target, why = passage_file(record, chunk, root.resolve())
+            if target is None:
                 raise ExtractionError(f"{source.path}: content_path {chunk.content_path!r} "
-                                      f"{why or 'is outside the knowledge base root'}")
+                                      f"{why}")
             relative = _relative(root, target, str(target))
             passage_text, problem = load_text(DocumentSource(relative, target))  # size-limited
             if passage_text is None:
@@ -305,11 +310,6 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
     Only the previous facts a build touches become Python objects; the others are
     carried over as Arrow rows, so an edit costs little on a large knowledge base.
     """
-    with collector_paused():
-        return _run_facts(root, kb, settings, out_dir)
-
-
-def _run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
     from ..build.io import json_bytes, parquet_bytes, write_atomic
 
     extractors = load_extractors(settings.facts_extractors)
@@ -318,7 +318,7 @@ def _run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
     for source in sources:
         try:
             data = source.fs_path.read_bytes()
-            passages = [p.read_bytes() for p in _passage_files(source)]
+            passages = [read_regular(p, MAX_FILE_BYTES)[0] for p in _passage_files(root, source)]
         except OSError as error:
             raise ExtractionError(f"{source.path} changed during the build ({error}): run "
                                   "`doit` again") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..build.io import read_bytes_no_follow, write_json
+from ..files import inside
 from .planner import Plan, plan
 from .select import DEFAULT_RETRIES, attempts
 from .state import RESULTS, StateFileError, StateStore, WorldState
@@ -96,8 +97,8 @@ def command_executor(root: Path, timeout: float) -> Executor:
         project = root.resolve()
         folder = (root / skill["path"]).resolve().parent
         target = (folder / script).resolve()
-        if (folder != project and project not in folder.parents) \
-                or folder not in target.parents or not target.is_file():
+        if not inside(project, folder) or folder not in target.parents \
+                or not target.is_file():
             return Outcome("failed", f"script {script!r} is not a file inside the skill's "
                            f"folder {folder} in the project")
         if not os.access(target, os.X_OK):

@@ -30,8 +30,7 @@ class World:
         """Every id a state may hold: graph nodes (with their type) and skill facts."""
         known = {node["id"]: node.get("type", "") for node in self.graph.get("nodes", [])}
         for skill in self.skills:
-            for key in ("preconditions", "negative_preconditions", "add_effects",
-                        "delete_effects"):
+            for key in _ID_LISTS:
                 for fact in skill[key]:
                     known.setdefault(fact, "state")
         return known
