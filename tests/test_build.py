@@ -377,3 +377,81 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
     chunks = json.loads((root / "build" / ".staging" / "chunks.json").read_text())
     assert any("Hono is a very small framework" in c["content"] for c in chunks["chunks"])
     assert len(calls) == 3
+
+
+def test_project_relative_in_bulk_gives_the_exact_answers(tmp_path, monkeypatch):
+    """ProjectRelative (each folder resolved once) answers as project_relative does, for
+    plain files, links inside and out of the project, `..` parts and relative paths."""
+    from ctxfst.files import ProjectRelative, project_relative
+
+    root = tmp_path / "kb"
+    write(root, "content/a/doc.md", "x")
+    write(root, "content/b/other.md", "x")
+    write(tmp_path, "outside/far.md", "x")
+    (root / "content/linked").symlink_to(root / "content/b")
+    (root / "content/a/to-other.md").symlink_to(root / "content/b/other.md")
+    (root / "content/a/to-far.md").symlink_to(tmp_path / "outside/far.md")
+    (root / "content/out").symlink_to(tmp_path / "outside")
+    monkeypatch.chdir(root)
+    paths = [root / "content/a/doc.md", "content/a/doc.md", root / "content/linked/other.md",
+             root / "content/a/to-other.md", root / "content/a/to-far.md",
+             root / "content/out/far.md", root / "content/a/../b/other.md",
+             root / "content/linked/../a/doc.md", tmp_path / "outside/far.md"]
+    bulk = ProjectRelative(root)
+    for path in paths:
+        assert bulk(path) == project_relative(root, path), path
+        assert bulk(path, "given") == project_relative(root, path, "given"), path
+
+
+def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
+    """The build hashes a source again only when its identity changed; a file changed a
+    moment ago is hashed again next time (it could change again within one clock tick)."""
+    from ctxfst.build.artifacts import DigestCache
+    from ctxfst.files import RACY_NS
+
+    path = write(tmp_path, "doc.md", "one")
+    cache_file = tmp_path / "digests.json"
+    cache = DigestCache(cache_file, RACY_NS)
+    cache.put("doc.md", path.stat(), "a" * 64)
+    assert cache.get("doc.md", path.stat()) is None  # written just now: not remembered
+    old = time.time_ns() - 10 * RACY_NS
+    os.utime(path, ns=(old, old))
+    info = path.stat()
+    if time.time_ns() - info.st_ctime_ns < RACY_NS:
+        time.sleep(RACY_NS / 1e9 * 1.5)  # ctime cannot be set back: let it age
+    cache.put("doc.md", info, "a" * 64)
+    cache.save()
+    assert DigestCache(cache_file, RACY_NS).get("doc.md", info) == "a" * 64
+    path.write_text("two")
+    assert DigestCache(cache_file, RACY_NS).get("doc.md", path.stat()) is None
+
+
+def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
+    """scan_project remembers a listing while its folders keep their mtime: every add,
+    removal or rename in a folder moves it, and the next scan lists again."""
+    from ctxfst.files import RACY_NS, scan_project
+
+    root = project(tmp_path / "kb")
+    write(root, "content/sub/a.md", "x")
+    config = find_project(root)
+
+    def age() -> None:  # folders older than the racy window: listings are remembered
+        old = time.time_ns() - 10 * RACY_NS
+        for folder in (root / "content", root / "content/sub"):
+            os.utime(folder, ns=(old, old))
+
+    def names() -> list[str]:
+        return [p.relative_to(root).as_posix() for p in scan_project(config).files]
+
+    age()
+    assert names() == ["content/sub/a.md"]
+    write(root, "content/sub/b.md", "x")
+    assert names() == ["content/sub/a.md", "content/sub/b.md"]
+    age()
+    assert names() == ["content/sub/a.md", "content/sub/b.md"]
+    (root / "content/sub/a.md").rename(root / "content/sub/c.md")
+    assert names() == ["content/sub/b.md", "content/sub/c.md"]
+    age()
+    names()
+    (root / "content/sub/b.md").unlink()
+    assert names() == ["content/sub/c.md"]

@@ -283,6 +283,12 @@ class Config:
         """Caches that outlive `doit clean` (embeddings): beside the build, not in it."""
         return self.root / TOOL_DIR / "cache"
 
+    @property
+    def input_digests(self) -> Path:
+        """sha256 of the sources by file identity (size, mtime, inode, ctime), like git's
+        index: shared by the build's stamp and the readers' freshness check."""
+        return self.cache_dir / "inputs.json"
+
 
 def _settings_in(directory: Path) -> _Settings | None:
     dedicated = directory / CONFIG_FILE

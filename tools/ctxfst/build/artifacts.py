@@ -11,9 +11,11 @@ import hashlib
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
+from ..files import RACY_NS
 from .io import FileTooLarge, read_regular
 
 REBUILD = "run `doit clean`, then run `doit`"  # plain `doit` trusts build/ as it is
@@ -67,11 +69,15 @@ def parse_json(data: bytes) -> Any:
 class DigestCache:
     """sha256 of files remembered by their identity (size, mtime, inode, ctime), in one
     data-only JSON file that is checked on read (a malformed entry is a miss), so a reader
-    hashes only files changed since it last did. Without a path it remembers nothing; a
+    hashes only files changed since it last did. Sources (which editors write at any time)
+    pass racy_ns=RACY_NS; artifacts, written under the build lock, need not. Without a path it remembers nothing; a
     cache that cannot be written only makes later checks slower."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, racy_ns: int = 0) -> None:
+        from .cache import caches_disabled
+
+        self.racy_ns = racy_ns
+        self.path = path = None if caches_disabled() else path
         self.entries: dict[str, list] = {}
         if path is not None:
             try:
@@ -92,6 +98,11 @@ class DigestCache:
         return entry[4] if entry is not None and entry[:4] == self.identity(info) else None
 
     def put(self, key: str, info: os.stat_result, digest: str) -> None:
+        # A file changed in the last moments may change again within the same clock tick,
+        # keeping its identity (git's "racy" entries): with racy_ns, hash it again next time.
+        if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < self.racy_ns:
+            self.entries.pop(key, None)
+            return
         self.entries[key] = [*self.identity(info), digest]
 
     def keep_only(self, keys: set[str]) -> None:

@@ -14,12 +14,13 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     """Source files (and the settings file) added, removed or edited since the build (by
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
     so a query on a large knowledge base hashes only files touched since."""
-    from ..files import project_relative, scan_project
+    from ..files import RACY_NS, ProjectRelative, project_relative, scan_project
     from .io import sha256_file
 
     recorded = {i["path"]: i for i in manifest.get("inputs", [])}
     root = config.root.resolve()
-    digests = DigestCache(config.cache_dir / "freshness.json")
+    digests = DigestCache(config.input_digests, RACY_NS)
+    relative_to_root = ProjectRelative(root)
     changed: list[str] = []
     seen: set[str] = set()
     scan = scan_project(config)
@@ -27,7 +28,7 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     if config.config_file is not None:  # settings (tenants, models) shape the artifacts too
         sources.append(config.config_file)
     for path in sources:
-        relative = project_relative(root, path)
+        relative = relative_to_root(path)
         seen.add(relative)
         entry = recorded.get(relative)
         try:

@@ -134,12 +134,31 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     return kb, validation
 
 
-def _inputs(config: Config, files: list[Path]) -> list[dict[str, Any]]:
-    from ..files import project_relative
+def _inputs(config: Config, files: list[Path], every_input: bool = False
+            ) -> list[dict[str, Any]]:
+    """Path, sha256 and size of each file; a file is hashed again only when its identity
+    (size, mtime, inode, ctime) changed since it was last hashed. every_input: files are
+    all the project's inputs, so the digests of others (deleted files) are forgotten."""
+    from ..files import RACY_NS, ProjectRelative
+    from .artifacts import DigestCache
 
-    return [{"path": project_relative(config.root, path),
-             "sha256": sha256_file(path), "bytes": path.stat().st_size}
-            for path in sorted(files)]
+    relative_to_root = ProjectRelative(config.root)
+    digests = DigestCache(config.input_digests, RACY_NS)
+    found = []
+    for path in sorted(files):
+        relative = relative_to_root(path)
+        info = os.stat(path)
+        digest = digests.get(relative, info)
+        if digest is None:
+            digest = sha256_file(path)
+            after = os.stat(path)
+            if DigestCache.identity(after) == DigestCache.identity(info):
+                digests.put(relative, info, digest)
+        found.append({"path": relative, "sha256": digest, "bytes": info.st_size})
+    if every_input:
+        digests.keep_only({item["path"] for item in found})
+    digests.save()
+    return found
 
 
 def stage_validate(config: Config) -> None:
@@ -154,7 +173,8 @@ def stage_validate(config: Config) -> None:
     # The stamp changes exactly when a source changes: later stages depend on it alone.
     # (Settings are not in it: each stage tracks the settings it reads itself.)
     write_json(staged(config, "validation.json"),
-               {"toolchain": __version__, "inputs": _inputs(config, project_files(config))})
+               {"toolchain": __version__,
+                "inputs": _inputs(config, project_files(config), every_input=True)})
     _record(config, "validate", started, files=kb.file_count, warnings=warnings, **counts)
 
 

@@ -17,6 +17,7 @@ from ..document.kb import KnowledgeBase
 from ..document.model import SCHEMA_VERSION, ChunkRecord, ParsedDocument
 from ..document.rules import Validation, passage_file
 from ..document.source import Source, load_text
+from ..files import ProjectRelative
 
 CHUNKS_SCHEMA_VERSION = "1.0.0"
 # Export field order: upstream's required fields first, then its optional ones.
@@ -51,14 +52,6 @@ def _ordered(data: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _relative(root: Path, doc: ParsedDocument) -> str:
-    from ..files import project_relative
-
-    if doc.fs_path is None:
-        return doc.path
-    return project_relative(root, doc.fs_path, doc.path)
-
-
 def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic],
              root: Path) -> tuple[str, int, int]:
     body = doc.bodies.get(record.id)
@@ -82,7 +75,9 @@ def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
     """Chunks sorted by id and merged entities sorted by id, as plain JSON data."""
     errors: list[Diagnostic] = []
     chunks = []
-    sources = {id(doc): _relative(kb.root, doc) for doc in kb.documents}
+    relative = ProjectRelative(kb.root)
+    sources = {id(doc): doc.path if doc.fs_path is None else relative(doc.fs_path, doc.path)
+               for doc in kb.documents}
     root = kb.root.resolve()
     for doc in kb.documents:
         source = sources[id(doc)]

@@ -25,6 +25,7 @@ from typing import Any
 from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
 from ..document.rules import passage_file
 from ..build.io import read_regular
+from ..files import project_relative
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
@@ -68,12 +69,6 @@ def _sha(*parts: bytes) -> str:
     return digest.hexdigest()
 
 
-def _relative(root: Path, fs_path: Any, fallback: str) -> str:
-    from ..files import project_relative
-
-    return project_relative(root, fs_path, fallback)
-
-
 def document_tenant(frontmatter: dict | None, relative: str, settings) -> str | None:
     """The source's `tenant:`, else its folder's tenant ([facts] tenants), else `default`;
     None when it cannot be decided (a `tenant:` that is no tenant id, CTX709)."""
@@ -87,13 +82,15 @@ def collect_sources(root: Path, kb, settings) -> list[Source]:
     """Every document and skill of a validated knowledge base, with its tenant. Fails
     closed: a source whose tenant cannot be decided, or a [facts] tenants folder that
     holds no source (its documents would be another tenant's), stops the stage."""
+    from ..files import ProjectRelative
     from ..skills.index import skill_node_id
 
+    relative_to_root = ProjectRelative(root)
     sources: list[Source] = []
     items = [("document", doc) for doc in kb.documents] + [
         ("skill", skill) for skill in kb.skills if skill.record is not None]
     for kind, item in items:
-        relative = _relative(root, item.fs_path, item.path)
+        relative = relative_to_root(item.fs_path, item.path)
         tenant = document_tenant(item.frontmatter, relative, settings)
         if tenant is None:
             raise ExtractionError(f"{relative}: its tenant cannot be decided (an invalid "
@@ -270,7 +267,7 @@ def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
             if target is None:
                 raise ExtractionError(f"{source.path}: content_path {chunk.content_path!r} "
                                       f"{why}")
-            relative = _relative(root, target, str(target))
+            relative = project_relative(root, target, str(target))
             passage_text, problem = load_text(DocumentSource(relative, target))  # size-limited
             if passage_text is None:
                 raise ExtractionError(f"{relative}: {problem.message if problem else ''}")
