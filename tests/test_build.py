@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,9 +174,12 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
     code, out = build(root, capsys)
     assert code == 0
-    # Only the edited document is parsed again.
-    assert stage(root, "validate")["documents_parsed"] == 1
-    assert stage(root, "validate")["documents_from_cache"] == 4  # with a plain passage
+    # Only the edited document is parsed again; it and the one with a content_path
+    # passage (another file, so always checked) are typed; the others keep their units.
+    validated = stage(root, "validate")
+    assert validated["documents_parsed"] == 1 and validated["documents_from_cache"] == 1
+    assert validated["documents_typed"] == 2 and validated["documents_checked"] == 2
+    assert stage(root, "compile")["documents_recompiled"] == 2
     embed = stage(root, "embed")
     # The edited chunk, and the profiles of the two entities it mentions.
     assert embed["embedded"] == 3 and embed["cache_hits"] == 36
@@ -358,13 +362,13 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
                                                                       monkeypatch):
     """validate, compile and facts share the KB the first of them validated, while no
     input has changed; an input edited between stages is loaded and validated again."""
-    import ctxfst.document.rules as rules
+    import ctxfst.build.units as units
     from ctxfst.build import pipeline
 
     calls = []
-    real = rules.validate
-    monkeypatch.setattr(rules, "validate",
-                        lambda kb, *args: calls.append(1) or real(kb, *args))
+    real = units.check_incrementally
+    monkeypatch.setattr(units, "check_incrementally",
+                        lambda *args: calls.append(1) or real(*args))
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     assert len(calls) == 1
@@ -455,3 +459,57 @@ def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
     names()
     (root / "content/sub/b.md").unlink()
     assert names() == ["content/sub/c.md"]
+
+
+def _diagnostic_lines(text: str) -> list[str]:
+    return sorted(line for line in text.splitlines()
+                  if re.match(r"^\S+:\d+:\d+: (error|warning|info) CTX\d{3}", line))
+
+
+def test_an_incremental_validation_reports_what_a_full_one_does(tmp_path, capsys, cli):
+    """A build checks only the documents that changed and those naming an id whose
+    standing changed; what it reports equals `ctxfst validate` on the whole knowledge
+    base, also for unchanged documents that an edit elsewhere broke."""
+    root = example(tmp_path)
+    # Names ids that only backend-frameworks.ctxfst.md declares: an entity, a chunk.
+    write(root, "content/reader.ctxfst.md", """
+        ---
+        title: Reader
+        chunks:
+          - id: note:reader
+            context: Reads another document's ids.
+            entities: [entity:go]
+            dependencies: [skill:go-grpc-services]
+        ---
+        <Chunk id="note:reader">Go services, read after the gRPC notes.</Chunk>
+        """)
+    assert build(root, capsys)[0] == 0
+    edited = root / "content/backend-frameworks.ctxfst.md"
+    original = edited.read_text(encoding="utf-8")
+    steps = [
+        # entity:hono is declared again (verbatim) in career-world-model.ctxfst.md: a
+        # type changed here is a conflict reported there, in a document left as it was
+        original.replace("  - id: entity:hono\n    name: Hono\n    type: framework",
+                         "  - id: entity:hono\n    name: Hono\n    type: platform"),
+        # ids no longer declared: every unchanged document naming them is reported
+        original.replace("  - id: entity:go\n", "  - id: entity:golang\n"),
+        original.replace("  - id: skill:go-grpc-services\n", "  - id: skill:go-services\n")
+        .replace('<Chunk id="skill:go-grpc-services">', '<Chunk id="skill:go-services">'),
+        original,
+    ]
+    for text in steps:
+        edited.write_text(text, encoding="utf-8")
+        code, out = build(root, capsys)
+        full = cli("validate", cwd=root)
+        assert _diagnostic_lines(out) == _diagnostic_lines(full.out), text[:0] or out
+        assert (code == 0) == (full.code == 0)
+        if text is not original:
+            assert code != 0 and _diagnostic_lines(out)
+    expected = {0: ("content/career-world-model.ctxfst.md", "CTX202"),
+                1: ("content/reader.ctxfst.md", "CTX204"),
+                2: ("content/reader.ctxfst.md", "CTX206")}
+    for step, (unchanged, code) in expected.items():  # each reported in a document as it was
+        edited.write_text(steps[step], encoding="utf-8")
+        _, out = build(root, capsys)
+        assert any(line.startswith(unchanged) and code in line
+                   for line in _diagnostic_lines(out)), out

@@ -48,11 +48,9 @@ from ctxfst.mock import generate, mock_document
 from .conftest import copy_example
 from .test_build import PUBLISHED, assert_consistent, project
 
-# The build misses a source whose bytes changed while its modification time did not, and
-# (in one process) a file added to a folder whose mtime is put back (see the xfail tests
-# at the end): the random operations leave those cases out while it does. Set to False
-# once they are fixed, so that they are drawn too.
-MTIME_BLIND = True
+# Edits that keep a file's mtime (`cp -p`, `rsync -t`, `tar x`), swaps of files with one
+# mtime, and adds to a folder whose mtime is put back are drawn too: the build trusts a
+# file's whole identity (size, mtime, inode, ctime), never its mtime alone.
 STATEFUL = {name for name, (stage, _) in ARTIFACTS.items() if stage == "facts"}
 MOCK_DOCUMENTS = 6
 MOCK_SEED = 5
@@ -357,8 +355,7 @@ def op_edit_sentence(s: Sources, rnd: random.Random, root: Path):
     if not places:
         return None
     i = rnd.choice(places)
-    how = rnd.choice(["same-length", "append", "replace"]
-                     + ([] if MTIME_BLIND else ["same-length-keep-mtime"]))
+    how = rnd.choice(["same-length", "append", "replace", "same-length-keep-mtime"])
     n = s.fresh()
     if how.startswith("same-length"):
         changed = _same_length_change(lines[i], rnd)
@@ -491,7 +488,7 @@ def op_add_document(s: Sources, rnd: random.Random, root: Path):
     folder = rnd.choice(["content/000", "content/new", "content"])
     path = f"{folder}/notes-{index:05d}.ctxfst.md"
     s.docs[path] = doc
-    if not MTIME_BLIND and (root / folder).is_dir() and rnd.random() < 0.3:
+    if (root / folder).is_dir() and rnd.random() < 0.3:
         before = os.stat(root / folder)
 
         def action():  # the folder keeps its mtime, as `rsync -a` or `tar x` leave it
@@ -510,8 +507,7 @@ def op_delete_document(s: Sources, rnd: random.Random, root: Path):
 
 def op_rename_document(s: Sources, rnd: random.Random, root: Path):
     path, doc = _pick_doc(s, rnd)
-    others = sorted(p for p in s.docs if p != path and not (
-        MTIME_BLIND and os.stat(root / p).st_mtime == os.stat(root / path).st_mtime))
+    others = sorted(p for p in s.docs if p != path)
     if others and rnd.random() < 0.3:  # two documents swap their paths
         other = rnd.choice(others)
         s.docs[path], s.docs[other] = s.docs[other], doc
@@ -792,22 +788,12 @@ def test_the_comparison_sees_a_stale_artifact(tmp_path):
                                                 "manifest.json (less the facts artifacts)"]
 
 
-# --- known mismatches ---------------------------------------------------------------------
-# The stages are doit tasks whose file_dep use doit's MD5Checker, which takes a file whose
-# st_mtime equals the recorded one as unchanged before it looks at the size or the hash
-# (doit/dependency.py, MD5Checker.check_modified). A source whose bytes change while its
-# mtime does not is then never rebuilt: `ctxfst build` runs nothing and reports success,
-# while the readers' freshness check (build/freshness.py: size, then a hash remembered by
-# size, mtime, inode and ctime) reports the file changed.
-
-_WALK_REASON = ("the in-process project walk (files._remembered_walk) is reused while each "
-                "folder keeps its mtime and inode: a document added to a folder whose mtime "
-                "is put back is not seen by later builds in the same process")
-_MTIME_REASON = ("doit's MD5Checker trusts an unchanged mtime: a source whose bytes change "
-                 "while its mtime does not is not rebuilt")
+# --- edits that keep timestamps -----------------------------------------------------------
+# doit's own MD5Checker takes a file whose st_mtime equals the recorded one as unchanged;
+# the build's IdentityChecker (build/doit_state.py) and the project walk
+# (files._remembered_walk) trust the whole identity, ctime included (utime() moves it).
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_MTIME_REASON)
 def test_an_edit_that_keeps_the_mtime_is_rebuilt(tmp_path):
     """As `cp -p`, `rsync -t`, `tar x` or an editor that keeps timestamps would edit."""
     root = tmp_path / "kb"
@@ -824,7 +810,6 @@ def test_an_edit_that_keeps_the_mtime_is_rebuilt(tmp_path):
     assert differences(root, clean) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_MTIME_REASON)
 def test_two_documents_with_equal_mtimes_that_swap_paths_are_rebuilt(tmp_path):
     """Files from one checkout, archive or `cp -p` often share an mtime; two of them swap
     paths (`git mv a t; git mv b a; git mv t b`), sizes and bytes all different."""
@@ -845,7 +830,6 @@ def test_two_documents_with_equal_mtimes_that_swap_paths_are_rebuilt(tmp_path):
     assert differences(root, clean) == []
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=_WALK_REASON)
 def test_a_document_added_to_a_folder_that_keeps_its_mtime_is_built(tmp_path):
     """In one process (a watch loop, a server, these tests), a document arrives as
     `rsync -a` or `tar x` would add it: the folder's mtime is put back afterwards. A new

@@ -294,7 +294,14 @@ def test_cold_and_warm_parses_give_identical_results(tmp_path, capsys, cli):
     chunks = {c["id"]: c for c in json.loads(first["chunks.json"])["chunks"]}
     assert chunks["note:tricky"]["extra"] == {"tags": ["shared", "x"], "priority": "high"}
     _build(root, capsys, "clean")
-    warm = _build(root, capsys)
+    warm = _build(root, capsys)  # from the compilation units: nothing is parsed
+    assert warm["validate"]["documents_parsed"] == 0
+    assert warm["validate"]["documents_from_cache"] == 0
+    assert {p.name: p.read_bytes() for p in (root / "build").iterdir() if p.is_file()
+            and p.name != "run_results.json"} == first
+    _build(root, capsys, "clean")
+    (root / ".ctxfst/cache/units.sqlite").unlink()
+    warm = _build(root, capsys)  # from the parse cache's rows
     assert warm["validate"]["documents_from_cache"] == 3
     assert {p.name: p.read_bytes() for p in (root / "build").iterdir() if p.is_file()
             and p.name != "run_results.json"} == first

@@ -31,8 +31,9 @@ class Walk:
 
     files: list[Path] = field(default_factory=list)
     problems: list = field(default_factory=list)
-    # (folder, mtime, inode) of every folder listed: a listing changes only with them
-    folders: list[tuple[str, int, int]] = field(default_factory=list)
+    # (folder, mtime, ctime, inode) of every folder listed: a listing changes only with
+    # them (utime() moves ctime: a put-back mtime is seen)
+    folders: list[tuple[str, int, int, int]] = field(default_factory=list)
 
 
 def walk(directory: Path, suffixes: tuple[str, ...] = (".md",),
@@ -66,7 +67,8 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
             seen.add(real)
         try:
             info = os.stat(current)  # before listing: a later change moves its mtime
-            result.folders.append((str(current), info.st_mtime_ns, info.st_ino))
+            result.folders.append((str(current), info.st_mtime_ns, info.st_ctime_ns,
+                                   info.st_ino))
             with os.scandir(current) as listing:
                 entries = list(listing)
         except OSError as error:
@@ -119,24 +121,24 @@ def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: b
 
     key = (str(directory), suffixes, follow_links, str(root))
     known = _walks.get(key)
-    if known is not None and all(_folder_identity(path) == (mtime, inode)
-                                 for path, mtime, inode in known.folders):
+    if known is not None and all(_folder_identity(path) == identity
+                                 for path, *identity in known.folders):
         return Walk(list(known.files), list(known.problems), known.folders)
     found = _walk(directory, suffixes, follow_links, root, [])
     now = time.time_ns()
-    if all(now - mtime > RACY_NS for _, mtime, _ in found.folders):
+    if all(now - max(mtime, ctime) > RACY_NS for _, mtime, ctime, _ in found.folders):
         _walks[key] = Walk(list(found.files), list(found.problems), found.folders)
     else:
         _walks.pop(key, None)
     return found
 
 
-def _folder_identity(path: str) -> tuple[int, int] | None:
+def _folder_identity(path: str) -> list[int] | None:
     try:
         info = os.stat(path)
     except OSError:
         return None
-    return info.st_mtime_ns, info.st_ino
+    return [info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
 def _link_out(path: Path):
@@ -157,7 +159,7 @@ def display_path(path: Path) -> str:
         text, cwd = str(path), os.getcwd()
         prefix = cwd if cwd.endswith(os.sep) else cwd + os.sep
         if text.startswith(prefix) and len(text) > len(prefix):  # str ops: parents is slow
-            return Path(text[len(prefix):]).as_posix()
+            return text[len(prefix):].replace(os.sep, "/")
     return path.as_posix()
 
 

@@ -105,6 +105,19 @@ class DigestCache:
             return
         self.entries[key] = [*self.identity(info), digest]
 
+    def sha256(self, key: str, path: Path) -> str:
+        """path's sha256, hashed only when its identity changed since it last was (a file
+        that changes while it is hashed is not remembered)."""
+        from .io import sha256_file
+
+        info = os.stat(path)
+        digest = self.get(key, info)
+        if digest is None:
+            digest = sha256_file(path)
+            if self.identity(os.stat(path)) == self.identity(info):
+                self.put(key, info, digest)
+        return digest
+
     def keep_only(self, keys: set[str]) -> None:
         self.entries = {key: value for key, value in self.entries.items() if key in keys}
 

@@ -9,15 +9,21 @@ runs once, from its own caches, and doit writes a fresh state.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+from doit.dependency import FileChangedChecker, get_file_md5
 
 MAX_ROW_BYTES = 256 * 1024 * 1024  # a 1,000,000-file knowledge base needs about 200 MB
 _OBJECTS = [("index", "sqlite_autoindex_doit_1"), ("table", "doit")]
 _COLUMNS = [("task_id", "text"), ("task_data", "json")]
-# doit's keys of a task's data; any other key is a file dependency: [mtime, size, md5].
+# doit's keys of a task's data; any other key is a file dependency, as IdentityChecker
+# keeps it: [size, mtime, inode, ctime, md5] (or doit's own md5 checker, in a state from
+# an earlier ctxfst: [mtime, size, md5]; doit then sees another checker and re-runs).
 _KINDS = {"_values_:": dict, "checker:": str, "deps:": list, "ignore:": str,
           "result:": (str, dict)}
 
@@ -65,9 +71,53 @@ def _task_data_ok(data: Any) -> bool:
     for key, value in data.items():
         kind = _KINDS.get(key)
         if kind is None:  # a file dependency
-            if type(value) is not list or len(value) != 3:
+            ours = (type(value) is list and len(value) == 5
+                    and all(type(part) is int for part in value[:4]) and type(value[4]) is str)
+            md5 = (type(value) is list and len(value) == 3 and type(value[0]) in (int, float)
+                   and type(value[1]) is int and type(value[2]) is str)
+            if not (ours or md5):
                 return False
         elif not isinstance(value, kind) or (key == "deps:" and not all(
                 type(item) is str for item in value)):
             return False
     return True
+
+
+class IdentityChecker(FileChangedChecker):
+    """doit's file check, trusting a file's whole identity (size, mtime, inode, ctime),
+    as git's index does, where doit's own md5 checker trusts an unchanged mtime alone:
+    `cp -p`, `tar x`, `rsync -t` or a checkout keep mtimes across edits, and two files
+    with one mtime can swap names. utime() moves ctime, so a put-back mtime is seen.
+    Otherwise the content hash decides (a touch re-runs nothing)."""
+
+    def check_modified(self, file_path, file_stat, state) -> bool:
+        if not (isinstance(state, (list, tuple)) and len(state) == 5
+                and isinstance(state[4], str)):
+            return True  # another checker's state
+        md5 = state[4].removeprefix(_RACY)
+        if list(state[:4]) == _identity(file_stat) and md5 == state[4]:
+            return False
+        if file_stat.st_size != state[0]:
+            return True
+        return md5 != get_file_md5(file_path)
+
+    def get_state(self, dep, current_state):
+        from ..files import RACY_NS
+
+        info = os.stat(dep)
+        identity = _identity(info)
+        if (current_state and list(current_state[:4]) == identity
+                and not str(current_state[4]).startswith(_RACY)):
+            return None
+        # A file changed a moment ago may change again within one clock tick and keep its
+        # identity (git's "racily clean" entries): its hash is marked, so the next run
+        # compares its content even when its identity is unchanged.
+        racy = time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_NS
+        return [*identity, (_RACY if racy else "") + get_file_md5(dep)]
+
+
+_RACY = "racy:"
+
+
+def _identity(info: os.stat_result) -> list[int]:
+    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns]

@@ -15,7 +15,6 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
     so a query on a large knowledge base hashes only files touched since."""
     from ..files import RACY_NS, ProjectRelative, project_relative, scan_project
-    from .io import sha256_file
 
     recorded = {i["path"]: i for i in manifest.get("inputs", [])}
     root = config.root.resolve()
@@ -36,10 +35,7 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
             if entry is None or entry.get("bytes") != stat.st_size:
                 changed.append(relative)
                 continue
-            digest = digests.get(relative, stat)
-            if digest is None:
-                digest = sha256_file(path)
-                digests.put(relative, stat, digest)
+            digest = digests.sha256(relative, path)
         except OSError:  # a dangling link, a FIFO, a file gone: validation now fails
             changed.append(relative)
             continue

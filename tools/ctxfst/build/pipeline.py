@@ -76,14 +76,43 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
                                             **details})
 
 
+def describe(config: Config, stage: str) -> str:
+    """What a stage that just ran did, in one line (from its recorded counts)."""
+    try:
+        r = read_json(result_path(config, stage))
+    except (OSError, ValueError):
+        return f"{stage}: done"
+
+    def n(key: str) -> str:
+        value = r.get(key, 0)
+        return f"{value:,}" if isinstance(value, int) else "?"
+
+    said = {
+        "validate": lambda: f"{n('files')} files, {n('documents_checked')} checked again "
+                            f"({n('documents_typed')} typed), {n('warnings')} warning(s)",
+        "compile": lambda: f"{n('documents_recompiled')} of {n('documents')} documents "
+                           f"recompiled, {n('chunks')} chunks, {n('entities')} entities",
+        "skills": lambda: f"{n('skills')} skills",
+        "profiles": lambda: f"{n('entities')} entity profiles",
+        "embed": lambda: f"{n('embedded')} of {n('texts')} texts embedded, "
+                         f"{n('cache_hits')} from the cache",
+        "graph": lambda: f"{n('nodes')} nodes, {n('edges')} edges",
+        "facts": lambda: f"{n('extracted')} of {n('sources')} sources extracted, "
+                         f"{n('facts_added')} facts added, {n('facts_updated')} updated, "
+                         f"{n('facts_invalidated')} invalidated",
+        "manifest": lambda: f"{n('artifacts')} artifacts and the manifest published",
+    }[stage]()
+    return f"{stage}: {said}, {r.get('seconds', 0):.2f} s"
+
+
 def _show(diagnostics: list[Diagnostic], files: int) -> None:
     sys.stdout.write(render_text(diagnostics, summarize(diagnostics, files)))
 
 
 # The validated KB of this process's last load, shared by the stages of one build run
-# (validate, compile and facts each need it): (project, settings, input identities) ->
-# (kb, validation). Identities include ctime, which every write changes.
-_validated: dict[tuple, tuple[tuple, Any, Any]] = {}
+# (validate, compile and facts each need it): (project, settings) -> (input identities,
+# Checked). Identities include ctime, which every write changes.
+_validated: dict[tuple, tuple[tuple, Any]] = {}
 
 
 def _identities(inputs, refused) -> tuple:
@@ -98,14 +127,22 @@ def _identities(inputs, refused) -> tuple:
     return (tuple(found), tuple(refused))
 
 
+def unit_store(config: Config):
+    from .units import UnitStore
+
+    return UnitStore(config.cache_dir / "units.sqlite")
+
+
 def _load_validated(config: Config, counts: dict | None = None, reuse: bool = True):
-    """Load and validate the knowledge base; raise BuildFailed on any error. With reuse,
-    a later stage gets the KB an earlier one validated while no input has changed (the
-    validate stage itself always loads: it opens a run)."""
-    from ..document.kb import load_kb
-    from ..document.rules import validate
+    """Validate the knowledge base, typing only the documents that changed (build/units);
+    raise BuildFailed on any error. With reuse, a later stage gets what an earlier one
+    validated while no input has changed (the validate stage itself always checks: it
+    opens a run)."""
+    from ..files import RACY_NS
     from ..validation import project_inputs
+    from .artifacts import DigestCache
     from .cache import ParseCache
+    from .units import check_incrementally
 
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
     inputs = project_inputs(config, refused)
@@ -113,25 +150,38 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     identities = _identities(inputs, refused)
     shared = _validated.get(key)
     if reuse and shared is not None and identities and shared[0] == identities:
-        return shared[1], shared[2]
+        return shared[1]
     _validated.clear()
-    cache = ParseCache(config.cache_dir / "parse.sqlite")
+    digests = DigestCache(config.input_digests, RACY_NS)
+
+    def sha(path, relative: str) -> str | None:
+        try:
+            return digests.sha256(relative, path)
+        except OSError:
+            return None  # unreadable: parsing reports it
+
+    caches: list = []
+
+    def open_parse_cache():
+        caches.append(ParseCache(config.cache_dir / "parse.sqlite"))
+        return caches[-1]
+
+    store = unit_store(config)
     try:
-        kb = load_kb(config.root, inputs, cache)
+        checked = check_incrementally(config, inputs, refused, sha, open_parse_cache, store)
     finally:
-        cache.close()
+        store.close()
+    digests.save()
     if counts is not None:
-        counts.update(documents_parsed=cache.misses, documents_from_cache=cache.hits)
-    validation = validate(kb)
-    validation.diagnostics = ordered(validation.diagnostics + refused)
-    errors = [d for d in validation.diagnostics if d.severity.value == "error"]
+        counts.update(documents_parsed=sum(c.misses for c in caches),
+                      documents_from_cache=sum(c.hits for c in caches), **checked.counts)
+    errors = [d for d in checked.diagnostics if d.severity.value == "error"]
     if errors:
-        _show(validation.diagnostics, kb.file_count)
-        raise BuildFailed(f"validation found {len(errors)} error(s); the build stopped and "
-                          "build/ was left as it was")
+        _show(checked.diagnostics, checked.files)
+        raise BuildFailed(f"{len(errors)} error(s) in the knowledge base")
     if identities:
-        _validated[key] = (identities, kb, validation)
-    return kb, validation
+        _validated[key] = (identities, checked)
+    return checked
 
 
 def _inputs(config: Config, files: list[Path], every_input: bool = False
@@ -147,14 +197,8 @@ def _inputs(config: Config, files: list[Path], every_input: bool = False
     found = []
     for path in sorted(files):
         relative = relative_to_root(path)
-        info = os.stat(path)
-        digest = digests.get(relative, info)
-        if digest is None:
-            digest = sha256_file(path)
-            after = os.stat(path)
-            if DigestCache.identity(after) == DigestCache.identity(info):
-                digests.put(relative, info, digest)
-        found.append({"path": relative, "sha256": digest, "bytes": info.st_size})
+        digest = digests.sha256(relative, path)
+        found.append({"path": relative, "sha256": digest, "bytes": os.stat(path).st_size})
     if every_input:
         digests.keep_only({item["path"] for item in found})
     digests.save()
@@ -164,10 +208,11 @@ def _inputs(config: Config, files: list[Path], every_input: bool = False
 def stage_validate(config: Config) -> None:
     started = time.perf_counter()
     counts: dict[str, int] = {}
-    kb, validation = _load_validated(config, counts, reuse=False)
-    warnings = sum(1 for d in validation.diagnostics if d.severity.value == "warning")
-    if validation.diagnostics:
-        _show(validation.diagnostics, kb.file_count)
+    checked = _load_validated(config, counts, reuse=False)
+    warnings = sum(1 for d in checked.diagnostics if d.severity.value == "warning")
+    files = checked.files
+    if checked.diagnostics:
+        _show(checked.diagnostics, files)
     from ..files import project_files
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.
@@ -175,26 +220,36 @@ def stage_validate(config: Config) -> None:
     write_json(staged(config, "validation.json"),
                {"toolchain": __version__,
                 "inputs": _inputs(config, project_files(config), every_input=True)})
-    _record(config, "validate", started, files=kb.file_count, warnings=warnings, **counts)
+    _record(config, "validate", started, files=files, warnings=warnings, **counts)
 
 
 def stage_compile(config: Config) -> None:
-    from ..compile.chunks import CompileError, chunks_table, compile_export
-    from .io import write_parquet
+    from ..compile.chunks import CompileError
+    from .units import compile_chunks
 
     started = time.perf_counter()
-    kb, validation = _load_validated(config)
+    checked = _load_validated(config)
+    store = unit_store(config)
     try:
-        export = compile_export(kb, validation)
+        compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
     except CompileError as error:
-        _show(error.diagnostics, kb.file_count)
+        _show(error.diagnostics, len(checked.units))
         raise BuildFailed("some chunk content could not be read") from None
-    write_json(staged(config, "chunks.json"), export.as_json(), compact=True)
-    write_parquet(staged(config, "chunks.parquet"), chunks_table(export))
+    finally:
+        store.close()
+    write_atomic(staged(config, "chunks.json"), compiled.json)
+    write_atomic(staged(config, "chunks.parquet"), compiled.parquet)
+    store = unit_store(config)
+    try:
+        compiled.record(store)  # what the staged chunks.parquet was made from
+    finally:
+        store.close()
     write_json(staged(config, "extra-edges.json"),
-               [edge.model_dump(exclude_none=True) for edge in validation.extra_edges])
-    _record(config, "compile", started, documents=len(kb.documents),
-            chunks=len(export.chunks), entities=len(export.entities))
+               [edge.model_dump(exclude_none=True) for edge in checked.extra_edges])
+    _record(config, "compile", started, documents=len(checked.units),
+            chunks=compiled.chunks, entities=compiled.entities,
+            documents_recompiled=compiled.recompiled,
+            artifact_rows={"chunks.json": compiled.chunks})  # the manifest need not parse it
 
 
 def stage_skills(config: Config) -> None:
@@ -342,10 +397,10 @@ def stage_facts(config: Config) -> None:
 
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
-    kb, _validation = _load_validated(config)
+    checked = _load_validated(config)
     try:
-        outcome = run_facts(config.root, kb, config.build, staging(config))
-    except ExtractionError as error:
+        outcome = run_facts(config.root, checked.kb, config.build, staging(config), checked)
+    except (ExtractionError, LookupError) as error:
         raise BuildFailed(str(error)) from None
     if outcome.counts["failed"]:
         print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "
@@ -394,8 +449,14 @@ def stage_manifest(config: Config) -> None:
     edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
         (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []
+    counted: dict[str, Any] = {}
+    for stage in STAGES[:-1]:
+        if result_path(config, stage).is_file():
+            rows = read_json(result_path(config, stage)).get("artifact_rows")
+            counted.update(rows if isinstance(rows, dict) else {})
     for name, (stage, version) in ARTIFACTS.items():
         path = staged(config, name)
+        rows = counted.get(name)
         feeds = []
         for item in _LINEAGE[stage]:
             if item == "inputs":
@@ -410,7 +471,8 @@ def stage_manifest(config: Config) -> None:
                 feeds.append(item)
         artifacts.append({"path": name, "stage": stage, "schema_version": version,
                           "sha256": sha256_file(path), "bytes": path.stat().st_size,
-                          "rows": _rows(path), "inputs": feeds})
+                          "rows": rows if type(rows) is int else _rows(path),
+                          "inputs": feeds})
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "toolchain": {"name": "ctxfst", "version": __version__},

@@ -9,19 +9,63 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from pathlib import Path
 
+from doit.exceptions import TaskFailed
+from doit.reporter import ConsoleReporter
 from doit.tools import config_changed
 
 from ..collector import collector_paused
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..files import project_files, scan_project
+from .doit_state import IdentityChecker
+
+class StageStopped(TaskFailed):
+    """A stage that found its inputs unusable: said once, as the build's last line."""
+
+
+class BuildReporter(ConsoleReporter):
+    """doit's console output with a build's own ending: a summary line, or on a failure
+    the reason as the last line (after the diagnostics), not doit's "Python Task failed:
+    <function ...> returned False"."""
+
+    def initialize(self, tasks, selected_tasks):
+        super().initialize(tasks, selected_tasks)
+        self.started = time.perf_counter()
+        self.ran: list[str] = []
+        self.fresh: list[str] = []
+
+    def execute_task(self, task):
+        super().execute_task(task)
+        self.ran.append(task.name)
+
+    def skip_uptodate(self, task):
+        super().skip_uptodate(task)
+        self.fresh.append(task.name)
+
+    def _write_failure(self, result, write_exception=True):
+        if not isinstance(result["exception"], StageStopped):
+            super()._write_failure(result, write_exception)
+
+    def complete_run(self):
+        super().complete_run()
+        stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
+        if stopped:
+            self.write(f"build stopped: {stopped[0]['exception'].message}\n")
+        elif not self.failures and not self.runtime_errors and (self.ran or self.fresh):
+            published = "published to build/" if "manifest" in self.ran else "build/ up to date"
+            self.write(f"build: {len(self.ran)} of {len(self.ran) + len(self.fresh)} stages "
+                       f"ran, {published}, {time.perf_counter() - self.started:.2f} s\n")
+
 
 DOIT_CONFIG = {
     "default_tasks": ["validate", "compile", "skills", "profiles", "embed", "graph", "facts",
                       "manifest"],
     "dep_file": ".ctxfst/doit.db",
+    "check_file_uptodate": IdentityChecker,
+    "reporter": BuildReporter,
     "backend": "sqlite3",
     "verbosity": 2,
 }
@@ -106,16 +150,17 @@ def namespace(CONFIG) -> dict:
 
 
     def _run(stage: str):
-        def action() -> bool:
-            from .pipeline import STAGE_FUNCTIONS, BuildFailed
+        def action():
+            from .pipeline import STAGE_FUNCTIONS, BuildFailed, describe
 
             hold_build_lock(CONFIG)
             try:
                 with collector_paused():  # stages hold the KB's many acyclic objects
                     STAGE_FUNCTIONS[stage](CONFIG)
             except BuildFailed as error:
-                print(f"ctxfst: {stage}: {escape(error)}", file=sys.stderr)  # KB paths
-                return False
+                unchanged = "" if stage == "manifest" else ", build/ unchanged"
+                return StageStopped(f"{stage}: {escape(error)}{unchanged}")  # KB paths
+            print(f"   {escape(describe(CONFIG, stage))}", flush=True)
             return True
 
         action.__name__ = f"ctxfst_{stage}"

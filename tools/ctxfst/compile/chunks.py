@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..diagnostics import Diagnostic, diag
-from ..document.kb import KnowledgeBase
 from ..document.model import SCHEMA_VERSION, ChunkRecord, ParsedDocument
-from ..document.rules import Validation, passage_file
+from ..document.rules import passage_file
 from ..document.source import Source, load_text
-from ..files import ProjectRelative
 
 CHUNKS_SCHEMA_VERSION = "1.0.0"
 # Export field order: upstream's required fields first, then its optional ones.
@@ -71,47 +69,55 @@ def _content(doc: ParsedDocument, record: ChunkRecord, errors: list[Diagnostic],
     return (text or "").strip(), pos.line, pos.line
 
 
-def compile_export(kb: KnowledgeBase, validation: Validation) -> Export:
-    """Chunks sorted by id and merged entities sorted by id, as plain JSON data."""
-    errors: list[Diagnostic] = []
-    chunks = []
-    relative = ProjectRelative(kb.root)
-    sources = {id(doc): doc.path if doc.fs_path is None else relative(doc.fs_path, doc.path)
-               for doc in kb.documents}
-    root = kb.root.resolve()
-    for doc in kb.documents:
-        source = sources[id(doc)]
-        for _index, record in doc.chunks:
-            content, line_start, line_end = _content(doc, record, errors, root)
-            data = record.model_dump(exclude_none=True, exclude_unset=True)
-            data.update(content=content, source=source)
-            data.setdefault("context", "")
-            data.setdefault("tags", [])
-            data["line_start"], data["line_end"] = line_start, line_end
-            # The build's own columns, as content and source: never a chunk field's value.
-            data.pop("document_title", None)
-            if doc.title:
-                data["document_title"] = doc.title
-            chunks.append(_ordered(data, _CHUNK_ORDER))
-    if errors:
-        raise CompileError(errors)
-    chunks.sort(key=lambda chunk: chunk["id"])
+def document_rows(doc: ParsedDocument, relative: str, root: Path,
+                  errors: list[Diagnostic]) -> list[dict[str, Any]]:
+    """One document's chunk rows, in its own order: a function of the document alone
+    (and its content_path files), so a build keeps them for unchanged documents."""
+    rows = []
+    for _index, record in doc.chunks:
+        content, line_start, line_end = _content(doc, record, errors, root)
+        data = record.model_dump(exclude_none=True, exclude_unset=True)
+        data.update(content=content, source=relative)
+        data.setdefault("context", "")
+        data.setdefault("tags", [])
+        data["line_start"], data["line_end"] = line_start, line_end
+        # The build's own columns, as content and source: never a chunk field's value.
+        data.pop("document_title", None)
+        if doc.title:
+            data["document_title"] = doc.title
+        rows.append(_ordered(data, _CHUNK_ORDER))
+    return rows
+
+
+def entity_rows(merged: dict[str, dict], declared_in: dict[str, list[str]]
+                ) -> list[dict[str, Any]]:
+    """The merged entity catalog, sorted by id, each with the documents declaring it."""
     entities = []
-    for entity_id in sorted(validation.catalog):
-        entry = validation.catalog[entity_id]
-        data = entry.entity.model_dump(exclude_none=True)
+    for entity_id in sorted(merged):
+        data = dict(merged[entity_id])
         for key in ("preconditions", "postconditions", "related_skills"):
             if not data.get(key):
                 data.pop(key, None)
-        data["declared_in"] = sorted({sources[id(place.doc)] for place in entry.declarations})
+        data["declared_in"] = sorted(set(declared_in[entity_id]))
         entities.append(_ordered(data, _ENTITY_ORDER))
-    return Export(entities=entities, chunks=chunks)
+    return entities
 
 
-def chunks_table(export: Export):
+def row_text(row: dict[str, Any]) -> str:
+    """A row as chunks.json writes it (compact), so rows kept as text splice exactly."""
+    return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def chunks_json(entities: list[dict[str, Any]], rows: list[bytes]) -> bytes:
+    """chunks.json from the entity rows and the chunk rows' UTF-8 texts in id order: the
+    bytes json_bytes(Export.as_json(), compact=True) gives, without a parse of every row."""
+    head = row_text({"schema_version": CHUNKS_SCHEMA_VERSION, "entities": entities})
+    return b"".join([head[:-1].encode("utf-8"), b',"chunks":[', b",".join(rows), b"]}\n"])
+
+
+def chunks_table(rows: list[dict[str, Any]]):
     import pyarrow as pa
 
-    rows = export.chunks
     known = set(_CHUNK_ORDER) | {"line_start", "line_end", "document_title"}
 
     def column(name: str) -> list:

@@ -14,6 +14,7 @@ from ..skills.index import skill_node_id
 from ..skills.parse import check_skill_dirs
 from .edges import ExtraEdge
 from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
+from .link import Link, View, link, summarize
 from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
 from .source import MAX_FILE_BYTES, Source, load_text
 from .model import diagnostic_at as _at
@@ -41,41 +42,81 @@ class Validation:
     chunks: dict[str, ChunkPlace]
     diagnostics: list[Diagnostic] = field(default_factory=list)
     extra_edges: list[ExtraEdge] = field(default_factory=list)  # valid, deduplicated
+    link: Link | None = None
 
 
 def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
-    out: list[Diagnostic] = kb.parse_diagnostics()
-    catalog = build_catalog(kb, out)
-    chunks = _chunk_index(kb, out)
-    suggest = _Suggestions(catalog)
+    """Every rule over a whole knowledge base: the link step over the documents'
+    summaries, then each document against the view it gives, then skills and edges."""
+    docs = {doc.path: doc for doc in kb.documents}
+
+    def position(path: str, key: KeyPath) -> tuple[int, int]:
+        pos = docs[path].source_map.value(key)
+        return pos.line, pos.column
+
+    linked = link([summarize(doc) for doc in kb.documents], position)
+    out: list[Diagnostic] = kb.parse_diagnostics() + linked.diagnostics
+    names = skill_names(kb.skills)
     for doc in kb.documents:
-        _check_body_sync(doc, kb.root, out)
-        for index, entity in doc.entities:
-            _check_conditions(doc, ("entities", index), f"entity '{entity.id}'", entity,
-                              catalog, suggest, out)
-        for index, chunk in doc.chunks:
-            base = ("chunks", index)
-            label = f"chunk '{chunk.id}'"
-            for position, ref in enumerate(chunk.entities):
-                if ref not in catalog:
-                    out.append(_at(doc, base + ("entities", position), "CTX204",
-                                   f"{label} mentions '{ref}', which no document declares"
-                                   f"{suggest(ref)}"))
-            _check_conditions(doc, base, label, chunk, catalog, suggest, out)
-            for position, dependency in enumerate(chunk.dependencies):
-                if dependency not in chunks:
-                    out.append(_at(doc, base + ("dependencies", position), "CTX206",
-                                   f"{label} depends on '{dependency}', which is no chunk "
-                                   "in the knowledge base"))
-    _check_cycles(chunks, out)
-    _check_skills(kb, catalog, suggest, out, strict_spec)
+        out.extend(check_document(doc, linked.view, names, kb.root))
+    out.extend(check_skills(kb, linked.view, strict_spec))
     skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
-    edges = _check_extra_edges(kb, set(catalog) | skill_nodes, out)
-    return Validation(catalog=catalog, chunks=chunks, diagnostics=ordered(out),
-                      extra_edges=edges)
+    edges = check_extra_edges(kb, set(linked.view.types) | skill_nodes, out)
+    return Validation(catalog=_catalog(linked, docs), chunks=_chunk_places(linked, docs),
+                      diagnostics=ordered(out), extra_edges=edges, link=linked)
 
 
-def _check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdge]:
+def skill_names(skills: list) -> set[str] | None:
+    """The names related_skills may use; None when the knowledge base has no skills
+    (nothing to resolve them against)."""
+    if not skills:
+        return None
+    return {skill.record.name for skill in skills if skill.record is not None}
+
+
+def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
+                   root: Path) -> list[Diagnostic]:
+    """One document's rules against the knowledge base's view: what it declares twice,
+    its passages, and every id it names. A pure function of the document (and its
+    content_path files) and the view: a build reuses it while both are unchanged."""
+    out: list[Diagnostic] = []
+    seen_here: dict[str, int] = {}
+    for index, entity in doc.entities:
+        if entity.id in seen_here:
+            first = Declaration(doc, seen_here[entity.id])
+            out.append(_at(doc, ("entities", index, "id"), "CTX201",
+                           f"entity '{entity.id}' is declared twice in this document "
+                           f"(first at {first.location()})"))
+        else:
+            seen_here[entity.id] = index
+    _check_body_sync(doc, root, out)
+    for index, entity in doc.entities:
+        _check_conditions(doc, ("entities", index), f"entity '{entity.id}'", entity, view,
+                          out)
+        if names is not None:
+            for position, other in enumerate(entity.related_skills):
+                if other not in names:
+                    out.append(_at(doc, ("entities", index, "related_skills", position),
+                                   "CTX208", f"entity '{entity.id}': related skill '{other}' "
+                                   f"has no skills/{other}/SKILL.md"))
+    for index, chunk in doc.chunks:
+        base = ("chunks", index)
+        label = f"chunk '{chunk.id}'"
+        for position, ref in enumerate(chunk.entities):
+            if ref not in view.types:
+                out.append(_at(doc, base + ("entities", position), "CTX204",
+                               f"{label} mentions '{ref}', which no document declares"
+                               f"{view.suggest(ref)}"))
+        _check_conditions(doc, base, label, chunk, view, out)
+        for position, dependency in enumerate(chunk.dependencies):
+            if dependency not in view.chunk_ids:
+                out.append(_at(doc, base + ("dependencies", position), "CTX206",
+                               f"{label} depends on '{dependency}', which is no chunk "
+                               "in the knowledge base"))
+    return out
+
+
+def check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdge]:
     kept: dict[tuple[str, str, str], tuple[str, ExtraEdge]] = {}
     for edge_file in kb.edge_files:
         for index, edge in edge_file.edges:
@@ -97,56 +138,23 @@ def _check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdg
     return [kept[key][1] for key in sorted(kept)]
 
 
-def build_catalog(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, CatalogEntry]:
+def _catalog(linked: Link, docs: dict[str, ParsedDocument]) -> dict[str, CatalogEntry]:
     catalog: dict[str, CatalogEntry] = {}
-    merges: dict[str, list] = {}  # re-declarations, merged into the first at the end
-    for doc in kb.documents:
-        seen_here: dict[str, int] = {}
-        for index, entity in doc.entities:
-            place = Declaration(doc, index)
-            if entity.id in seen_here:
-                first = Declaration(doc, seen_here[entity.id])
-                out.append(_at(doc, ("entities", index, "id"), "CTX201",
-                               f"entity '{entity.id}' is declared twice in this document "
-                               f"(first at {first.location()})"))
-                continue
-            seen_here[entity.id] = index
-            entry = catalog.get(entity.id)
-            if entry is None:
-                catalog[entity.id] = CatalogEntry(entity, [place])
-                continue
-            known = entry.entity
-            if known.name != entity.name or known.type != entity.type:
-                out.append(_at(doc, ("entities", index, "id"), "CTX202",
-                               f"entity '{entity.id}' is declared here as {entity.name!r} "
-                               f"({entity.type}) but as {known.name!r} ({known.type}) at "
-                               f"{entry.declarations[0].location()}"))
-                continue
-            merges.setdefault(entity.id, []).append(entity)
-            entry.declarations.append(place)
-    for entity_id, others in merges.items():
-        catalog[entity_id].entity = merge_entities(catalog[entity_id].entity, others)
+    entities = {path: dict(doc.entities) for path, doc in docs.items()}
+    for entity_id, places in linked.declarations.items():
+        found = [entities[place.path][place.index] for place in places]
+        catalog[entity_id] = CatalogEntry(merge_entities(found[0], found[1:]),
+                                          [Declaration(docs[p.path], p.index) for p in places])
     return catalog
 
 
-def _chunk_index(kb: KnowledgeBase, out: list[Diagnostic]) -> dict[str, ChunkPlace]:
-    chunks: dict[str, ChunkPlace] = {}
-    for doc in kb.documents:
-        for index, record in doc.chunks:
-            place = ChunkPlace(doc, index, "chunks", record)
-            if record.id in chunks:
-                first = chunks[record.id]
-                where = "in this document" if first.doc is doc else "in the knowledge base"
-                out.append(_at(doc, ("chunks", index, "id"), "CTX203",
-                               f"chunk id '{record.id}' is used twice {where} "
-                               f"(first at {first.location()})"))
-                continue
-            chunks[record.id] = place
-    return chunks
+def _chunk_places(linked: Link, docs: dict[str, ParsedDocument]) -> dict[str, ChunkPlace]:
+    records = {path: dict(doc.chunks) for path, doc in docs.items()}
+    return {chunk_id: ChunkPlace(docs[p.path], p.index, "chunks", records[p.path][p.index])
+            for chunk_id, p in linked.chunk_places.items()}
 
 
-def _check_conditions(doc, base: KeyPath, label: str, record, catalog, suggest,
-                      out) -> None:
+def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out) -> None:
     for field_name, allowed in _CONDITION_TYPES.items():
         references = getattr(record, field_name, None)  # entities: an extra state_refs
         if references is None:
@@ -159,33 +167,16 @@ def _check_conditions(doc, base: KeyPath, label: str, record, catalog, suggest,
         for position, reference in enumerate(references):
             _negated, ref_id = strip_not(reference)
             path = base + (field_name, position)
-            entry = catalog.get(ref_id)
-            if entry is None:
+            found = view.types.get(ref_id)
+            if found is None:
                 out.append(_at(doc, path, "CTX204",
                                f"{label}: {field_name} names '{ref_id}', which no document "
                                f"declares (declare it as a {' or '.join(allowed)} entity)"
-                               f"{suggest(ref_id)}"))
-            elif entry.entity.type not in allowed:
+                               f"{view.suggest(ref_id)}"))
+            elif found not in allowed:
                 out.append(_at(doc, path, "CTX205",
                                f"{label}: {field_name} names '{ref_id}', a "
-                               f"{entry.entity.type} entity; it must name a "
-                               f"{' or '.join(allowed)}"))
-
-
-class _Suggestions:
-    """A hint when an unknown id differs from a declared one only by its type prefix
-    (state: vs entity:); looked up by last part, not by scanning the catalog per id."""
-
-    def __init__(self, catalog: dict[str, CatalogEntry]) -> None:
-        self.by_tail: dict[str, str] = {}
-        for candidate in catalog:  # the first declared wins, as in catalog order
-            self.by_tail.setdefault(candidate.split(":")[-1], candidate)
-
-    def __call__(self, reference: str) -> str:
-        candidate = self.by_tail.get(reference.split(":")[-1])
-        if candidate is None or candidate == reference:
-            return ""
-        return f"; did you mean '{candidate}'?"
+                               f"{found} entity; it must name a {' or '.join(allowed)}"))
 
 
 def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
@@ -303,61 +294,9 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
                                f"evidence {fact.evidence!r:.60} does not occur in {where}"))
 
 
-_CYCLE_ENDS = 10  # ids shown at each end of a long cycle: a message never grows with the KB
-
-
-def _check_cycles(chunks: dict[str, ChunkPlace], out: list[Diagnostic]) -> None:
-    """Report each dependency cycle once (iterative DFS; KBs can be deep)."""
-    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
-    positions: dict[tuple[str, str], int] = {}  # (chunk, dependency) -> its index
-    for start in sorted(chunks):
-        if start in state:
-            continue
-        stack = [(start, iter(chunks[start].record.dependencies))]
-        trail = [start]
-        depth = {start: 0}  # trail index of each chunk on it
-        state[start] = 1
-        while stack:
-            node, children = stack[-1]
-            advanced = False
-            for child in children:
-                if child not in chunks:
-                    continue
-                if state.get(child) == 1:
-                    first = depth[child]
-                    second = trail[first + 1] if first + 1 < len(trail) else child
-                    place = chunks[child]
-                    if (child, second) not in positions:
-                        positions[child, second] = place.record.dependencies.index(second)
-                    out.append(_at(place.doc, ("chunks", place.index, "dependencies",
-                                               positions[child, second]),
-                                   "CTX207", "dependency cycle: " + _cycle_text(trail, first)))
-                elif child not in state:
-                    state[child] = 1
-                    depth[child] = len(trail)
-                    trail.append(child)
-                    stack.append((child, iter(chunks[child].record.dependencies)))
-                    advanced = True
-                    break
-            if not advanced:
-                state[node] = 2
-                depth.pop(trail.pop())
-                stack.pop()
-
-
-def _cycle_text(trail: list[str], first: int) -> str:
-    """trail[first:] and back to its first id; a long cycle by its two ends."""
-    length = len(trail) - first
-    if length < 2 * _CYCLE_ENDS:
-        ids = trail[first:]
-    else:
-        ids = (trail[first:first + _CYCLE_ENDS] + [f"... {length - 2 * _CYCLE_ENDS + 1} more ..."]
-               + trail[len(trail) - _CYCLE_ENDS + 1:])
-    return " -> ".join(ids + [trail[first]])
-
-
-def _check_skills(kb: KnowledgeBase, catalog, suggest, out: list[Diagnostic],
-                  strict_spec: bool) -> None:
+def check_skills(kb: KnowledgeBase, view: View, strict_spec: bool) -> list[Diagnostic]:
+    """The skills' rules (they are few: always checked whole) against the view."""
+    out: list[Diagnostic] = []
     if kb.skills_dir is not None:
         shown = os.path.relpath(kb.skills_dir) if kb.skills_dir.is_absolute() else str(
             kb.skills_dir)
@@ -382,45 +321,36 @@ def _check_skills(kb: KnowledgeBase, catalog, suggest, out: list[Diagnostic],
                                    "specification; `ctxfst skills migrate` moves it into "
                                    "metadata"))
     for skill in skills:
-        _check_skill(skill, catalog, suggest, set(names), produced, out)
-    if not kb.skills:
-        return  # nothing to resolve entities' related_skills against
-    for doc in kb.documents:
-        for index, entity in doc.entities:
-            for position, other in enumerate(entity.related_skills):
-                if other not in names:
-                    out.append(_at(doc, ("entities", index, "related_skills", position),
-                                   "CTX208", f"entity '{entity.id}': related skill '{other}' "
-                                   f"has no skills/{other}/SKILL.md"))
+        _check_skill(skill, view, set(names), produced, out)
+    return out
 
 
-def _check_skill(skill, catalog, suggest, names: set[str], produced: set[str],
-                 out) -> None:
+def _check_skill(skill, view: View, names: set[str], produced: set[str], out) -> None:
     record = skill.record
     label = f"skill '{record.name}'"
     for field_name in ("preconditions", "postconditions"):
         for position, reference in enumerate(getattr(record, field_name)):
             negated, ref_id = strip_not(reference)
-            entry = catalog.get(ref_id)
+            found = view.types.get(ref_id)
             path = (field_name, position)
-            if entry is not None and entry.entity.type not in ("state", "goal"):
+            if found is not None and found not in ("state", "goal"):
                 out.append(_at(skill, path, "CTX205",
                                f"{label}: {field_name} names '{ref_id}', a "
-                               f"{entry.entity.type} entity; it must name a state or goal"))
-            elif (entry is None and field_name == "preconditions" and not negated
+                               f"{found} entity; it must name a state or goal"))
+            elif (found is None and field_name == "preconditions" and not negated
                   and ref_id not in produced):
                 out.append(_at(skill, path, "CTX409",
                                f"{label}: precondition '{ref_id}' is produced by no skill "
                                "and declared by no document, so nothing can make it hold"))
-            elif entry is None:
+            elif found is None:
                 out.append(_at(skill, path, "CTX404",
                                f"{label}: {field_name} names '{ref_id}', which no document "
                                "declares (a state of the skill's own)"))
     for position, node in enumerate(record.related_nodes):
-        if node not in catalog:
+        if node not in view.types:
             out.append(_at(skill, ("related_nodes", position), "CTX406",
                            f"{label}: related node '{node}' is no entity of the knowledge "
-                           f"base{suggest(node)}"))
+                           f"base{view.suggest(node)}"))
     for position, other in enumerate(record.related_skills):
         if other not in names:
             out.append(_at(skill, ("related_skills", position), "CTX407",

@@ -20,7 +20,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
 from ..document.rules import passage_file
@@ -37,17 +37,27 @@ LEDGER = Path(".ctxfst") / "facts"
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
 
 
+class SourceChanged(ExtractionError):
+    """A source's bytes differ from those its validation saw."""
+
+
 @dataclass
 class Source:
     path: str                       # project-relative POSIX path
     kind: str                       # document | skill
     fs_path: Path
-    record: Any                     # the typed record from the validated KB
+    typed: Callable[[], Any]        # the typed record from the validated KB (on demand)
     tenant: str
+    labels: list[tuple[str, list[str]]]  # its entities: (id, [name, *aliases])
+    passages: bool = False          # whether it has content_path passages
     digest: str = ""                # sha256 of its bytes and its passages' bytes
     file_sha: str = ""              # sha256 of its own bytes
     entity_id: str = ""
     fingerprint: str = ""
+
+    @property
+    def record(self) -> Any:
+        return self.typed()
 
 
 @dataclass
@@ -78,26 +88,43 @@ def document_tenant(frontmatter: dict | None, relative: str, settings) -> str | 
     return settings.tenant_for(relative) or DEFAULT_TENANT
 
 
-def collect_sources(root: Path, kb, settings) -> list[Source]:
-    """Every document and skill of a validated knowledge base, with its tenant. Fails
-    closed: a source whose tenant cannot be decided, or a [facts] tenants folder that
-    holds no source (its documents would be another tenant's), stops the stage."""
+def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
+    """Every document and skill of a validated knowledge base, with its tenant (the
+    documents from a build's units when `checked` is given: nothing is typed for them).
+    Fails closed: a source whose tenant cannot be decided, or a [facts] tenants folder
+    that holds no source (its documents would be another tenant's), stops the stage."""
     from ..files import ProjectRelative
     from ..skills.index import skill_node_id
 
     relative_to_root = ProjectRelative(root)
     sources: list[Source] = []
-    items = [("document", doc) for doc in kb.documents] + [
-        ("skill", skill) for skill in kb.skills if skill.record is not None]
-    for kind, item in items:
-        relative = relative_to_root(item.fs_path, item.path)
-        tenant = document_tenant(item.frontmatter, relative, settings)
+    found: list[tuple] = []  # (kind, relative, fs_path, typed, frontmatter, labels, ...)
+    if checked is not None:
+        for unit in checked.units:
+            frontmatter = {} if unit.tenant is None else {"tenant": unit.tenant}
+            labels = [(item[1], [item[4].get("name", item[2]), *item[4].get("aliases", [])])
+                      for item in unit.summary.entities]
+            found.append(("document", unit.relative, checked.root / unit.relative,
+                          _loader(checked, unit.relative), frontmatter, labels,
+                          unit.volatile, unit.sha256))
+    else:
+        for doc in kb.documents:
+            found.append(("document", relative_to_root(doc.fs_path, doc.path),
+                          Path(doc.fs_path), (lambda doc=doc: doc), doc.frontmatter,
+                          _labels(doc), True, ""))
+    for skill in kb.skills:
+        if skill.record is not None:
+            found.append(("skill", relative_to_root(skill.fs_path, skill.path),
+                          Path(skill.fs_path), (lambda skill=skill: skill), skill.frontmatter,
+                          [], False, ""))
+    for kind, relative, fs_path, typed, frontmatter, labels, passages, sha in found:
+        tenant = document_tenant(frontmatter, relative, settings)
         if tenant is None:
             raise ExtractionError(f"{relative}: its tenant cannot be decided (an invalid "
                                   "`tenant:`); no facts are served from it")
-        entity_id = relative if kind == "document" else skill_node_id(item.record.name)
-        sources.append(Source(relative, kind, Path(item.fs_path), item, tenant,
-                              entity_id=entity_id))
+        entity_id = relative if kind == "document" else skill_node_id(typed().record.name)
+        sources.append(Source(relative, kind, fs_path, typed, tenant, labels, passages,
+                              file_sha=sha, entity_id=entity_id))
     for folder, tenant in settings.facts_tenants:
         if not any(s.path.startswith(folder + "/") for s in sources):
             from ..config import setting_error
@@ -108,8 +135,16 @@ def collect_sources(root: Path, kb, settings) -> list[Source]:
     return sorted(sources, key=lambda s: s.path)
 
 
+def _loader(checked, relative: str) -> Callable[[], Any]:
+    return lambda: checked.document(relative)
+
+
+def _labels(doc) -> list[tuple[str, list[str]]]:
+    return [(entity.id, [entity.name, *entity.aliases]) for _, entity in doc.entities]
+
+
 def _passage_files(root: Path, source: Source) -> list[Path]:
-    if source.kind != "document":
+    if source.kind != "document" or not source.passages:
         return []
     found = set()
     for _, record in source.record.chunks:
@@ -128,9 +163,9 @@ def _catalogs(sources: list[Source]) -> tuple[dict[str, Catalog], dict[str, str]
         if source.kind != "document":
             continue
         tenant = labels.setdefault(source.tenant, {})
-        for _, entity in source.record.entities:
-            known = tenant.setdefault(entity.id, [])
-            for label in [entity.name, *entity.aliases]:
+        for entity_id, names in source.labels:
+            known = tenant.setdefault(entity_id, [])
+            for label in names:
                 if label not in known:
                     known.append(label)
     catalogs = {t: Catalog.build(v) for t, v in labels.items()}
@@ -244,8 +279,7 @@ def _view(root: Path, source: Source, catalog: Catalog) -> SourceView:
     knowledge base holds for exactly these bytes (positions, passages and their offsets)."""
     data = source.fs_path.read_bytes()
     if hashlib.sha256(data).hexdigest() != source.file_sha:
-        raise ExtractionError(f"{source.path} changed during the build; the next build "
-                              "extracts it")
+        raise SourceChanged(f"{source.path} changed during the build: run `doit` again")
     text, problem = decode_text(source.path, data)
     if problem is not None or text is None:
         raise ExtractionError(f"{source.path}: {problem.message if problem else 'unreadable'}")
@@ -301,7 +335,7 @@ def _plan(sources: list[Source], latest: dict[str, dict], digests: dict[str, str
     return work
 
 
-def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
+def run_facts(root: Path, kb, settings, out_dir: Path, checked=None) -> Outcome:
     """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir.
 
     Only the previous facts a build touches become Python objects; the others are
@@ -311,22 +345,25 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
 
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
-    sources = collect_sources(root, kb, settings)
+    sources = collect_sources(root, kb, settings, checked)
     for source in sources:
         try:
-            data = source.fs_path.read_bytes()
+            if not source.file_sha:  # (a unit knows the sha256 its validation saw)
+                data = source.fs_path.read_bytes()
+                # The fingerprint must describe the bytes the validated record came from:
+                # an edit between validation and here would be recorded as extracted and
+                # never seen again. (Extraction checks the bytes against file_sha.)
+                validated = getattr(source.record, "text_sha256", "")
+                if validated and validated != hashlib.sha256(
+                        (decode_text(source.path, data)[0] or "").encode("utf-8")).hexdigest():
+                    raise ExtractionError(f"{source.path} changed during the build: run "
+                                          "`doit` again")
+                source.file_sha = hashlib.sha256(data).hexdigest()
             passages = [read_regular(p, MAX_FILE_BYTES)[0] for p in _passage_files(root, source)]
         except OSError as error:
             raise ExtractionError(f"{source.path} changed during the build ({error}): run "
                                   "`doit` again") from None
-        # The fingerprint must describe the bytes the validated record came from; an edit
-        # between validation and here would be recorded as extracted and never seen again.
-        validated = getattr(source.record, "text_sha256", "")
-        if validated and validated != hashlib.sha256(
-                (decode_text(source.path, data)[0] or "").encode("utf-8")).hexdigest():
-            raise ExtractionError(f"{source.path} changed during the build: run `doit` again")
-        source.file_sha = hashlib.sha256(data).hexdigest()
-        source.digest = _sha(data, *passages)
+        source.digest = _sha(source.file_sha.encode(), *passages)
     catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
@@ -355,6 +392,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path) -> Outcome:
             view = _view(root, source, catalogs.get(source.tenant, Catalog()))
             extracted.append((source, trigger,
                               [(c.fact_id, c) for c in extract(view, extractors)]))
+        except SourceChanged:
+            raise  # its fingerprint would describe bytes never validated: stop the stage
         except (ExtractionError, OSError) as error:
             counts["failed"] += 1
             new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,

@@ -1,0 +1,292 @@
+"""The link step: what spans documents, checked from their interface summaries alone.
+
+A document's summary is what other documents can see of it: the entities it declares,
+its chunk ids and their dependencies, and the ids it refers to. The link step merges the
+summaries into the catalog view every document is checked against (entity types, chunk
+ids, the id suggestions) and finds what no single document shows: conflicting entity
+declarations (CTX202), chunk ids used twice (CTX203) and dependency cycles (CTX207).
+
+Summaries are plain data (JSON-ready), so a build keeps them between runs and links a
+10,000-document knowledge base without typing its documents again. A diagnostic the
+link step raises needs a position inside a document; `position` gives it (and loads that
+document when only its summary is at hand: only for errors, which stop a build).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..diagnostics import Diagnostic, diag
+from .model import ParsedDocument, strip_not
+
+SUMMARY_FORMAT = 1
+_CONDITIONS = ("preconditions", "postconditions", "state_refs")
+_CYCLE_ENDS = 10  # ids shown at each end of a long cycle: a message never grows with the KB
+
+
+@dataclass
+class Summary:
+    """The interface of one document (positions are indexes into entities[]/chunks[])."""
+
+    path: str                                  # as diagnostics show it
+    entities: list[list] = field(default_factory=list)   # [index, id, name, type, dump]
+    chunks: list[list] = field(default_factory=list)     # [index, id, [dependencies]]
+    refs: list[str] = field(default_factory=list)        # ids named, sorted
+
+    def as_data(self) -> dict[str, Any]:
+        return {"path": self.path, "entities": self.entities, "chunks": self.chunks,
+                "refs": self.refs}
+
+    @classmethod
+    def from_data(cls, data: Any) -> Summary | None:
+        """A summary read back from a cache; None for anything of another shape."""
+        if not isinstance(data, dict) or set(data) != {"path", "entities", "chunks", "refs"}:
+            return None
+        path, entities, chunks, refs = (data["path"], data["entities"], data["chunks"],
+                                        data["refs"])
+        if not (isinstance(path, str) and _strings(refs) and isinstance(entities, list)
+                and isinstance(chunks, list)):
+            return None
+        for item in entities:
+            if not (isinstance(item, list) and len(item) == 5 and type(item[0]) is int
+                    and all(isinstance(part, str) for part in item[1:4])
+                    and isinstance(item[4], dict) and item[4].get("id") == item[1]):
+                return None
+        for item in chunks:
+            if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
+                    and isinstance(item[1], str) and _strings(item[2])):
+                return None
+        return cls(path, entities, chunks, refs)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def summarize(doc: ParsedDocument) -> Summary:
+    """A typed document's interface (cheap: no positions are computed)."""
+    refs: set[str] = set()
+    entities = []
+    for index, entity in doc.entities:
+        entities.append([index, entity.id, entity.name, entity.type,
+                         entity.model_dump(mode="json", exclude_none=True)])
+        refs.update(_conditions(entity))
+        refs.update(entity.related_skills)
+    chunks = []
+    for index, record in doc.chunks:
+        chunks.append([index, record.id, list(record.dependencies)])
+        refs.update(record.entities)
+        refs.update(record.dependencies)
+        refs.update(_conditions(record))
+    return Summary(doc.path, entities, chunks, sorted(refs))
+
+
+def _conditions(record) -> list[str]:
+    found = []
+    for name in _CONDITIONS:
+        value = getattr(record, name, None)
+        if isinstance(value, list):
+            found.extend(strip_not(item)[1] for item in value if isinstance(item, str))
+    return found
+
+
+@dataclass
+class Declaration:
+    path: str    # the declaring document, as diagnostics show it
+    index: int   # in its entities[]
+
+
+@dataclass
+class View:
+    """What every document is checked against."""
+
+    types: dict[str, str]          # entity id -> type
+    chunk_ids: set[str]
+    by_tail: dict[str, str]        # last id part -> the first declared id with it
+
+    def suggest(self, reference: str) -> str:
+        """A hint when an unknown id differs from a declared one only by its type prefix
+        (state: vs entity:)."""
+        candidate = self.by_tail.get(reference.split(":")[-1])
+        if candidate is None or candidate == reference:
+            return ""
+        return f"; did you mean '{candidate}'?"
+
+    def as_data(self) -> dict[str, Any]:
+        return {"types": self.types, "chunk_ids": sorted(self.chunk_ids),
+                "by_tail": self.by_tail}
+
+    @classmethod
+    def from_data(cls, data: Any) -> View | None:
+        if not isinstance(data, dict) or set(data) != {"types", "chunk_ids", "by_tail"}:
+            return None
+        types, chunk_ids, by_tail = data["types"], data["chunk_ids"], data["by_tail"]
+        if not (_string_map(types) and _strings(chunk_ids) and _string_map(by_tail)):
+            return None
+        return cls(types, set(chunk_ids), by_tail)
+
+    def changed_since(self, other: View) -> tuple[set[str], set[str]]:
+        """Ids whose standing differs between the two views (declared or not, another
+        type, a chunk or not), and id tails whose suggestion differs."""
+        ids = {key for key in self.types.keys() | other.types.keys()
+               if self.types.get(key) != other.types.get(key)}
+        ids |= self.chunk_ids ^ other.chunk_ids
+        tails = {key for key in self.by_tail.keys() | other.by_tail.keys()
+                 if self.by_tail.get(key) != other.by_tail.get(key)}
+        return ids, tails
+
+
+def _string_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+@dataclass
+class Link:
+    view: View
+    declarations: dict[str, list[Declaration]]   # entity id -> its kept declarations
+    merged: dict[str, dict]                     # entity id -> the merged declaration
+    chunk_places: dict[str, Declaration]        # chunk id -> its first declaration
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+Position = Callable[[str, tuple], tuple[int, int]]  # (path, key path) -> (line, column)
+
+
+def link(summaries: list[Summary], position: Position,
+         cycles: Callable[[], list[Diagnostic]] | None = None) -> Link:
+    """Merge the summaries (in the knowledge base's order: the first declaration wins)."""
+    out: list[Diagnostic] = []
+    first: dict[str, tuple[Summary, list]] = {}
+    declarations: dict[str, list[Declaration]] = {}
+    dumps: dict[str, list[dict]] = {}
+    for summary in summaries:
+        seen_here: set[str] = set()
+        for index, entity_id, name, entity_type, dump in summary.entities:
+            if entity_id in seen_here:
+                continue  # twice in one document: CTX201, a per-document rule
+            seen_here.add(entity_id)
+            known = first.get(entity_id)
+            if known is None:
+                first[entity_id] = (summary, [index, entity_id, name, entity_type])
+                declarations[entity_id] = [Declaration(summary.path, index)]
+                dumps[entity_id] = [dump]
+                continue
+            where, (known_index, _, known_name, known_type) = known
+            if known_name != name or known_type != entity_type:
+                first_at = _where(where.path, position, ("entities", known_index, "id"))
+                out.append(_at(summary.path, position, ("entities", index, "id"), "CTX202",
+                               f"entity '{entity_id}' is declared here as {name!r} "
+                               f"({entity_type}) but as {known_name!r} ({known_type}) at "
+                               f"{first_at}"))
+                continue
+            declarations[entity_id].append(Declaration(summary.path, index))
+            dumps[entity_id].append(dump)
+    chunk_places: dict[str, Declaration] = {}
+    dependencies: dict[str, list[str]] = {}
+    for summary in summaries:
+        for index, chunk_id, needs in summary.chunks:
+            if chunk_id in chunk_places:
+                known = chunk_places[chunk_id]
+                first_at = _where(known.path, position, ("chunks", known.index, "id"))
+                where = "in this document" if known.path == summary.path else \
+                    "in the knowledge base"
+                out.append(_at(summary.path, position, ("chunks", index, "id"), "CTX203",
+                               f"chunk id '{chunk_id}' is used twice {where} "
+                               f"(first at {first_at})"))
+                continue
+            chunk_places[chunk_id] = Declaration(summary.path, index)
+            dependencies[chunk_id] = needs
+    by_tail: dict[str, str] = {}
+    for entity_id in first:  # the first declared wins, in declaration order
+        by_tail.setdefault(entity_id.split(":")[-1], entity_id)
+    view = View({entity_id: item[1][3] for entity_id, item in first.items()},
+                set(chunk_places), by_tail)
+    out.extend(cycles() if cycles is not None else
+               find_cycles(dependencies, chunk_places, position))
+    merged = {entity_id: _merged(found) for entity_id, found in dumps.items()}
+    return Link(view, declarations, merged, chunk_places, out)
+
+
+def _where(path: str, position: Position, key: tuple) -> str:
+    line, column = position(path, key)
+    return f"{path}:{line}:{column}"
+
+
+def _at(path: str, position: Position, key: tuple, code: str, message: str) -> Diagnostic:
+    line, column = position(path, key)
+    return diag(code, message, path, line, column)
+
+
+def _merged(dumps: list[dict]) -> dict:
+    first = dumps[0]
+    others = [dump for dump in dumps[1:] if dump != first]
+    if not others:
+        return first  # the common case: verbatim re-declarations add nothing
+    from .kb import merge_entities
+    from .model import Entity
+
+    merged = merge_entities(Entity.model_validate(first),
+                            [Entity.model_validate(dump) for dump in others])
+    return merged.model_dump(mode="json", exclude_none=True)
+
+
+def dependency_digest(summaries: list[Summary]) -> str:
+    """What the cycle check depends on: every chunk id and its dependencies, in order."""
+    digest = hashlib.sha256()
+    for summary in summaries:
+        digest.update(json.dumps([summary.path, summary.chunks]).encode())
+    return digest.hexdigest()
+
+
+def find_cycles(dependencies: dict[str, list[str]], places: dict[str, Declaration],
+                position: Position) -> list[Diagnostic]:
+    """Each dependency cycle once (iterative DFS; knowledge bases can be deep)."""
+    out: list[Diagnostic] = []
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    for start in sorted(dependencies):
+        if start in state:
+            continue
+        stack = [(start, iter(dependencies[start]))]
+        trail = [start]
+        depth = {start: 0}  # trail index of each chunk on it
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            advanced = False
+            for child in children:
+                if child not in dependencies:
+                    continue
+                if state.get(child) == 1:
+                    first = depth[child]
+                    second = trail[first + 1] if first + 1 < len(trail) else child
+                    place = places[child]
+                    key = ("chunks", place.index, "dependencies",
+                           dependencies[child].index(second))
+                    out.append(_at(place.path, position, key, "CTX207",
+                                   "dependency cycle: " + _cycle_text(trail, first)))
+                elif child not in state:
+                    state[child] = 1
+                    depth[child] = len(trail)
+                    trail.append(child)
+                    stack.append((child, iter(dependencies[child])))
+                    advanced = True
+                    break
+            if not advanced:
+                state[node] = 2
+                depth.pop(trail.pop())
+                stack.pop()
+    return out
+
+
+def _cycle_text(trail: list[str], first: int) -> str:
+    """trail[first:] and back to its first id; a long cycle by its two ends."""
+    length = len(trail) - first
+    if length < 2 * _CYCLE_ENDS:
+        ids = trail[first:]
+    else:
+        ids = (trail[first:first + _CYCLE_ENDS] + [f"... {length - 2 * _CYCLE_ENDS + 1} more ..."]
+               + trail[len(trail) - _CYCLE_ENDS + 1:])
+    return " -> ".join(ids + [trail[first]])
