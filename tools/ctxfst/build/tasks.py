@@ -203,7 +203,7 @@ def namespace(CONFIG) -> dict:
     def task_compile():
         """Compile chunks and the entity catalog: chunks.json, chunks.parquet."""
         return _task("compile", task_compile.__doc__, _paths("validation.json"),
-                     _paths("chunks.json", "chunks.parquet", "extra-edges.json"))
+                     _paths("chunks.json", "chunks.parquet", "catalog.json", "extra-edges.json"))
 
 
     def task_skills():
@@ -215,13 +215,14 @@ def namespace(CONFIG) -> dict:
 
     def task_profiles():
         """Build entity profiles: entity-profiles.json, entities.parquet."""
-        return _task("profiles", task_profiles.__doc__, _paths("chunks.json"),
+        return _task("profiles", task_profiles.__doc__, _paths("chunks.parquet", "catalog.json"),
                      _paths("entity-profiles.json", "entities.parquet"))
 
 
     def task_embed():
         """Embed chunks and entity profiles (cached by model and text)."""
-        return _task("embed", task_embed.__doc__, _paths("chunks.json", "entity-profiles.json"),
+        return _task("embed", task_embed.__doc__,
+                     _paths("chunks.parquet", "entity-profiles.json"),
                      _paths("chunk_vectors.parquet", "entity_vectors.parquet"))
 
 

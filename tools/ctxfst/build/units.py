@@ -358,9 +358,13 @@ class Compiled:
     json: bytes
     parquet: bytes
     chunks: int
-    entities: int
+    entity_rows: list[dict[str, Any]]
     recompiled: int
     made_from: dict[str, Any]
+
+    @property
+    def entities(self) -> int:
+        return len(self.entity_rows)
 
     def record(self, store: UnitStore) -> None:
         """Once the staged chunks.parquet holds these bytes: the next build splices it."""
@@ -428,7 +432,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path) -
                               store.value("compiled"), previous_parquet)
     made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents}
     return Compiled(chunks_json(entities, [text for _, text in texts]), parquet, len(texts),
-                    len(entities), len(fresh), made_from)
+                    entities, len(fresh), made_from)
 
 
 def _chunks_parquet(checked: Checked, texts: list[tuple[str, bytes]],
