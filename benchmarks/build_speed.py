@@ -89,7 +89,7 @@ def scale(docs: int) -> None:
               f"reused {embed['cache_hits']}")
         print(f"  {' / '.join(STAGE_NAMES)}: {edits[1][1]} s")
         added = target.with_name("notes-added.ctxfst.md")
-        added.write_text(target.read_text().replace("n00042-", "nadded-"))
+        added.write_text(target.read_text().replace("n00042", "nadded"))
         add, _ = doit(root)
         print(f"one added document: {add:.2f} s wall ({_stages(root)} s)")
         added.unlink()

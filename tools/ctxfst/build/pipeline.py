@@ -414,7 +414,7 @@ def stage_facts(config: Config) -> None:
     checked = _load_validated(config)
     try:
         outcome = run_facts(config.root, checked.kb, config.build, staging(config), checked)
-    except (ExtractionError, LookupError) as error:
+    except ExtractionError as error:
         raise BuildFailed(str(error)) from None
     if outcome.counts["failed"]:
         print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "

@@ -270,7 +270,9 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         loaded = {relative_to_root(doc.fs_path, doc.path): doc for doc in found}
         gone = [r for r in relatives if r not in loaded]
         if gone:  # plain Markdown now: it changed during the build
-            raise LookupError(f"{gone[0]} changed during the build: run `doit` again")
+            from .pipeline import BuildFailed
+
+            raise BuildFailed(f"{gone[0]} changed during the build: run `doit` again")
         return loaded
 
     cache = open_parse_cache()
@@ -404,9 +406,12 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path) -
     texts: list[tuple[str, bytes]] = []
     fresh: dict[str, list[dict[str, Any]]] = {}  # relative -> rows compiled now
     errors: list[Diagnostic] = []
+    kept_rows = {unit.relative: None if unit.volatile else
+                 _kept_rows(cached.get(keys[unit.relative]), unit.summary)
+                 for unit in checked.units}
+    checked.documents([r for r, kept in kept_rows.items() if kept is None])  # together
     for unit in checked.units:
-        kept = None if unit.volatile else _kept_rows(cached.get(keys[unit.relative]),
-                                                     unit.summary)
+        kept = kept_rows[unit.relative]
         if kept is None:
             rows = document_rows(checked.document(unit.relative), unit.relative, root,
                                  errors)
@@ -442,9 +447,10 @@ def _chunks_parquet(checked: Checked, texts: list[tuple[str, bytes]],
     from .io import parquet_bytes
 
     base = _previous_chunks(made_from, previous)
-    if base is None:  # no usable previous table: every row, from its text
-        rows = [json.loads(text) for _, text in texts]
-        return parquet_bytes(chunks_table(rows))
+    if base is None:  # no usable previous table: every row (compiled now, or its text)
+        compiled = {row["id"]: row for rows in fresh.values() for row in rows}
+        return parquet_bytes(chunks_table([compiled.get(chunk_id) or json.loads(text)
+                                           for chunk_id, text in texts]))
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -383,6 +383,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, checked=None) -> Outcome:
             write_atomic(out_dir / name, (ledger_dir(root) / name).read_bytes())
         return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}))
     seq = prior_seq + 1
+    if checked is not None:  # typed together (in parallel), not one by one
+        checked.documents([s.path for s, _ in work if s.kind == "document"])
     new_runs: list[dict[str, Any]] = []
     # each candidate with its fact id, computed once
     extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]] = []
