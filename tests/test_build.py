@@ -513,3 +513,129 @@ def test_an_incremental_validation_reports_what_a_full_one_does(tmp_path, capsys
         _, out = build(root, capsys)
         assert any(line.startswith(unchanged) and code in line
                    for line in _diagnostic_lines(out)), out
+
+
+def test_a_linked_document_is_reported_as_validate_reports_it(tmp_path, capsys, cli):
+    """A link inside content/ to another document is an input of its own: the build
+    reports its duplicate chunk ids where `ctxfst validate` does."""
+    root = example(tmp_path)
+    (root / "content/again.ctxfst.md").symlink_to(root / "content/deployment.zh-TW.ctxfst.md")
+    code, out = build(root, capsys)
+    full = cli("validate", cwd=root)
+    assert code != 0 and full.code != 0
+    assert _diagnostic_lines(out) == _diagnostic_lines(full.out) != []
+
+
+def test_units_are_kept_for_one_toolchain_and_one_cache_file(tmp_path, capsys, monkeypatch):
+    """Units from another ctxfst version, or in a cache file copied in with a checkout,
+    are never used: every document is checked again."""
+    import ctxfst.build.units as units
+
+    root = example(tmp_path / "a")
+    assert build(root, capsys)[0] == 0
+    documents = stage(root, "validate")["files"] - 4  # less the four skills
+    copy = tmp_path / "b"
+    shutil.copytree(root, copy, symlinks=True)  # caches and all
+    edit = copy / "content/backend-frameworks.ctxfst.md"
+    edit.write_text(edit.read_text().replace("Goroutines made", "Goroutines kept"))
+    assert build(copy, capsys)[0] == 0
+    assert stage(copy, "validate")["documents_checked"] == documents
+    edit.write_text(edit.read_text().replace("Goroutines kept", "Goroutines made"))
+    assert build(copy, capsys)[0] == 0
+    assert stage(copy, "validate")["documents_checked"] == 2  # its own units now
+    monkeypatch.setattr(units, "__version__", "99.0.0")
+    edit.write_text(edit.read_text().replace("Goroutines made", "Goroutines kept"))
+    assert build(copy, capsys)[0] == 0
+    assert stage(copy, "validate")["documents_checked"] == documents
+
+
+def test_a_build_checks_skill_folders_as_validate_does(tmp_path, capsys, cli):
+    root = example(tmp_path)
+    (root / "skills/empty").mkdir()
+    code, out = build(root, capsys)
+    assert code != 0 and "CTX410" in out
+    assert _diagnostic_lines(out) == _diagnostic_lines(cli("validate", cwd=root).out)
+    assert out.rstrip().splitlines()[-1] == ("build stopped: validate: 1 error(s) in the "
+                                            "knowledge base, build/ unchanged")
+
+
+def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
+    """Rows of the wrong shape in units.sqlite (a damaged or edited file) never make a
+    traceback: the build starts the units over from the sources."""
+    import sqlite3
+
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    before = artifact_bytes(root)
+    db = sqlite3.connect(root / ".ctxfst/cache/units.sqlite")
+    with db:
+        db.execute("UPDATE units SET value = ? WHERE key = 'skills'", (b'{"names": 5}',))
+        db.execute("UPDATE units SET value = CAST(replace(CAST(value AS TEXT), "
+                   "'\"aliases\":[', '\"aliases\":7,\"x\":[') AS BLOB) WHERE key LIKE 'doc:%'")
+    db.close()
+    edit = root / "content/backend-frameworks.ctxfst.md"
+    text = edit.read_text()
+    edit.write_text(text.replace("Goroutines made", "Goroutines kept"))
+    code, out = build(root, capsys)
+    assert code == 0 and "Traceback" not in out, out
+    edit.write_text(text)
+    assert build(root, capsys)[0] == 0
+    now = artifact_bytes(root)
+    assert {n for n in now if now[n] != before[n]} <= {
+        n for n, (s, _) in ARTIFACTS.items() if s == "facts"} | {"manifest.json"}
+
+
+def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
+    """content_path files outside content/, or not Markdown, are no walked inputs: the
+    build depends on the ones its documents name all the same."""
+    root = project(tmp_path)
+    write(root, "content/a.ctxfst.md", """
+        ---
+        title: A
+        chunks:
+          - id: note:outside
+            content_path: ../passages/outside.md
+          - id: note:text
+            content_path: text.txt
+        ---
+        """)
+    write(root, "passages/outside.md", "First words outside.\n")
+    write(root, "content/text.txt", "First words in text.\n")
+    assert build(root, capsys)[0] == 0
+
+    def contents() -> dict[str, str]:
+        chunks = json.loads((root / "build/chunks.json").read_text())["chunks"]
+        return {chunk["id"]: chunk["content"] for chunk in chunks}
+
+    assert contents() == {"note:outside": "First words outside.",
+                          "note:text": "First words in text."}
+    write(root, "passages/outside.md", "Second words outside.\n")
+    code, out = build(root, capsys)
+    assert code == 0 and "validate" in ran(out), out
+    write(root, "content/text.txt", "Second words in text.\n")
+    assert build(root, capsys)[0] == 0
+    assert contents() == {"note:outside": "Second words outside.",
+                          "note:text": "Second words in text."}
+    (root / "content/text.txt").unlink()  # a passage gone is a change too
+    code, out = build(root, capsys)
+    assert code != 0 and "CTX309" in out
+
+
+def test_readers_see_an_edited_passage_outside_content(tmp_path, capsys, cli):
+    root = project(tmp_path)
+    write(root, "content/a.ctxfst.md", """
+        ---
+        title: A
+        chunks:
+          - id: note:outside
+            content_path: ../passages/outside.md
+        ---
+        """)
+    write(root, "passages/outside.md", "First words outside.\n")
+    assert build(root, capsys)[0] == 0
+    from ctxfst.build.freshness import stale_reason
+
+    config = find_project(root)
+    assert stale_reason(config, root / "build") is None
+    write(root, "passages/outside.md", "Other words outside.\n")
+    assert "passages/outside.md" in stale_reason(config, root / "build")

@@ -284,6 +284,11 @@ class Config:
         return self.root / TOOL_DIR / "cache"
 
     @property
+    def unit_store(self) -> Path:
+        """The compilation units (build/units.py)."""
+        return self.cache_dir / "units.sqlite"
+
+    @property
     def input_digests(self) -> Path:
         """sha256 of the sources by file identity (size, mtime, inode, ctime), like git's
         index: shared by the build's stamp and the readers' freshness check."""

@@ -9,6 +9,7 @@ replaced, never obeyed. CTXFST_NO_CACHE=1 ignores them all.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import sys
@@ -20,6 +21,7 @@ from .. import __version__
 # Bump when the parsed-document data changes shape. 4: JSON rows instead of pickle.
 PARSE_FORMAT = "4"  # 2: chunk bodies carry their text offset; 3: SKILL.md tenant checked
 NO_CACHE_ENV = "CTXFST_NO_CACHE"
+PASSAGES = "passages"  # the unit store's record of content_path files (any folder)
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 _expected_objects: dict[str, list] = {}
 
@@ -147,3 +149,22 @@ class ParseCache:
 
     def close(self) -> None:
         self.db.close()
+
+
+def recorded_passages(store_path: Path) -> list[str]:
+    """The content_path files the last build recorded in the unit store (build/units),
+    read with a light import: doit loads the task graph on every run. [] when unknown."""
+    if caches_disabled() or not store_path.is_file():
+        return []
+    try:
+        db = sqlite3.connect(f"{store_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM units WHERE key = ? AND "
+                             "typeof(value) = 'blob' AND length(value) < ?",
+                             (PASSAGES, 64 * 1024 * 1024)).fetchone()
+        finally:
+            db.close()
+        value = json.loads(row[0]) if row else []
+    except (sqlite3.Error, ValueError, RecursionError):
+        return []
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []

@@ -14,7 +14,7 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     """Source files (and the settings file) added, removed or edited since the build (by
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
     so a query on a large knowledge base hashes only files touched since."""
-    from ..files import RACY_NS, ProjectRelative, project_relative, scan_project
+    from ..files import RACY_NS, ProjectRelative, inside, project_relative, scan_project
 
     recorded = {i["path"]: i for i in manifest.get("inputs", [])}
     root = config.root.resolve()
@@ -26,6 +26,10 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     sources = list(scan.files)
     if config.config_file is not None:  # settings (tenants, models) shape the artifacts too
         sources.append(config.config_file)
+    # content_path files the build read, wherever they are (the walk lists content/ only)
+    scanned = {relative_to_root(path) for path in sources}
+    sources += [root / p for p in recorded if p not in scanned and _plain_relative(p)
+                and (root / p).is_file() and inside(root, root / p)]
     for path in sources:
         relative = relative_to_root(path)
         seen.add(relative)

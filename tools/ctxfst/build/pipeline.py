@@ -130,7 +130,7 @@ def _identities(inputs, refused) -> tuple:
 def unit_store(config: Config):
     from .units import UnitStore
 
-    return UnitStore(config.cache_dir / "units.sqlite")
+    return UnitStore(config.unit_store)
 
 
 def _load_validated(config: Config, counts: dict | None = None, reuse: bool = True):
@@ -168,7 +168,16 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
 
     store = unit_store(config)
     try:
-        checked = check_incrementally(config, inputs, refused, sha, open_parse_cache, store)
+        try:
+            checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
+                                          store)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            # Units that are not what this toolchain wrote (a damaged or edited cache; a
+            # copied one is emptied on open): start over from the sources alone. A
+            # failure then is a real one, and is raised.
+            store.clear()
+            checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
+                                          store)
     finally:
         store.close()
     digests.save()
@@ -217,9 +226,13 @@ def stage_validate(config: Config) -> None:
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.
     # (Settings are not in it: each stage tracks the settings it reads itself.)
+    # content_path files are inputs too, wherever they are (the walk lists content/ only)
+    walked = project_files(config)
+    known = set(walked)
+    stamped = walked + [path for path in (config.root / r for r in checked.passages)
+                        if path not in known and path.is_file()]
     write_json(staged(config, "validation.json"),
-               {"toolchain": __version__,
-                "inputs": _inputs(config, project_files(config), every_input=True)})
+               {"toolchain": __version__, "inputs": _inputs(config, stamped, every_input=True)})
     _record(config, "validate", started, files=files, warnings=warnings, **counts)
 
 
@@ -231,18 +244,18 @@ def stage_compile(config: Config) -> None:
     checked = _load_validated(config)
     store = unit_store(config)
     try:
-        compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
-    except CompileError as error:
-        _show(error.diagnostics, len(checked.units))
-        raise BuildFailed("some chunk content could not be read") from None
-    finally:
-        store.close()
-    write_atomic(staged(config, "chunks.json"), compiled.json)
-    write_json(staged(config, "catalog.json"), compiled.entity_rows)  # for profiles
-    write_atomic(staged(config, "chunks.parquet"), compiled.parquet)
-    store = unit_store(config)
-    try:
+        try:
+            compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
+        except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
+            store.forget_rows()
+            compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
+        write_atomic(staged(config, "chunks.json"), compiled.json)
+        write_json(staged(config, "catalog.json"), compiled.entity_rows)  # for profiles
+        write_atomic(staged(config, "chunks.parquet"), compiled.parquet)
         compiled.record(store)  # what the staged chunks.parquet was made from
+    except CompileError as error:
+        _show(error.diagnostics, checked.files)
+        raise BuildFailed("some chunk content could not be read") from None
     finally:
         store.close()
     write_json(staged(config, "extra-edges.json"),

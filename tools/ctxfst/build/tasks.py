@@ -196,8 +196,24 @@ def namespace(CONFIG) -> dict:
         # A deleted input changes the list itself; file_dep alone would not notice. What
         # the walk refused is in it too, so that the stage runs and reports it.
         refused = [f"{d.code} {d.path}" for d in scan.problems]
-        return _task("validate", task_validate.__doc__, sources, _paths("validation.json"),
-                     state="\n".join(sources + refused))
+        passages = sorted(_passage_files() - set(sources))
+        # (doit re-runs a task whose file_dep list changed: a passage gone is seen)
+        return _task("validate", task_validate.__doc__, sources + passages,
+                     _paths("validation.json"), state="\n".join(sources + refused))
+
+    def _passage_files() -> set[str]:
+        """content_path files the last build read that the walk does not list (outside
+        content/, or not Markdown)."""
+        from ..files import inside
+        from .cache import recorded_passages
+
+        found = set()
+        for relative in recorded_passages(CONFIG.unit_store):
+            path = CONFIG.root / relative
+            if (not relative.startswith("/") and ".." not in relative.split("/")
+                    and inside(CONFIG.root, path) and path.is_file()):
+                found.add(str(path))
+        return found
 
 
     def task_compile():

@@ -27,7 +27,7 @@ from .. import __version__
 from ..diagnostics import RULES, Diagnostic, Severity, ordered
 from ..document.link import Summary, View, dependency_digest, link, summarize
 from ..document.model import ParsedDocument
-from .cache import connect
+from .cache import PASSAGES, connect
 
 UNIT_FORMAT = "1"
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
@@ -36,9 +36,11 @@ _MAX_ROW = 64 * 1024 * 1024
 
 @dataclass
 class DocumentUnit:
-    """One document as the last build checked it."""
+    """One document as the last build checked it, keyed by its path as diagnostics show
+    it (a link inside content/ to another document is an input of its own)."""
 
-    relative: str            # project-relative POSIX path
+    path: str                # the input's path (the unit's key)
+    relative: str            # project-relative POSIX path, links resolved (its `source`)
     sha256: str              # of its bytes
     summary: Summary | None  # None: plain Markdown found beside the documents
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -46,31 +48,33 @@ class DocumentUnit:
     tenant: Any = None       # its frontmatter's `tenant:` value, when it has one
 
     def as_data(self) -> dict[str, Any]:
-        return {"sha256": self.sha256, "summary": self.summary.as_data() if self.summary
+        return {"relative": self.relative, "sha256": self.sha256,
+                "summary": self.summary.as_data() if self.summary
                 else None, "diagnostics": [[d.path, d.line, d.column, d.code, d.message,
                                              d.severity.value] for d in self.diagnostics],
                 "volatile": self.volatile, "tenant": self.tenant}
 
     @classmethod
-    def from_data(cls, relative: str, data: Any) -> DocumentUnit | None:
-        if not isinstance(data, dict) or set(data) != {"sha256", "summary", "diagnostics",
-                                                       "volatile", "tenant"}:
+    def from_data(cls, path: str, data: Any) -> DocumentUnit | None:
+        if not isinstance(data, dict) or set(data) != {"relative", "sha256", "summary",
+                                                       "diagnostics", "volatile", "tenant"}:
             return None
         summary = None
         if data["summary"] is not None:
             summary = Summary.from_data(data["summary"])
-            if summary is None:
+            if summary is None or summary.path != path:
                 return None
-        if not isinstance(data["sha256"], str) or type(data["volatile"]) is not bool \
-                or data["tenant"] is not _tenant(data["tenant"]):
+        if not (isinstance(data["sha256"], str) and isinstance(data["relative"], str)
+                and type(data["volatile"]) is bool
+                and data["tenant"] is _tenant(data["tenant"])):
             return None
         if not isinstance(data["diagnostics"], list):
             return None
         diagnostics = _read_diagnostics(data["diagnostics"])
         if diagnostics is None:
             return None
-        return cls(relative, data["sha256"], summary, diagnostics, data["volatile"],
-                   data["tenant"])
+        return cls(path, data["relative"], data["sha256"], summary, diagnostics,
+                   data["volatile"], data["tenant"])
 
 
 _ROW_TYPES = (str, int, int, str, str, str)
@@ -96,20 +100,44 @@ def _tenant(value: Any) -> Any:
 
 
 class UnitStore:
-    """The units of one project, keyed "doc:<relative path>", plus the build's link
-    records ("view", "cycles") and chunk rows ("rows:<unit key>")."""
+    """The units of one project, keyed "doc:<path>", plus the build's link records
+    ("view", "skills", "cycles", "compiled") and chunk rows ("rows:<unit key>")."""
 
     def __init__(self, path: Path) -> None:
         self.db = connect(path, _SCHEMA)
-        try:
-            if self.db.execute("PRAGMA user_version").fetchone()[0] != int(UNIT_FORMAT):
-                with self.db:
-                    self.db.execute("DELETE FROM units")
-                    self.db.execute(f"PRAGMA user_version = {int(UNIT_FORMAT)}")
-        except sqlite3.Error:
-            pass
         self.pending: dict[str, bytes] = {}
         self.removed: set[str] = set()
+        # Units are kept for this toolchain (a release may change a rule's wording or
+        # verdict) and for this very file: one copied in with a checkout (its inode and
+        # device differ) is emptied, never obeyed. Row texts are spliced into artifacts
+        # unparsed, so a stranger's rows must never be read.
+        try:
+            info = os.stat(path)
+            owner = [__version__, UNIT_FORMAT, info.st_dev, info.st_ino]
+        except OSError:
+            owner = None  # an in-memory store (caches off, or unwritable): empty anyway
+        self.owner = owner
+        if owner is not None and self.value("owner") != owner:
+            self.clear()
+
+    def forget_rows(self) -> None:
+        """Forget every document's kept chunk rows (they are compiled again)."""
+        for key in self.keys("rows:") | {"compiled"}:
+            self.remove(key)
+        self.save()
+
+    def clear(self) -> None:
+        """Forget every unit (the next build checks everything)."""
+        self.pending.clear()
+        self.removed.clear()
+        try:
+            with self.db:
+                self.db.execute("DELETE FROM units")
+        except sqlite3.Error:
+            pass
+        if self.owner is not None:
+            self.put("owner", self.owner)
+            self.save()
 
     def _rows(self, sql: str, args: tuple = ()) -> list[tuple[str, bytes]]:
         try:
@@ -122,10 +150,9 @@ class UnitStore:
         found = {}
         for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'doc:' AND "
                                      "key < 'doc;' AND typeof(value) = 'blob'"):
-            relative = key[4:]
-            unit = DocumentUnit.from_data(relative, _loads(value))
+            unit = DocumentUnit.from_data(key[4:], _loads(value))
             if unit is not None:
-                found[relative] = unit
+                found[unit.path] = unit
         return found
 
     def value(self, key: str) -> Any:
@@ -207,12 +234,13 @@ class Checked:
 
     root: Path
     units: list[DocumentUnit]                 # every CtxFST document, in input order
-    typed: dict[str, ParsedDocument]          # relative path -> typed this run
+    typed: dict[str, ParsedDocument]          # path -> typed this run
     kb: Any                                   # the loaded KnowledgeBase (skills, edges)
     link: Any
     diagnostics: list[Diagnostic]
     extra_edges: list
-    load: Callable[[list[str]], dict[str, ParsedDocument]]  # relative paths -> typed
+    load: Callable[[list[str]], dict[str, ParsedDocument]]  # paths -> typed
+    passages: list[str] = field(default_factory=list)  # content_path files (relative)
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -220,25 +248,25 @@ class Checked:
         """The files checked: documents, skills and extra-edge files."""
         return len(self.units) + len(self.kb.skills) + len(self.kb.edge_files)
 
-    def document(self, relative: str) -> ParsedDocument:
-        return self.documents([relative])[relative]
+    def document(self, path: str) -> ParsedDocument:
+        return self.documents([path])[path]
 
-    def documents(self, relatives: list[str]) -> dict[str, ParsedDocument]:
-        """Typed documents (those not typed yet are loaded together)."""
-        missing = [r for r in relatives if r not in self.typed]
+    def documents(self, paths: list[str]) -> dict[str, ParsedDocument]:
+        """Typed documents, by path (those not typed yet are loaded together, from the
+        bytes their units record: a file edited since stops the build)."""
+        missing = [path for path in paths if path not in self.typed]
         if missing:
             self.typed.update(self.load(missing))
-        return {relative: self.typed[relative] for relative in relatives}
+        return {path: self.typed[path] for path in paths}
 
 
 def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
                         open_parse_cache: Callable, store: UnitStore) -> Checked:
     """Validate the project's inputs, typing only what changed (see the module doc)."""
-    from ..document.kb import load_kb
-    from ..document.rules import (check_document, check_extra_edges, check_skills,
-                                  skill_names)
+    from ..document.kb import Input, load_kb
+    from ..document.rules import check_document, check_kb_wide, skill_names
+    from ..document.source import Source
     from ..files import ProjectRelative
-    from ..skills.index import skill_node_id
     from ..skills.parse import SKILL_FILE
 
     root = config.root
@@ -248,27 +276,45 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     for item in inputs:
         name = os.path.basename(item.source.path)
         (others if name == SKILL_FILE or not name.endswith(".md") else documents).append(item)
-    identity: dict[str, tuple[Any, str | None]] = {}  # relative -> (input, sha256)
-    order: list[str] = []
+    found: dict[str, tuple[Any, str, str | None]] = {}  # path -> (input, relative, sha256)
     changed: list[str] = []
     for item in documents:
-        relative = relative_to_root(item.source.fs_path, item.source.path)
+        path = item.source.path
+        relative = relative_to_root(item.source.fs_path, path)
         sha = digests(item.source.fs_path, relative)
-        identity[relative] = (item, sha)
-        order.append(relative)
-        unit = previous.get(relative)
-        if (sha is None or unit is None or unit.sha256 != sha or unit.volatile
-                or (unit.summary is not None and unit.summary.path != item.source.path)):
-            changed.append(relative)
+        found[path] = (item, relative, sha)
+        unit = previous.get(path)
+        if (sha is None or unit is None or unit.sha256 != sha or unit.relative != relative
+                or unit.volatile):
+            changed.append(path)
+    order = list(found)
 
-    def load(relatives: list[str]) -> dict[str, ParsedDocument]:
+    def verified(paths: list[str], check: bool) -> list:
+        """The inputs of paths with the bytes to parse: exactly those whose sha256 the
+        unit records (check: a file edited since it was hashed stops the build)."""
+        chosen = []
+        for path in paths:
+            item, relative, sha = found[path]
+            data, problem = item.source.read_bytes()
+            if problem is None and data is not None:
+                actual = hashlib.sha256(data).hexdigest()
+                if check and actual != sha:
+                    from .pipeline import BuildFailed
+
+                    raise BuildFailed(f"{path} changed during the build: run `doit` again")
+                found[path] = (item, relative, actual)
+                item = Input(Source(item.source.path, item.source.fs_path, data), item.explicit)
+            chosen.append(item)
+        return chosen
+
+    def load(paths: list[str]) -> dict[str, ParsedDocument]:
         cache = open_parse_cache()
         try:
-            found = load_kb(root, [identity[r][0] for r in relatives], cache).documents
+            loaded = {doc.path: doc for doc in load_kb(root, verified(paths, True),
+                                                       cache).documents}
         finally:
             cache.close()
-        loaded = {relative_to_root(doc.fs_path, doc.path): doc for doc in found}
-        gone = [r for r in relatives if r not in loaded]
+        gone = [path for path in paths if path not in loaded]
         if gone:  # plain Markdown now: it changed during the build
             from .pipeline import BuildFailed
 
@@ -277,31 +323,31 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
 
     cache = open_parse_cache()
     try:
-        kb = load_kb(root, [identity[r][0] for r in changed] + others, cache)
+        kb = load_kb(root, verified(changed, False) + others, cache)
     finally:
         cache.close()
-    typed = {relative_to_root(doc.fs_path, doc.path): doc for doc in kb.documents}
+    kb.skills_dir = config.skills_dir  # its folders are checked as `ctxfst validate` does
+    typed = {doc.path: doc for doc in kb.documents}
     units: dict[str, DocumentUnit] = {}
-    for relative in order:
-        doc = typed.get(relative)
+    for path in order:
+        doc = typed.get(path)
+        _, relative, sha = found[path]
         if doc is not None:
-            units[relative] = DocumentUnit(relative, identity[relative][1] or "",
-                                           summarize(doc), [], is_volatile(doc),
-                                           declared_tenant(doc))
-        elif relative in changed:  # plain Markdown beside the documents
-            units[relative] = DocumentUnit(relative, identity[relative][1] or "", None)
+            units[path] = DocumentUnit(path, relative, sha or "", summarize(doc), [],
+                                       is_volatile(doc), declared_tenant(doc))
+        elif path in changed:  # plain Markdown beside the documents
+            units[path] = DocumentUnit(path, relative, sha or "", None)
         else:
-            units[relative] = previous[relative]
-    live = [units[r] for r in order if units[r].summary is not None]
-    by_path = {unit.summary.path: unit.relative for unit in live}
+            units[path] = previous[path]
+    live = [units[path] for path in order if units[path].summary is not None]
 
-    def document(relative: str) -> ParsedDocument:
-        if relative not in typed:
-            typed.update(load([relative]))
-        return typed[relative]
+    def document(path: str) -> ParsedDocument:
+        if path not in typed:
+            typed.update(load([path]))
+        return typed[path]
 
     def position(path: str, key: tuple) -> tuple[int, int]:
-        pos = document(by_path[path]).source_map.value(key)
+        pos = document(path).source_map.value(key)
         return pos.line, pos.column
 
     summaries = [unit.summary for unit in live]
@@ -309,48 +355,70 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     linked = link(summaries, position, cycles=(lambda: []) if no_cycles else None)
     names = skill_names(kb.skills)
     old_view = View.from_data(store.value("view"))
-    old_names = store.value("skill_names")
+    old_skills = store.value("skills")
     recheck = set(changed)
-    if old_view is None or (old_names is None) != (names is None):
-        recheck.update(order)
+    if (old_view is None or not _names_record(old_skills)
+            or (old_skills["names"] is None) != (names is None)):
+        recheck.update(order)  # nothing known to compare with: check everything
     else:
         ids, tails = linked.view.changed_since(old_view)
-        ids |= set(old_names or ()) ^ (names or set())
+        ids |= set(old_skills["names"] or ()) ^ (names or set())
         if ids or tails:
             for unit in live:
                 if any(ref in ids or ref.split(":")[-1] in tails for ref in unit.summary.refs):
-                    recheck.add(unit.relative)
-    missing = [r for r in order if r in recheck and r not in typed
-               and units[r].summary is not None]
+                    recheck.add(unit.path)
+    missing = [unit.path for unit in live if unit.path in recheck and unit.path not in typed]
     if missing:  # typed together: in parallel, with one cache query
         typed.update(load(missing))
     out: list[Diagnostic] = [*refused, *linked.diagnostics]
     for item in kb.skills + kb.edge_files:
         out.extend(item.diagnostics)
     for unit in live:
-        if unit.relative in recheck:
-            doc = document(unit.relative)
+        if unit.path in recheck:
+            doc = typed[unit.path]
             unit.diagnostics = doc.diagnostics + check_document(doc, linked.view, names, root)
-            store.put(f"doc:{unit.relative}", unit.as_data())
+            store.put(f"doc:{unit.path}", unit.as_data())
         out.extend(unit.diagnostics)
-    for relative in changed:
-        if units[relative].summary is None:
-            store.put(f"doc:{relative}", units[relative].as_data())
-    for relative in set(previous) - set(units):
-        store.remove(f"doc:{relative}")
-    out.extend(check_skills(kb, linked.view, False))
-    skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
-    edges = check_extra_edges(kb, set(linked.view.types) | skill_nodes, out)
-    diagnostics = ordered(out)
+    for path in changed:
+        if units[path].summary is None:
+            store.put(f"doc:{path}", units[path].as_data())
+    for path in set(previous) - set(units):
+        store.remove(f"doc:{path}")
+    wide, edges = check_kb_wide(kb, linked.view)
+    out.extend(wide)
+    passages = _passages(root, [typed[u.path] for u in live if u.volatile])
+    store.put(PASSAGES, passages)
     store.put("view", linked.view.as_data())
-    store.put("skill_names", sorted(names) if names is not None else None)
+    store.put("skills", {"names": sorted(names) if names is not None else None})
     if not any(d.code == "CTX207" for d in linked.diagnostics):
         store.put("cycles", dependency_digest(summaries))
     store.save()
-    return Checked(root, [units[r] for r in order if units[r].summary is not None], typed,
-                   kb, linked, diagnostics, edges, load,
-                   {"documents_checked": len(recheck & {u.relative for u in live}),
+    return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
+                   {"documents_checked": len(recheck & {u.path for u in live}),
                     "documents_typed": len(typed)})
+
+
+def _passages(root: Path, docs: list[ParsedDocument]) -> list[str]:
+    """The project-relative paths of the content_path files documents name (inside the
+    root): the build's task graph depends on them as on the documents."""
+    from ..document.rules import content_target
+    from ..files import ProjectRelative, inside
+
+    relative_to_root = ProjectRelative(root)
+    found = set()
+    for doc in docs:
+        for _, record in doc.chunks:
+            if record.content_path is not None:
+                target, _ = content_target(doc, record)
+                if target is not None and inside(root.resolve(), target):
+                    found.add(relative_to_root(target))
+    return sorted(found)
+
+
+def _names_record(value: Any) -> bool:
+    names = value.get("names", 0) if isinstance(value, dict) else 0
+    return names is None or (isinstance(names, list)
+                             and all(isinstance(name, str) for name in names))
 
 
 @dataclass
@@ -400,49 +468,47 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path) -
                                   row_text)
 
     root = checked.root.resolve()
-    keys = {unit.relative: "rows:" + unit_key(unit.relative, unit.sha256)
+    keys = {unit.path: "rows:" + unit_key(unit.relative, unit.sha256)
             for unit in checked.units}
-    cached = store.blobs([keys[u.relative] for u in checked.units if not u.volatile])
-    texts: list[tuple[str, bytes]] = []
-    fresh: dict[str, list[dict[str, Any]]] = {}  # relative -> rows compiled now
+    cached = store.blobs([keys[u.path] for u in checked.units if not u.volatile])
+    kept = {unit.path: None if unit.volatile else
+            _kept_rows(cached.get(keys[unit.path]), unit.summary) for unit in checked.units}
+    checked.documents([path for path, rows in kept.items() if rows is None])  # together
+    fresh: dict[str, list[dict[str, Any]]] = {}  # path -> rows compiled now
     errors: list[Diagnostic] = []
-    kept_rows = {unit.relative: None if unit.volatile else
-                 _kept_rows(cached.get(keys[unit.relative]), unit.summary)
-                 for unit in checked.units}
-    checked.documents([r for r, kept in kept_rows.items() if kept is None])  # together
     for unit in checked.units:
-        kept = kept_rows[unit.relative]
-        if kept is None:
-            rows = document_rows(checked.document(unit.relative), unit.relative, root,
-                                 errors)
-            fresh[unit.relative] = rows
-            kept = [(row["id"], row_text(row).encode("utf-8")) for row in rows]
+        if kept[unit.path] is None:
+            rows = document_rows(checked.document(unit.path), unit.relative, root, errors)
+            fresh[unit.path] = rows
+            kept[unit.path] = [(row["id"], row_text(row).encode("utf-8")) for row in rows]
             if not unit.volatile:
-                store.put_blob(keys[unit.relative], b"\n".join(text for _, text in kept))
-        texts.extend(kept)
+                store.put_blob(keys[unit.path],
+                               b"\n".join(text for _, text in kept[unit.path]))
     if errors:
         raise CompileError(errors)
-    wanted = {keys[u.relative] for u in checked.units if not u.volatile}
+    wanted = {keys[u.path] for u in checked.units if not u.volatile}
     for key in store.keys("rows:") - wanted:
         store.remove(key)
     store.save()
-    texts.sort(key=lambda item: item[0])
-    relative_of = {unit.summary.path: unit.relative for unit in checked.units}
+    texts = sorted((item for unit in checked.units for item in kept[unit.path]),
+                   key=lambda item: item[0])
+    relative_of = {unit.path: unit.relative for unit in checked.units}
     declared_in = {entity_id: [relative_of[place.path] for place in places]
                    for entity_id, places in checked.link.declarations.items()}
     entities = entity_rows(checked.link.merged, declared_in)
-    documents = {unit.relative: keys[unit.relative] for unit in checked.units}
-    volatile = {unit.relative for unit in checked.units if unit.volatile}
-    parquet = _chunks_parquet(checked, texts, fresh, documents, volatile,
+    documents = {unit.path: [keys[unit.path], unit.relative] for unit in checked.units}
+    parquet = _chunks_parquet(checked, kept, texts, fresh, documents,
                               store.value("compiled"), previous_parquet)
     made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents}
     return Compiled(chunks_json(entities, [text for _, text in texts]), parquet, len(texts),
                     entities, len(fresh), made_from)
 
 
-def _chunks_parquet(checked: Checked, texts: list[tuple[str, bytes]],
-                    fresh: dict[str, list[dict]], documents: dict[str, str],
-                    volatile: set[str], made_from: Any, previous: Path) -> bytes:
+def _chunks_parquet(checked: Checked, kept: dict[str, list[tuple[str, bytes]]],
+                    texts: list[tuple[str, bytes]], fresh: dict[str, list[dict]],
+                    documents: dict[str, list[str]], made_from: Any, previous: Path) -> bytes:
+    """chunks.parquet: the previous one with the rows of documents that changed since
+    it was made (another rows key, volatile, or gone) replaced; else every row."""
     from ..compile.chunks import chunks_table
     from .io import parquet_bytes
 
@@ -454,28 +520,25 @@ def _chunks_parquet(checked: Checked, texts: list[tuple[str, bytes]],
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    before: dict[str, str] = made_from["documents"]
-    changed = {relative for relative, key in documents.items()
-               if before.get(relative) != key or relative in volatile}
-    changed |= set(before) - set(documents)
+    before: dict[str, list[str]] = made_from["documents"]
+    volatile = {unit.path for unit in checked.units if unit.volatile}
+    # Rows are told apart by their source (the relative path): each source with a changed,
+    # volatile, added or gone document has all its rows replaced.
+    sources = {relative for path, (key, relative) in documents.items()
+               if before.get(path) != [key, relative] or path in volatile}
+    sources |= {relative for path, (_, relative) in before.items() if path not in documents}
     rows = []
     for unit in checked.units:
-        if unit.relative in changed:
-            rows.extend(fresh.get(unit.relative) or [
-                json.loads(text) for text in _texts_of(checked, unit, texts)])
+        if unit.relative in sources:
+            rows.extend(fresh.get(unit.path) or [json.loads(text)
+                                                 for _, text in kept[unit.path]])
     table = chunks_table(rows)
-    kept = base.cast(table.schema).filter(pc.invert(pc.is_in(
-        base.column("source"), value_set=pa.array(sorted(changed), pa.string()))))
-    both = pa.concat_tables([kept, table])
+    keep = pc.invert(pc.is_in(base.column("source"),
+                              value_set=pa.array(sorted(sources), pa.string())))
+    both = pa.concat_tables([base.cast(table.schema).filter(keep), table])
     order = pc.sort_indices(both.column("chunk_id"))
     merged = both.take(order).combine_chunks().replace_schema_metadata(table.schema.metadata)
     return parquet_bytes(merged)
-
-
-def _texts_of(checked: Checked, unit: DocumentUnit, texts: list[tuple[str, bytes]]
-              ) -> list[bytes]:
-    ids = {chunk[1] for chunk in unit.summary.chunks}
-    return [text for chunk_id, text in texts if chunk_id in ids]
 
 
 def _previous_chunks(made_from: Any, path: Path):
@@ -483,7 +546,8 @@ def _previous_chunks(made_from: Any, path: Path):
     (by sha256) and reads as a chunks table; else None."""
     if not (isinstance(made_from, dict) and isinstance(made_from.get("sha256"), str)
             and isinstance(made_from.get("documents"), dict)
-            and all(isinstance(v, str) for v in made_from["documents"].values())):
+            and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
+                    for v in made_from["documents"].values())):
         return None
     from .io import read_regular
 

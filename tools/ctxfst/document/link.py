@@ -53,13 +53,22 @@ class Summary:
         for item in entities:
             if not (isinstance(item, list) and len(item) == 5 and type(item[0]) is int
                     and all(isinstance(part, str) for part in item[1:4])
-                    and isinstance(item[4], dict) and item[4].get("id") == item[1]):
+                    and _dump_ok(item[4], item[1:4])):
                 return None
         for item in chunks:
             if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
                     and isinstance(item[1], str) and _strings(item[2])):
                 return None
         return cls(path, entities, chunks, refs)
+
+
+_LISTS = ("aliases", "preconditions", "postconditions", "related_skills")
+
+
+def _dump_ok(dump: Any, declared: list) -> bool:
+    """The fields later stages read from a kept declaration have their types."""
+    return (isinstance(dump, dict) and [dump.get("id"), dump.get("name"), dump.get("type")]
+            == list(declared) and all(_strings(dump.get(name, [])) for name in _LISTS))
 
 
 def _strings(value: Any) -> bool:

@@ -59,11 +59,20 @@ def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
     names = skill_names(kb.skills)
     for doc in kb.documents:
         out.extend(check_document(doc, linked.view, names, kb.root))
-    out.extend(check_skills(kb, linked.view, strict_spec))
-    skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
-    edges = check_extra_edges(kb, set(linked.view.types) | skill_nodes, out)
+    wide, edges = check_kb_wide(kb, linked.view, strict_spec)
+    out.extend(wide)
     return Validation(catalog=_catalog(linked, docs), chunks=_chunk_places(linked, docs),
                       diagnostics=ordered(out), extra_edges=edges, link=linked)
+
+
+def check_kb_wide(kb: KnowledgeBase, view: View, strict_spec: bool = False
+                  ) -> tuple[list[Diagnostic], list[ExtraEdge]]:
+    """The rules over what a knowledge base holds besides its documents (skills, their
+    folders, extra-edge files), against the view; and the valid extra edges."""
+    out = check_skills(kb, view, strict_spec)
+    skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
+    edges = check_extra_edges(kb, set(view.types) | skill_nodes, out)
+    return out, edges
 
 
 def skill_names(skills: list) -> set[str] | None:

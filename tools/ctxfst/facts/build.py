@@ -54,6 +54,7 @@ class Source:
     file_sha: str = ""              # sha256 of its own bytes
     entity_id: str = ""
     fingerprint: str = ""
+    key: str = ""                   # its input's path, as diagnostics show it
 
     @property
     def record(self) -> Any:
@@ -105,26 +106,26 @@ def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
             labels = [(item[1], [item[4].get("name", item[2]), *item[4].get("aliases", [])])
                       for item in unit.summary.entities]
             found.append(("document", unit.relative, checked.root / unit.relative,
-                          _loader(checked, unit.relative), frontmatter, labels,
-                          unit.volatile, unit.sha256))
+                          _loader(checked, unit.path), frontmatter, labels,
+                          unit.volatile, unit.sha256, unit.path))
     else:
         for doc in kb.documents:
             found.append(("document", relative_to_root(doc.fs_path, doc.path),
                           Path(doc.fs_path), (lambda doc=doc: doc), doc.frontmatter,
-                          _labels(doc), True, ""))
+                          _labels(doc), True, "", doc.path))
     for skill in kb.skills:
         if skill.record is not None:
             found.append(("skill", relative_to_root(skill.fs_path, skill.path),
                           Path(skill.fs_path), (lambda skill=skill: skill), skill.frontmatter,
-                          [], False, ""))
-    for kind, relative, fs_path, typed, frontmatter, labels, passages, sha in found:
+                          [], False, "", skill.path))
+    for kind, relative, fs_path, typed, frontmatter, labels, passages, sha, key in found:
         tenant = document_tenant(frontmatter, relative, settings)
         if tenant is None:
             raise ExtractionError(f"{relative}: its tenant cannot be decided (an invalid "
                                   "`tenant:`); no facts are served from it")
         entity_id = relative if kind == "document" else skill_node_id(typed().record.name)
         sources.append(Source(relative, kind, fs_path, typed, tenant, labels, passages,
-                              file_sha=sha, entity_id=entity_id))
+                              file_sha=sha, entity_id=entity_id, key=key))
     for folder, tenant in settings.facts_tenants:
         if not any(s.path.startswith(folder + "/") for s in sources):
             from ..config import setting_error
@@ -135,8 +136,8 @@ def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
     return sorted(sources, key=lambda s: s.path)
 
 
-def _loader(checked, relative: str) -> Callable[[], Any]:
-    return lambda: checked.document(relative)
+def _loader(checked, path: str) -> Callable[[], Any]:
+    return lambda: checked.document(path)
 
 
 def _labels(doc) -> list[tuple[str, list[str]]]:
@@ -384,7 +385,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, checked=None) -> Outcome:
         return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}))
     seq = prior_seq + 1
     if checked is not None:  # typed together (in parallel), not one by one
-        checked.documents([s.path for s, _ in work if s.kind == "document"])
+        checked.documents([s.key for s, _ in work if s.kind == "document"])
     new_runs: list[dict[str, Any]] = []
     # each candidate with its fact id, computed once
     extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]] = []
