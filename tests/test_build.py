@@ -585,10 +585,9 @@ def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
         n for n, (s, _) in ARTIFACTS.items() if s == "facts"} | {"manifest.json"}
 
 
-def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
-    """content_path files outside content/, or not Markdown, are no walked inputs: the
-    build depends on the ones its documents name all the same."""
-    root = project(tmp_path)
+def _passages_project(root: Path) -> Path:
+    """A document whose passages live outside content/ and in a .txt file."""
+    project(root)
     write(root, "content/a.ctxfst.md", """
         ---
         title: A
@@ -601,6 +600,13 @@ def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
         """)
     write(root, "passages/outside.md", "First words outside.\n")
     write(root, "content/text.txt", "First words in text.\n")
+    return root
+
+
+def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
+    """content_path files outside content/, or not Markdown, are no walked inputs: the
+    build depends on the ones its documents name all the same."""
+    root = _passages_project(tmp_path)
     assert build(root, capsys)[0] == 0
 
     def contents() -> dict[str, str]:
@@ -621,17 +627,8 @@ def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
     assert code != 0 and "CTX309" in out
 
 
-def test_readers_see_an_edited_passage_outside_content(tmp_path, capsys, cli):
-    root = project(tmp_path)
-    write(root, "content/a.ctxfst.md", """
-        ---
-        title: A
-        chunks:
-          - id: note:outside
-            content_path: ../passages/outside.md
-        ---
-        """)
-    write(root, "passages/outside.md", "First words outside.\n")
+def test_readers_see_an_edited_passage_outside_content(tmp_path, capsys):
+    root = _passages_project(tmp_path)
     assert build(root, capsys)[0] == 0
     from ctxfst.build.freshness import stale_reason
 
