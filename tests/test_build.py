@@ -571,7 +571,10 @@ def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
     with db:
         db.execute("UPDATE units SET value = ? WHERE key = 'skills'", (b'{"names": 5}',))
         db.execute("UPDATE units SET value = CAST(replace(CAST(value AS TEXT), "
-                   "'\"aliases\":[', '\"aliases\":7,\"x\":[') AS BLOB) WHERE key LIKE 'doc:%'")
+                   "'\"aliases\":[', '\"aliases\":7,\"x\":[') AS BLOB) WHERE key LIKE 'dump:%'")
+        db.execute("UPDATE units SET value = substr(value, 1, 40) WHERE key IN (SELECT key "
+                   "FROM units WHERE key LIKE 'doc:%' LIMIT 2)")
+        db.execute("UPDATE units SET value = ? WHERE key = 'view'", (b'{"types": 1}',))
     db.close()
     edit = root / "content/backend-frameworks.ctxfst.md"
     text = edit.read_text()

@@ -25,11 +25,11 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..diagnostics import RULES, Diagnostic, Severity, ordered
-from ..document.link import Summary, View, dependency_digest, link, summarize
+from ..document.link import Summary, View, dependency_digest, dump_ok, link, summarize
 from ..document.model import ParsedDocument
 from .cache import PASSAGES, connect
 
-UNIT_FORMAT = "1"
+UNIT_FORMAT = "2"  # 2: declarations kept once ("dump:" rows)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
 _MAX_ROW = 64 * 1024 * 1024
 
@@ -55,13 +55,13 @@ class DocumentUnit:
                 "volatile": self.volatile, "tenant": self.tenant}
 
     @classmethod
-    def from_data(cls, path: str, data: Any) -> DocumentUnit | None:
+    def from_data(cls, path: str, data: Any, dumps: dict[str, dict]) -> DocumentUnit | None:
         if not isinstance(data, dict) or set(data) != {"relative", "sha256", "summary",
                                                        "diagnostics", "volatile", "tenant"}:
             return None
         summary = None
         if data["summary"] is not None:
-            summary = Summary.from_data(data["summary"])
+            summary = Summary.from_data(data["summary"], dumps)
             if summary is None or summary.path != path:
                 return None
         if not (isinstance(data["sha256"], str) and isinstance(data["relative"], str)
@@ -107,6 +107,7 @@ class UnitStore:
         self.db = connect(path, _SCHEMA)
         self.pending: dict[str, bytes] = {}
         self.removed: set[str] = set()
+        self.dumps: dict[str, dict] = {}
         # Units are kept for this toolchain (a release may change a rule's wording or
         # verdict) and for this very file: one copied in with a checkout (its inode and
         # device differ) is emptied, never obeyed. Row texts are spliced into artifacts
@@ -147,13 +148,35 @@ class UnitStore:
             return []  # damaged pages: everything is recomputed
 
     def documents(self) -> dict[str, DocumentUnit]:
+        self.dumps = {}  # the declarations units name, each kept once ("dump:<key>")
+        for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'dump:' AND "
+                                     "key < 'dump;' AND typeof(value) = 'blob'"):
+            dump = _loads(value)
+            if dump_ok(key[5:], dump):
+                self.dumps[key[5:]] = dump
         found = {}
         for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'doc:' AND "
                                      "key < 'doc;' AND typeof(value) = 'blob'"):
-            unit = DocumentUnit.from_data(key[4:], _loads(value))
+            unit = DocumentUnit.from_data(key[4:], _loads(value), self.dumps)
             if unit is not None:
                 found[unit.path] = unit
         return found
+
+    def put_unit(self, unit: DocumentUnit) -> None:
+        if unit.summary is not None:
+            for key, dump in unit.summary.dumps().items():
+                if key not in self.dumps:
+                    self.dumps[key] = dump
+                    self.put(f"dump:{key}", dump)
+        self.put(f"doc:{unit.path}", unit.as_data())
+
+    def keep_dumps(self, units: list[DocumentUnit]) -> None:
+        """Forget the declarations no unit names any more."""
+        named = {key for unit in units if unit.summary is not None
+                 for key in unit.summary.dump_keys()}
+        for key in set(self.dumps) - named:
+            del self.dumps[key]
+            self.remove(f"dump:{key}")
 
     def value(self, key: str) -> Any:
         rows = self._rows("SELECT key, value FROM units WHERE key = ? AND "
@@ -377,11 +400,12 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         if unit.path in recheck:
             doc = typed[unit.path]
             unit.diagnostics = doc.diagnostics + check_document(doc, linked.view, names, root)
-            store.put(f"doc:{unit.path}", unit.as_data())
+            store.put_unit(unit)
         out.extend(unit.diagnostics)
     for path in changed:
         if units[path].summary is None:
-            store.put(f"doc:{path}", units[path].as_data())
+            store.put_unit(units[path])
+    store.keep_dumps(live)
     for path in set(previous) - set(units):
         store.remove(f"doc:{path}")
     wide, edges = check_kb_wide(kb, linked.view)

@@ -35,14 +35,27 @@ class Summary:
     entities: list[list] = field(default_factory=list)   # [index, id, name, type, dump]
     chunks: list[list] = field(default_factory=list)     # [index, id, [dependencies]]
     refs: list[str] = field(default_factory=list)        # ids named, sorted
+    keys: list[str] | None = None   # each declaration's dump_key (computed when needed)
+
+    def dump_keys(self) -> list[str]:
+        if self.keys is None:
+            self.keys = [dump_key(item[4]) for item in self.entities]
+        return self.keys
 
     def as_data(self) -> dict[str, Any]:
-        return {"path": self.path, "entities": self.entities, "chunks": self.chunks,
-                "refs": self.refs}
+        """JSON-ready, each declaration by the key of its dump (declarations repeat across
+        documents: they are kept once, see dumps())."""
+        return {"path": self.path, "entities": [[*item[:4], key] for item, key in
+                                                zip(self.entities, self.dump_keys())],
+                "chunks": self.chunks, "refs": self.refs}
+
+    def dumps(self) -> dict[str, dict]:
+        return {key: item[4] for item, key in zip(self.entities, self.dump_keys())}
 
     @classmethod
-    def from_data(cls, data: Any) -> Summary | None:
-        """A summary read back from a cache; None for anything of another shape."""
+    def from_data(cls, data: Any, dumps: dict[str, dict]) -> Summary | None:
+        """A summary read back from a cache, its declarations from dumps (key -> dump,
+        each checked by dump_ok); None for anything of another shape."""
         if not isinstance(data, dict) or set(data) != {"path", "entities", "chunks", "refs"}:
             return None
         path, entities, chunks, refs = (data["path"], data["entities"], data["chunks"],
@@ -50,25 +63,37 @@ class Summary:
         if not (isinstance(path, str) and _strings(refs) and isinstance(entities, list)
                 and isinstance(chunks, list)):
             return None
+        resolved = []
         for item in entities:
-            if not (isinstance(item, list) and len(item) == 5 and type(item[0]) is int
-                    and all(isinstance(part, str) for part in item[1:4])
-                    and _dump_ok(item[4], item[1:4])):
+            dump = dumps.get(item[4]) if isinstance(item, list) and len(item) == 5 \
+                and isinstance(item[4], str) else None
+            if not (dump is not None and type(item[0]) is int
+                    and [dump["id"], dump["name"], dump["type"]] == item[1:4]):
                 return None
+            resolved.append([*item[:4], dump])
         for item in chunks:
             if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
                     and isinstance(item[1], str) and _strings(item[2])):
                 return None
-        return cls(path, entities, chunks, refs)
+        return cls(path, resolved, chunks, refs, [item[4] for item in entities])
 
 
 _LISTS = ("aliases", "preconditions", "postconditions", "related_skills")
 
 
-def _dump_ok(dump: Any, declared: list) -> bool:
-    """The fields later stages read from a kept declaration have their types."""
-    return (isinstance(dump, dict) and [dump.get("id"), dump.get("name"), dump.get("type")]
-            == list(declared) and all(_strings(dump.get(name, [])) for name in _LISTS))
+def dump_key(dump: dict) -> str:
+    """A declaration's key: the digest of its canonical JSON."""
+    return hashlib.sha256(json.dumps(dump, sort_keys=True, ensure_ascii=False,
+                                     separators=(",", ":")).encode("utf-8")).hexdigest()[:32]
+
+
+def dump_ok(key: str, dump: Any) -> bool:
+    """A kept declaration is what summarize() writes: its key, and the fields later
+    stages read with their types."""
+    return (isinstance(dump, dict) and all(isinstance(dump.get(name), str)
+                                           for name in ("id", "name", "type"))
+            and all(_strings(dump.get(name, [])) for name in _LISTS)
+            and dump_key(dump) == key)
 
 
 def _strings(value: Any) -> bool:
