@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -126,6 +127,8 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     first = _doit(project)
     assert first.returncode == 0, first.stdout + first.stderr
     assert ".  validate" in first.stdout and ".  manifest" in first.stdout
+    assert first.stderr == ""  # nothing said at exit either (a lock let go late, say)
+    assert first.stdout.splitlines()[-1].startswith("build: 8 of 8 stages ran, published")
     again = _doit(project)
     assert again.returncode == 0 and ".  " not in again.stdout  # everything up to date
     listing = _doit(project, "list")
@@ -136,6 +139,9 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     failed = _doit(project)
     assert failed.returncode != 0
     assert "content/broken.md:4:15: error CTX103" in failed.stdout
+    assert re.fullmatch(r"build stopped: validate: \d+ error\(s\) in the knowledge base, "
+                        r"build/ unchanged", failed.stdout.splitlines()[-1])
+    assert "Python Task failed" not in failed.stdout + failed.stderr
     (project / "content/broken.md").unlink()
     assert _doit(project).returncode == 0
 

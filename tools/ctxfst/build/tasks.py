@@ -7,6 +7,7 @@ dodo.py re-exports everything here. Importing this module must stay cheap: a no-
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import sys
 import time
@@ -121,7 +122,16 @@ def hold_build_lock(config) -> None:
         return
     lock = build_lock(config)
     lock.__enter__()
+    if not _HELD:
+        atexit.register(_release_held)
     _HELD.append(lock)
+
+
+def _release_held() -> None:
+    """Let go of the held locks while the interpreter is whole (their generators, frozen
+    by gc.freeze(), would otherwise be finalized after module teardown)."""
+    while _HELD:
+        _HELD.pop().__exit__(None, None, None)
 
 
 def build_lock(config):
