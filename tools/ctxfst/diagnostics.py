@@ -150,6 +150,33 @@ def diag(code: str, message: str, path: str, line: int = 1, column: int = 1,
                       message=message, severity=severity or rule.severity)
 
 
+_SEVERITY_NAMES = {severity.value: severity for severity in Severity}
+_ROW_TYPES = (int, int, str, str, str)
+
+
+def diagnostics_from_rows(rows: list, path: str | None = None) -> list[Diagnostic] | None:
+    """Diagnostics a cache kept as rows: [line, column, code, message, severity] for the
+    file at path, or [path, line, ...] when no path is given; None when any row is of
+    another shape or names an unknown code or severity."""
+    found: list[Diagnostic] = []
+    for row in rows:
+        if type(row) is not list:
+            return None
+        if path is None:
+            if not row or type(row[0]) is not str:
+                return None
+            where, row = row[0], row[1:]
+        else:
+            where = path
+        if tuple(map(type, row)) != _ROW_TYPES:
+            return None
+        line, column, code, message, severity = row
+        if not (line >= 1 and column >= 1 and code in RULES and severity in _SEVERITY_NAMES):
+            return None
+        found.append(Diagnostic(where, line, column, code, message, _SEVERITY_NAMES[severity]))
+    return found
+
+
 def ordered(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
     """Deduplicated, in Diagnostic order. A key tuple compares in C; the dataclass's own
     comparison builds two tuples per call in Python (slow for 100,000s of diagnostics)."""

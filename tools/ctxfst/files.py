@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 # Folders never searched for documents.
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", "build",
@@ -161,6 +161,14 @@ def display_path(path: Path) -> str:
         if text.startswith(prefix) and len(text) > len(prefix):  # str ops: parents is slow
             return text[len(prefix):].replace(os.sep, "/")
     return path.as_posix()
+
+
+def plain_relative(relative: str) -> bool:
+    """Whether a recorded path (from a manifest or a cache: untrusted) could name a file
+    inside the project: relative, no `..`, no NUL."""
+    parts = PurePosixPath(relative).parts
+    return bool(parts) and not relative.startswith("/") and ".." not in parts \
+        and "\0" not in relative
 
 
 def project_relative(root: Path, path, fallback: str | None = None) -> str:

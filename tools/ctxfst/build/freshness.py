@@ -3,7 +3,6 @@ before answering, so an answer never silently comes from an older knowledge base
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Any
 
 from ..config import Config
@@ -14,7 +13,8 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     """Source files (and the settings file) added, removed or edited since the build (by
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
     so a query on a large knowledge base hashes only files touched since."""
-    from ..files import RACY_NS, ProjectRelative, inside, project_relative, scan_project
+    from ..files import (RACY_NS, ProjectRelative, inside, plain_relative, project_relative,
+                         scan_project)
 
     recorded = {i["path"]: i for i in manifest.get("inputs", [])}
     root = config.root.resolve()
@@ -28,7 +28,7 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
         sources.append(config.config_file)
     # content_path files the build read, wherever they are (the walk lists content/ only)
     scanned = {relative_to_root(path) for path in sources}
-    sources += [root / p for p in recorded if p not in scanned and _plain_relative(p)
+    sources += [root / p for p in recorded if p not in scanned and plain_relative(p)
                 and (root / p).is_file() and inside(root, root / p)]
     for path in sources:
         relative = relative_to_root(path)
@@ -48,19 +48,13 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     # A recorded input gone from the sources; one that could not be a project file (the
     # manifest is untrusted: absolute, `..`) is never looked up outside the project.
     changed += [p for p in recorded if p not in seen and (
-        not _plain_relative(p) or not (root / p).exists())]
+        not plain_relative(p) or not (root / p).exists())]
     # What the walk refused (a link out of the project, an unreadable folder) is a change
     # the build never saw: validation now fails.
     changed += [project_relative(root, problem.path) for problem in scan.problems]
     digests.keep_only(seen)
     digests.save()
     return sorted(changed)
-
-
-def _plain_relative(relative: str) -> bool:
-    parts = PurePosixPath(relative).parts
-    return bool(parts) and not relative.startswith("/") and ".." not in parts \
-        and "\0" not in relative
 
 
 def stale_message(changed: list[str]) -> str:

@@ -214,14 +214,13 @@ def namespace(CONFIG) -> dict:
     def _passage_files() -> set[str]:
         """content_path files the last build read that the walk does not list (outside
         content/, or not Markdown)."""
-        from ..files import inside
+        from ..files import inside, plain_relative
         from .cache import recorded_passages
 
         found = set()
         for relative in recorded_passages(CONFIG.unit_store):
             path = CONFIG.root / relative
-            if (not relative.startswith("/") and ".." not in relative.split("/")
-                    and inside(CONFIG.root, path) and path.is_file()):
+            if plain_relative(relative) and inside(CONFIG.root, path) and path.is_file():
                 found.add(str(path))
         return found
 

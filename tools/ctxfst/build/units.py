@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..diagnostics import RULES, Diagnostic, Severity, ordered
+from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, View, dependency_digest, dump_ok, link, summarize
 from ..document.model import ParsedDocument
 from .cache import PASSAGES, connect
@@ -70,27 +70,11 @@ class DocumentUnit:
             return None
         if not isinstance(data["diagnostics"], list):
             return None
-        diagnostics = _read_diagnostics(data["diagnostics"])
+        diagnostics = diagnostics_from_rows(data["diagnostics"])
         if diagnostics is None:
             return None
         return cls(path, data["relative"], data["sha256"], summary, diagnostics,
                    data["volatile"], data["tenant"])
-
-
-_ROW_TYPES = (str, int, int, str, str, str)
-_SEVERITIES = {severity.value: severity for severity in Severity}
-
-
-def _read_diagnostics(rows: list) -> list[Diagnostic] | None:
-    found = []
-    for row in rows:
-        if type(row) is not list or tuple(map(type, row)) != _ROW_TYPES:
-            return None
-        path, line, column, code, message, severity = row
-        if not (line >= 1 and column >= 1 and code in RULES and severity in _SEVERITIES):
-            return None
-        found.append(Diagnostic(path, line, column, code, message, _SEVERITIES[severity]))
-    return found
 
 
 def _tenant(value: Any) -> Any:

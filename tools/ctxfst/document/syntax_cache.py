@@ -16,11 +16,10 @@ import math
 import re
 from typing import Any
 
-from ..diagnostics import RULES, Diagnostic, Severity
+from ..diagnostics import diagnostics_from_rows
 from .model import ChunkBody, ParsedDocument
 from .yamlpos import MAX_DEPTH, SourceMap
 
-_SEVERITIES = {severity.value: severity for severity in Severity}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A \u escape of a lone surrogate: no file can hold one, and output would fail on it.
 # (The encoder writes text as UTF-8, so a literal "\\ud8" in a text is the only false
@@ -34,7 +33,6 @@ TYPED_FIELDS = ("title", "entities", "chunks", "facts", "text")
 _SYNTAXES = ("tag", "marker")
 _CONTAINERS = (dict, list)
 _BODY_TYPES = (str, str, int, int, int, str, int)
-_DIAGNOSTIC_TYPES = (int, int, str, str, str)
 
 
 def row_limit(file_bytes: int) -> int:
@@ -93,7 +91,7 @@ def decode(blob: bytes, path: str, fs_path: Any) -> ParsedDocument | None:
                                         and _shallow(frontmatter)):
         return None  # (YAML that did not load leaves text and no frontmatter)
     chunk_bodies = _bodies(bodies)
-    diagnostics = _diagnostics(found, path)
+    diagnostics = diagnostics_from_rows(found, path)
     if chunk_bodies is None or diagnostics is None:
         return None
     smap = SourceMap.deferred(fm_text, path, line_offset) if fm_text is not None \
@@ -158,16 +156,3 @@ def _bodies(rows: list) -> dict[str, ChunkBody] | None:
             return None
         bodies[chunk_id] = ChunkBody(chunk_id, content, line, column, end_line, syntax, offset)
     return bodies
-
-
-def _diagnostics(rows: list, path: str) -> list[Diagnostic] | None:
-    diagnostics: list[Diagnostic] = []
-    for row in rows:
-        if type(row) is not list or tuple(map(type, row)) != _DIAGNOSTIC_TYPES:
-            return None
-        line, column, code, message, severity = row
-        if not (line >= 1 and column >= 1 and code in RULES and severity in _SEVERITIES):
-            return None
-        diagnostics.append(Diagnostic(path, line, column, code, message,
-                                      _SEVERITIES[severity]))
-    return diagnostics
