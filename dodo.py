@@ -1,5 +1,5 @@
-"""doit entry point: the task graph lives in the ctxfst package (ctxfst.build.tasks)."""
+"""doit entry point: the task graph lives in the ctxfst package (ctxfst.pipeline.tasks)."""
 
-from ctxfst.build.tasks import dodo_namespace
+from ctxfst.pipeline.tasks import dodo_namespace
 
 globals().update(dodo_namespace())

@@ -117,7 +117,7 @@ def overhead(docs: int) -> None:
         make_project(root, docs, "minilm")
         build, _ = doit(root)
         embed = stage(root, "embed")
-        from ctxfst.build.pipeline import chunk_text
+        from ctxfst.compile.embed import chunk_text
 
         chunks = json.loads((root / "build/chunks.json").read_text())["chunks"]
         profiles = json.loads((root / "build/entity-profiles.json").read_text())["entities"]

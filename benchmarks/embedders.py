@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ctxfst.build.pipeline import chunk_text
+from ctxfst.compile.embed import chunk_text
 from ctxfst.compile.embed import get_embedder
 from ctxfst.document.parse import parse_document
 from ctxfst.document.source import Source

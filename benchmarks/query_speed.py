@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline.runner import run_build
 from ctxfst.compile.embed import get_embedder
 from ctxfst.mock import generate
 from ctxfst.retrieval.search import Index, search

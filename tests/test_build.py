@@ -18,8 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxfst.build.pipeline import ARTIFACTS, JOURNAL, recover
-from ctxfst.build.runner import run_build
+from ctxfst.artifacts.layout import JOURNAL
+from ctxfst.pipeline.stages import recover
+from ctxfst.pipeline.table import ARTIFACTS
+from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
 from ctxfst.mock import generate
 
@@ -93,6 +95,39 @@ def test_full_build_then_noop(tmp_path, capsys):
     assert_consistent(root)
     code, out = build(root, capsys)
     assert code == 0 and ran(out) == set()
+
+
+def test_the_build_is_made_from_the_stage_table(tmp_path, capsys):
+    """doit's tasks, `doit list`, each stage's progress line, the manifest's artifacts
+    and lineage, run_results.json and the docs table all come from the one table."""
+    from ctxfst.pipeline.table import BEGIN, END, STAGE_TABLE, STAGES, markdown_table
+
+    root = example(tmp_path)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    documents = len(list((root / "content").rglob("*.ctxfst.md")))
+    assert f"   compile: {documents} of {documents} documents recompiled, " in out
+    for stage in STAGE_TABLE:
+        line = next(line for line in out.splitlines() if line.startswith(f"   {stage.name}: "))
+        assert re.fullmatch(rf"   {stage.name}: [^?]+, \d+\.\d\d s", line), line
+        for name in stage.outputs:
+            assert (root / "build/.staging" / name).is_file(), name
+    assert out.splitlines()[-1].startswith(f"build: {len(STAGES)} of {len(STAGES)} stages ran")
+    listing = build(root, capsys, "list")[1]
+    said = dict(line.split(maxsplit=1) for line in listing.splitlines() if line.strip())
+    assert said == {stage.name: stage.doc for stage in STAGE_TABLE}
+    manifest = json.loads((root / "build/manifest.json").read_text())
+    assert [(a["path"], a["stage"], a["schema_version"]) for a in manifest["artifacts"]] == [
+        (name, stage, version) for name, (stage, version) in ARTIFACTS.items()]
+    lineage = {a["path"]: a["inputs"] for a in manifest["artifacts"]}
+    assert lineage["entities.parquet"] == ["chunks.json"]
+    assert lineage["semantic_facts.parquet"][-1] == "ledger:.ctxfst/facts"
+    assert "content/backend-frameworks.ctxfst.md" in lineage["chunks.json"]
+    results = json.loads((root / "build/run_results.json").read_text())
+    assert [s["stage"] for s in results["stages"]] == list(STAGES)
+    docs = (REPO / "docs/compiler.md").read_text(encoding="utf-8")
+    assert f"{BEGIN}\n{markdown_table()}{END}" in docs, \
+        "run: python -m ctxfst.pipeline.table --update docs/compiler.md"
 
 
 def test_artifact_contents(tmp_path, capsys):
@@ -180,6 +215,7 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     assert validated["documents_parsed"] == 1 and validated["documents_from_cache"] == 1
     assert validated["documents_typed"] == 2 and validated["documents_checked"] == 2
     assert stage(root, "compile")["documents_recompiled"] == 2
+    assert "skills" not in ran(out)  # it reads SKILL.md files only
     embed = stage(root, "embed")
     # The edited chunk, and the profiles of the two entities it mentions.
     assert embed["embedded"] == 3 and embed["cache_hits"] == 36
@@ -362,8 +398,8 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
                                                                       monkeypatch):
     """validate, compile and facts share the KB the first of them validated, while no
     input has changed; an input edited between stages is loaded and validated again."""
-    import ctxfst.build.units as units
-    from ctxfst.build import pipeline
+    import ctxfst.pipeline.units as units
+    from ctxfst.pipeline import stages
 
     calls = []
     real = units.check_incrementally
@@ -373,11 +409,11 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
     assert build(root, capsys)[0] == 0
     assert len(calls) == 1
     config = find_project(root)
-    pipeline.stage_validate(config)
+    stages.stage_validate(config)
     doc = root / "content" / "backend-frameworks.ctxfst.md"
     doc.write_text(doc.read_text(encoding="utf-8").replace("Hono is a tiny web framework",
                                                            "Hono is a very small framework"))
-    pipeline.stage_compile(config)
+    stages.stage_compile(config)
     chunks = json.loads((root / "build" / ".staging" / "chunks.json").read_text())
     assert any("Hono is a very small framework" in c["content"] for c in chunks["chunks"])
     assert len(calls) == 3
@@ -410,7 +446,7 @@ def test_project_relative_in_bulk_gives_the_exact_answers(tmp_path, monkeypatch)
 def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
     """The build hashes a source again only when its identity changed; a file changed a
     moment ago is hashed again next time (it could change again within one clock tick)."""
-    from ctxfst.build.artifacts import DigestCache
+    from ctxfst.artifacts.reader import DigestCache
     from ctxfst.files import RACY_NS
 
     path = write(tmp_path, "doc.md", "one")
@@ -529,7 +565,7 @@ def test_a_linked_document_is_reported_as_validate_reports_it(tmp_path, capsys, 
 def test_units_are_kept_for_one_toolchain_and_one_cache_file(tmp_path, capsys, monkeypatch):
     """Units from another ctxfst version, or in a cache file copied in with a checkout,
     are never used: every document is checked again."""
-    import ctxfst.build.units as units
+    import ctxfst.pipeline.units as units
 
     root = example(tmp_path / "a")
     assert build(root, capsys)[0] == 0
@@ -633,7 +669,7 @@ def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
 def test_readers_see_an_edited_passage_outside_content(tmp_path, capsys):
     root = _passages_project(tmp_path)
     assert build(root, capsys)[0] == 0
-    from ctxfst.build.freshness import stale_reason
+    from ctxfst.artifacts.freshness import stale_reason
 
     config = find_project(root)
     assert stale_reason(config, root / "build") is None

@@ -13,9 +13,9 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
-from ctxfst.build.io import parquet_bytes
+from ctxfst.artifacts.io import parquet_bytes
 from ctxfst.facts.model import Fact, facts_schema, facts_table, runs_schema
 from ctxfst.facts.query import FactsError, Store, ask
 
@@ -618,3 +618,34 @@ def test_fact_ids_cannot_collide_through_separators():
                                                                   "k", "v")
     assert fact_id("t", "chunk", "a\u001fb", "ns", "k", "v") != fact_id("t", "chunk", "a",
                                                                        "b\u001fns", "k", "v")
+
+
+def test_changed_facts_are_spliced_into_the_previous_order():
+    """The facts stage places changed rows among the untouched previous ones by binary
+    search; the result is what sorting everything would give, for any mix."""
+    import random
+
+    import pyarrow as pa
+
+    from ctxfst.facts.build import _ORDER, merge_sorted
+
+    def table(rows):
+        return pa.table({**{name: pa.array([r[i] for r in rows], pa.string())
+                            for i, name in enumerate(_ORDER)},
+                         "payload": pa.array([r[-1] for r in rows], pa.int64())})
+
+    rng = random.Random(7)
+    words = ["a", "b", "é", "中", "zz", "A"]
+    for case in range(300):
+        universe = sorted({tuple(rng.choice(words) for _ in _ORDER)
+                           for _ in range(rng.randint(0, 40))})
+        previous = [(*key, i) for i, key in enumerate(universe) if rng.random() < 0.7]
+        touched = sorted(rng.sample(range(len(previous)), rng.randint(0, len(previous))))
+        kept = {tuple(previous[i][:-1]) for i in range(len(previous)) if i not in touched}
+        # changed rows: the touched facts (some dropped) and new keys, never a kept key
+        changed = sorted({(*key, 1000 + case) for key in universe
+                          if key not in kept and rng.random() < 0.5})
+        merged = merge_sorted(table(previous) if previous else None, touched, table(changed))
+        expected = sorted([row for i, row in enumerate(previous) if i not in touched] + changed)
+        assert [tuple(r.values()) for r in merged.to_pylist()] == expected, case
+        assert merged.column(0).num_chunks <= 1

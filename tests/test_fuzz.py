@@ -90,7 +90,7 @@ from pathlib import Path  # noqa: E402
 
 import yaml  # noqa: E402
 
-from ctxfst.build.runner import run_build  # noqa: E402
+from ctxfst.pipeline.runner import run_build  # noqa: E402
 from ctxfst.validation import check_paths  # noqa: E402
 
 EDGE_SEED = [

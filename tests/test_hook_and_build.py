@@ -144,6 +144,20 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     assert "Python Task failed" not in failed.stdout + failed.stderr
     (project / "content/broken.md").unlink()
     assert _doit(project).returncode == 0
+    # A dodo.py written before the doit wiring moved to ctxfst.pipeline still works.
+    write(project, "dodo.py", "from ctxfst.build.tasks import dodo_namespace\n\n"
+          "globals().update(dodo_namespace())\n")
+    old_dodo = _doit(project)
+    assert old_dodo.returncode == 0 and ".  " not in old_dodo.stdout, old_dodo.stdout
+    # From a subfolder, `doit -k` finds dodo.py above and builds the same project.
+    (project / "content/sub").mkdir()
+    write(project, "content/sub/extra.md", "---\nentities:\n  - id: entity:extra\n"
+          "    name: Extra\n    type: concept\n---\n")
+    below = _doit(project / "content/sub", "-k")
+    assert below.returncode == 0, below.stdout + below.stderr
+    assert ".  validate" in below.stdout and ".  manifest" in below.stdout
+    assert not (project / "content/sub/.ctxfst").exists()
+    assert "entity:extra" in (project / "build/entity-profiles.json").read_text()
 
 
 def test_a_second_build_waits_for_the_first(tmp_path):
@@ -157,7 +171,7 @@ def test_a_second_build_waits_for_the_first(tmp_path):
     assert _doit(project).returncode == 0
     holder = subprocess.Popen([sys.executable, "-c", (
         "import pathlib, sys, time\n"
-        "from ctxfst.build.tasks import build_lock\n"
+        "from ctxfst.pipeline.tasks import build_lock\n"
         "from ctxfst.config import find_project\n"
         "with build_lock(find_project(pathlib.Path(sys.argv[1]))):\n"
         "    print('held', flush=True)\n"
@@ -184,8 +198,8 @@ def test_a_second_build_waits_for_the_first(tmp_path):
 
 
 def test_the_build_lock_is_reentrant_in_one_process(tmp_path, capsys):
-    from ctxfst.build.runner import run_build
-    from ctxfst.build.tasks import build_lock, hold_build_lock
+    from ctxfst.pipeline.runner import run_build
+    from ctxfst.pipeline.tasks import build_lock, hold_build_lock
 
     project = copy_example(tmp_path / "kb")
     config = find_project(project)

@@ -44,8 +44,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from ctxfst.build.pipeline import ARTIFACTS
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline.table import ARTIFACTS
+from ctxfst.pipeline.runner import run_build
 from ctxfst.mock import generate, mock_document
 
 from .conftest import copy_example
@@ -858,8 +858,8 @@ def test_a_document_added_to_a_folder_that_keeps_its_mtime_is_built(tmp_path):
 _KILLED_AT_SAVE = """
 import os, signal, sys
 from pathlib import Path
-from ctxfst.build import units
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline import units
+from ctxfst.pipeline.runner import run_build
 stop_after, calls = int(sys.argv[2]), []
 real = units.UnitStore.save
 def save(self):

@@ -76,7 +76,7 @@ def test_unsolvable_goals_are_explained():
 
 
 def test_upstream_chain(tmp_path, capsys):
-    from ctxfst.build.runner import run_build
+    from ctxfst.pipeline.runner import run_build
 
     from .conftest import UPSTREAM, make_project
     import shutil

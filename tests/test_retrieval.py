@@ -9,7 +9,7 @@ import shutil
 import pytest
 import yaml
 
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline.runner import run_build
 from ctxfst.compile.embed import get_embedder
 from ctxfst.retrieval.evaluate import evaluate, load_queries
 from ctxfst.retrieval.search import Index, RetrievalError, search

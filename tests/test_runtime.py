@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline.runner import run_build
 from ctxfst.runtime.loop import command_executor, dry_run, pending_step, run
 from ctxfst.runtime.state import StateError, StateStore
 from ctxfst.runtime.world import load_world

@@ -31,8 +31,8 @@ import pytest
 import yaml
 
 import ctxfst
-from ctxfst.build.cache import ParseCache
-from ctxfst.build.runner import run_build
+from ctxfst.artifacts.cache import ParseCache
+from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
 from ctxfst.document.kb import KnowledgeBase, load_kb
 from ctxfst.document.lint import lint
@@ -1774,7 +1774,7 @@ def test_a_verified_build_is_not_hashed_again(built_kb, cli, monkeypatch):
         assert again.code == 0 and again.out == first.out, again.err
         assert set(READS["query"]) <= set(hashed)
 
-    from ctxfst.build import io
+    from ctxfst.artifacts import io
 
     def unwritable(path, data):
         raise PermissionError(13, "read-only", str(path))

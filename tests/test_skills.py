@@ -10,7 +10,7 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.build.runner import run_build
+from ctxfst.pipeline.runner import run_build
 from ctxfst.document.source import Source
 from ctxfst.skills.index import index_entry, to_prompt
 from ctxfst.skills.migrate import migrate_text

@@ -286,7 +286,7 @@ def _runtime(args: argparse.Namespace) -> int:
 
 def _run_loop(args: argparse.Namespace, config, store) -> int:
     from .runtime import commands as rt
-    from .runtime.loop import RUNTIME_EDGES, command_executor, dry_run, run
+    from .runtime.loop import command_executor, dry_run, run
 
     world = rt.world_for(config)
     if args.executor == "command":
@@ -307,7 +307,7 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
 
     # interactive: asks before each step, then applies the skill's postconditions.
     result = run(world, store, executor, args.max_steps, replan=args.replan, confirm=ask,
-                 retries=args.retries, edges_path=config.root / RUNTIME_EDGES,
+                 retries=args.retries, edges_path=config.runtime_edges,
                  ask_each_step=ask_step if args.executor == "interactive" else None)
     data = {"stop_reason": result.reason, "steps": result.steps,
             "state": result.state.to_json()}
@@ -335,7 +335,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     try:
         if config is not None and not args.allow_stale and \
                 build_dir.resolve() == config.build_dir.resolve():
-            from .build.freshness import stale_reason
+            from .artifacts.freshness import stale_reason
 
             reason = stale_reason(config, build_dir)
             if reason:
@@ -461,7 +461,7 @@ def _install_hook(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .build.runner import run_build
+    from .pipeline.runner import run_build
 
     return run_build(args.root, args.doit_args)
 
@@ -515,7 +515,7 @@ def _skill_files(paths: list[Path]) -> list[Path]:
 def _skills(args: argparse.Namespace) -> int:
     files = _skill_files(args.paths)
     if args.skills_command == "migrate":
-        from .build.io import read_bytes_no_follow, write_atomic
+        from .artifacts.io import read_bytes_no_follow, write_atomic
         from .diagnostics import escape
         from .skills.migrate import MigrationError, migrate_text
 

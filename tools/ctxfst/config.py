@@ -278,10 +278,39 @@ class Config:
     def source_dirs(self) -> list[Path]:
         return [self.content_dir, self.skills_dir]
 
+    # Every path ctxfst keeps in .ctxfst/ (checked for links out by _check_tool_folder).
+    @property
+    def tool_dir(self) -> Path:
+        return self.root / TOOL_DIR
+
     @property
     def cache_dir(self) -> Path:
         """Caches that outlive `doit clean` (embeddings): beside the build, not in it."""
-        return self.root / TOOL_DIR / "cache"
+        return self.tool_dir / "cache"
+
+    @property
+    def doit_state(self) -> Path:
+        """doit's record of what it ran (pipeline/doit_state.py)."""
+        return self.tool_dir / "doit.db"
+
+    @property
+    def build_lock(self) -> Path:
+        return self.tool_dir / "build.lock"
+
+    @property
+    def facts_ledger(self) -> Path:
+        """The facts of the last published build (docs/facts.md): outlives `doit clean`."""
+        return self.tool_dir / "facts"
+
+    @property
+    def world_state(self) -> Path:
+        """The runtime's default world-state file (docs/runtime.md)."""
+        return self.tool_dir / "world-state.json"
+
+    @property
+    def runtime_edges(self) -> Path:
+        """Edges the agent loop recorded, merged into the next build's graph."""
+        return self.tool_dir / "runtime.edges.json"
 
     @property
     def unit_store(self) -> Path:

@@ -248,7 +248,7 @@ def scan_project(config) -> Walk:
                 else:
                     scan.problems.append(_link_out(path))
         scan.files.extend(sorted(edges))
-    runtime_edges = config.root / ".ctxfst" / "runtime.edges.json"
+    runtime_edges = config.runtime_edges
     if runtime_edges.is_file():  # outcomes the agent loop recorded, merged on the next build
         scan.files.append(runtime_edges)  # .ctxfst links leaving the project: see config
     return scan

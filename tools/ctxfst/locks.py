@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .build.io import open_no_follow
+from .artifacts.io import open_no_follow
 
 
 class LockBusy(Exception):

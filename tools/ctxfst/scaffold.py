@@ -6,7 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from .build.io import open_no_follow
+from .artifacts.io import open_no_follow
 from .config import DEFAULT_MODEL
 
 
@@ -28,7 +28,7 @@ extra_edges = ["**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml"]
 
 DODO = '''"""doit entry point: the task graph lives in the ctxfst package."""
 
-from ctxfst.build.tasks import dodo_namespace
+from ctxfst.pipeline.tasks import dodo_namespace
 
 globals().update(dodo_namespace())
 '''

@@ -125,7 +125,7 @@ def _load(plan: _Plan, use_cache: bool = True) -> KnowledgeBase:
     """Load a plan's files; in a project, unchanged documents come from the parse cache
     (shared with the build), so a hook on a large KB re-parses only what changed.
     Without use_cache (or with CTXFST_NO_CACHE=1) a cache shipped with the KB is ignored."""
-    from .build.cache import ParseCache, caches_disabled
+    from .artifacts.cache import ParseCache, caches_disabled
 
     if plan.cache_dir is None or not use_cache or caches_disabled():
         return load_kb(plan.root, plan.inputs)

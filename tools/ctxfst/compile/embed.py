@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -173,7 +173,7 @@ class EmbeddingCache:
     MAX_DIM = 65_536
 
     def __init__(self, path: Path) -> None:
-        from ..build.cache import connect
+        from ..artifacts.cache import connect
 
         self.db = connect(path, "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, "
                                 "text_sha TEXT NOT NULL, dim INTEGER NOT NULL, "
@@ -233,6 +233,12 @@ class EmbedStats:
     embedded_texts: list[str] = field(default_factory=list, repr=False)
 
 
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """What a chunk's vector encodes: its context, then its content."""
+    context = chunk.get("context", "").strip()
+    return f"{context}\n\n{chunk['content']}" if context else chunk["content"]
+
+
 def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: int = 32,
                 stats: EmbedStats | None = None) -> tuple[np.ndarray, str]:
     """Vectors for texts (cached where possible) and the model id that made them."""
@@ -263,51 +269,3 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
     if not keys:
         return np.zeros((0, 0), dtype=np.float32), embedder.model_id
     return np.vstack([found[key] for key in keys]).astype(np.float32), embedder.model_id
-
-
-def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.ndarray, str]:
-    """(ids, matrix, model id) of a vectors artifact that vectors_table wrote (read from
-    `data`, its bytes, when given); ValueError naming the path when it is not one: not
-    Parquet, columns of other types, missing dimension metadata, or values that are not
-    finite numbers."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def damaged(why: str) -> ValueError:
-        return ValueError(f"{path}: damaged vectors ({why})")
-
-    try:
-        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
-        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    except Exception as error:  # whatever the Parquet reader makes of foreign bytes
-        raise damaged(f"not a readable Parquet table: {type(error).__name__}: {error}") \
-            from None
-    dim = int(meta["ctxfst.dim"]) if meta.get("ctxfst.dim", "").isdigit() else -1
-    if "id" not in table.column_names or "vector" not in table.column_names:
-        raise damaged("no `id` and `vector` columns")
-    ids, vectors = table.column("id"), table.column("vector")
-    kind = vectors.type
-    if not (ids.type == pa.string() and pa.types.is_fixed_size_list(kind)
-            and kind.value_type == pa.float32() and kind.list_size == dim):
-        raise damaged(f"missing dimension metadata, or `id` {ids.type} and `vector` {kind} "
-                      "are not text and fixed-size float32 lists of that dimension")
-    flat = vectors.combine_chunks().flatten()
-    if ids.null_count or vectors.null_count or flat.null_count:
-        raise damaged("empty (null) ids or vectors")
-    matrix = np.asarray(flat.to_numpy(zero_copy_only=False), np.float32)
-    if matrix.size != table.num_rows * dim or not np.all(np.isfinite(matrix)):
-        raise damaged("values that are not finite numbers")
-    return ids.to_pylist(), matrix.reshape(table.num_rows, dim), meta.get("ctxfst.model_id", "")
-
-
-def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: str):
-    import pyarrow as pa
-
-    dim = int(matrix.shape[1]) if matrix.size else 0
-    flat = pa.array(matrix.reshape(-1), type=pa.float32())
-    vectors = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array(
-        [], pa.list_(pa.float32(), 0))
-    table = pa.table({"id": pa.array(ids, pa.string()), "vector": vectors})
-    return table.replace_schema_metadata({
-        "ctxfst.artifact": artifact, "ctxfst.schema_version": "1.0.0",
-        "ctxfst.model_id": model_id, "ctxfst.dim": str(dim), "ctxfst.normalized": "l2"})

@@ -122,6 +122,15 @@ def condition_edges(nodes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return edges
 
 
+def extra_edge(edge: dict[str, Any]) -> dict[str, Any]:
+    """A declared extra edge (extra-edges.json) in the graph's edge shape."""
+    return {"source": edge["source"], "target": edge["target"], "relation": edge["relation"],
+            **({"score": edge["score"]} if "score" in edge else {}),
+            **({"shared_chunk_count": edge["shared_chunk_count"]}
+               if "shared_chunk_count" in edge else {}),
+            "properties": edge.get("properties", {})}
+
+
 def merge_edges(*groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """All edges, deduplicated by (source, target, relation); earlier groups win."""
     seen: dict[tuple[str, str, str], dict[str, Any]] = {}

@@ -102,6 +102,13 @@ def representation(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def dangling_refs(export: Export) -> list[str]:
+    """Entity ids that chunks name but no document declares (sorted)."""
+    declared = {entity["id"] for entity in export.entities}
+    return sorted({ref for chunk in export.chunks for ref in chunk.get("entities", [])
+                   if ref not in declared})
+
+
 def profiles_document(profiles: list[dict[str, Any]], dangling: list[str]) -> dict[str, Any]:
     return {
         "meta": {"schema_version": PROFILES_SCHEMA_VERSION, "input": "chunks.json",

@@ -29,7 +29,7 @@ class Source:
                 return None, _too_large(self.path, len(self.data), limit)
             return self.data, None
         assert self.fs_path is not None
-        from ..build.io import FileTooLarge, read_regular
+        from ..artifacts.io import FileTooLarge, read_regular
 
         try:
             return read_regular(self.fs_path, limit)[0], None

@@ -83,7 +83,7 @@ class Store:
     def load(cls, build_dir: Path, project=None) -> "Store":
         """The facts artifacts, checked against the build's manifest and for the columns
         the queries use; with `project` (a Config), also against its sources."""
-        from ..build.artifacts import ArtifactError, BuildArtifacts
+        from ..artifacts.reader import ArtifactError, BuildArtifacts
         from .model import facts_schema, runs_schema
 
         try:
@@ -92,7 +92,7 @@ class Store:
         except ArtifactError as error:
             raise FactsError(str(error)) from None
         if project is not None:
-            from ..build.freshness import changed_inputs, stale_message
+            from ..artifacts.freshness import changed_inputs, stale_message
 
             changed = changed_inputs(project, build.manifest)
             if changed:
@@ -119,8 +119,8 @@ class Store:
     def chunks(self, columns: list[str]):
         """These columns of chunks.parquet (checked like every artifact: every build has
         one, so a missing or damaged one is an error, not an empty fallback)."""
-        from ..build.artifacts import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
-                                       chunk_columns)
+        from ..artifacts.reader import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
+                                        chunk_columns)
 
         try:
             build = self.artifacts or BuildArtifacts(self.build_dir, [CHUNKS_FILE])

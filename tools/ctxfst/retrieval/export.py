@@ -18,9 +18,9 @@ def export_lancedb(build_dir: Path, db_path: Path,
             from None
     import pyarrow as pa
 
-    from ..build.artifacts import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
-                                   chunk_columns, entity_columns)
-    from ..compile.embed import vectors_table
+    from ..artifacts.reader import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
+                                    chunk_columns, entity_columns)
+    from ..artifacts.vectors import vectors_table
 
     try:  # every artifact checked against the manifest, then for the columns used
         build = BuildArtifacts(build_dir, ["chunks.parquet", "chunk_vectors.parquet",

@@ -68,7 +68,7 @@ class BM25:
                    len(documents))
 
     def save(self, path: Path) -> None:
-        from ..build.io import write_atomic
+        from ..artifacts.io import write_atomic
         import io
 
         buffer = io.BytesIO()
@@ -83,7 +83,7 @@ class BM25:
         save() wrote: the cache folder may come with a stranger's knowledge base."""
         import zipfile
 
-        from ..build.cache import caches_disabled
+        from ..artifacts.cache import caches_disabled
 
         if caches_disabled():
             raise ValueError(f"{path}: caches are turned off (CTXFST_NO_CACHE)")

@@ -91,7 +91,7 @@ class Index:
 
     def __init__(self, build_dir: Path, expected_model: str | None = None,
                  cache_dir: Path | None = None) -> None:
-        from ..build.artifacts import ArtifactError, BuildArtifacts
+        from ..artifacts.reader import ArtifactError, BuildArtifacts
 
         self.build_dir, self.cache_dir = build_dir, cache_dir
         try:
@@ -101,8 +101,8 @@ class Index:
             raise RetrievalError(str(error)) from None
 
     def _load(self, expected_model: str | None) -> None:
-        from ..build.artifacts import (CHUNK_NULLABLE, REBUILD, ArtifactError, chunk_columns,
-                                       entity_columns)
+        from ..artifacts.reader import (CHUNK_NULLABLE, REBUILD, ArtifactError, chunk_columns,
+                                        entity_columns)
 
         build, build_dir = self.artifacts, self.build_dir
         chunks = build.parquet("chunks.parquet", chunk_columns(), CHUNK_NULLABLE).to_pylist()
@@ -411,7 +411,7 @@ def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -
 
 def load_skill_graph(path: Path) -> dict[str, Any]:
     """A hand-made skill graph: {"nodes": [names], "edges": [{from, to, type}]}."""
-    from ..build.artifacts import parse_json, read_plain_file
+    from ..artifacts.reader import parse_json, read_plain_file
 
     try:
         data = parse_json(read_plain_file(path)[0])  # a KB's file: no FIFO, no link out
@@ -493,7 +493,7 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
     if not index.chunks:
         return Result(query, mode, [])
     if np.shape(query_vector) != index.chunk_matrix.shape[1:]:
-        from ..build.artifacts import REBUILD
+        from ..artifacts.reader import REBUILD
 
         raise RetrievalError(f"the vectors in {index.build_dir / 'chunk_vectors.parquet'} "
                              f"have {index.chunk_matrix.shape[1]} dimensions, the query's "

@@ -11,7 +11,6 @@ from .select import select
 from .state import RESULTS, StateError, StateStore, WorldState
 from .world import World, WorldError, load_world
 
-DEFAULT_STATE = Path(".ctxfst") / "world-state.json"
 
 
 class RuntimeUsage(Exception):
@@ -28,7 +27,7 @@ def project(cwd: Path | None = None) -> Config:
 def store_for(config: Config, state_path: Path | None) -> StateStore:
     """The world state at state_path (default: .ctxfst/world-state.json); it, its event
     log and its lock must resolve inside the project (a link could lead anywhere)."""
-    store = StateStore(state_path or (config.root / DEFAULT_STATE))
+    store = StateStore(state_path or config.world_state)
     for path in (store.path, store.log, store.lock_path):
         check_inside(config.root, path, "world-state file")
     return store

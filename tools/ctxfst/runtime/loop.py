@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..build.io import read_bytes_no_follow, write_json
+from ..artifacts.io import read_bytes_no_follow, write_json
 from ..files import inside
 from .planner import Plan, plan
 from .select import DEFAULT_RETRIES, attempts
@@ -23,7 +23,6 @@ from .world import World
 
 STOP_REASONS = ("goal_reached", "no_candidates", "no_plan", "max_steps",
                 "execution_failure", "user_aborted", "pending_needs_confirmation")
-RUNTIME_EDGES = Path(".ctxfst") / "runtime.edges.json"
 
 
 @dataclass

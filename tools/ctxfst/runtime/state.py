@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..build.io import json_bytes, open_no_follow, read_bytes_no_follow, write_atomic
+from ..artifacts.io import json_bytes, open_no_follow, read_bytes_no_follow, write_atomic
 from ..locks import LockBusy, exclusive
 
 STATE_SCHEMA_VERSION = "1.0.0"

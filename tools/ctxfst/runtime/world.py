@@ -116,7 +116,7 @@ def _shape_problem(skills: Any, graph: Any) -> str | None:
 
 def load_world(build_dir: Path, cache_dir: Path | None = None) -> World:
     """The skill index and entity graph, each checked against the build's manifest."""
-    from ..build.artifacts import ArtifactError, BuildArtifacts
+    from ..artifacts.reader import ArtifactError, BuildArtifacts
 
     try:
         build = BuildArtifacts(build_dir, ["skill-index.json", "entity-graph.json"], cache_dir)

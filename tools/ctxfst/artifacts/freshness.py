@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config
-from .artifacts import DigestCache, read_manifest
+from .reader import DigestCache, read_manifest
 
 
 def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:

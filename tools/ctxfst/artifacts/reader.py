@@ -276,7 +276,7 @@ class BuildArtifacts:
 
     def vectors(self, name: str):
         """(ids, matrix, model id) of a vectors artifact."""
-        from ..compile.embed import read_vectors
+        from .vectors import read_vectors
 
         data = self.read(name)
         try:

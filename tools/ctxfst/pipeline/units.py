@@ -27,7 +27,7 @@ from .. import __version__
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, View, dependency_digest, dump_ok, link, summarize
 from ..document.model import ParsedDocument
-from .cache import PASSAGES, connect
+from ..artifacts.cache import PASSAGES, connect
 
 UNIT_FORMAT = "2"  # 2: declarations kept once ("dump:" rows)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
@@ -306,7 +306,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
             if problem is None and data is not None:
                 actual = hashlib.sha256(data).hexdigest()
                 if check and actual != sha:
-                    from .pipeline import BuildFailed
+                    from .stages import BuildFailed
 
                     raise BuildFailed(f"{path} changed during the build: run `doit` again")
                 found[path] = (item, relative, actual)
@@ -323,7 +323,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
             cache.close()
         gone = [path for path in paths if path not in loaded]
         if gone:  # plain Markdown now: it changed during the build
-            from .pipeline import BuildFailed
+            from .stages import BuildFailed
 
             raise BuildFailed(f"{gone[0]} changed during the build: run `doit` again")
         return loaded
@@ -518,7 +518,7 @@ def _chunks_parquet(checked: Checked, kept: dict[str, list[tuple[str, bytes]]],
     """chunks.parquet: the previous one with the rows of documents that changed since
     it was made (another rows key, volatile, or gone) replaced; else every row."""
     from ..compile.chunks import chunks_table
-    from .io import parquet_bytes
+    from ..artifacts.io import parquet_bytes
 
     base = _previous_chunks(made_from, previous)
     if base is None:  # no usable previous table: every row (compiled now, or its text)
@@ -557,7 +557,7 @@ def _previous_chunks(made_from: Any, path: Path):
             and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
                     for v in made_from["documents"].values())):
         return None
-    from .io import read_regular
+    from ..artifacts.io import read_regular
 
     try:
         data = read_regular(path)[0]

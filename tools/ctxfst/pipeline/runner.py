@@ -20,10 +20,10 @@ def run_build(root: Path, doit_args: list[str]) -> int:
         raise ConfigError(f"{root}: no ctxfst project (no ctxfst.toml or [tool.ctxfst])")
     check_build_folder(config)
     previous = Path.cwd()
-    os.chdir(config.root)  # doit keeps its state (.ctxfst/doit.db) relative to here
+    os.chdir(config.root)  # as doit does for a dodo.py: its relative paths start here
     try:
-        (config.root / ".ctxfst").mkdir(exist_ok=True)
-        from .pipeline import recover
+        config.tool_dir.mkdir(exist_ok=True)
+        from .stages import recover
 
         with build_lock(config):
             recover(config)

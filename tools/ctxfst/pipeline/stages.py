@@ -12,62 +12,17 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import __version__
 from ..config import Config
-from ..diagnostics import Diagnostic, ordered, render_text, summarize
-from .io import read_json, sha256_file, write_atomic, write_json
-
-STAGING = ".staging"
-RESULTS = "stages"
-JOURNAL = ".publish.json"
-MANIFEST_VERSION = "1.0.0"
-
-# Artifact name -> (stage that makes it, schema or Arrow schema version).
-ARTIFACTS: dict[str, tuple[str, str]] = {
-    "chunks.json": ("compile", "1.0.0"),
-    "chunks.parquet": ("compile", "1.0.0"),
-    "entity-profiles.json": ("profiles", "1.0.0"),
-    "entities.parquet": ("profiles", "1.0.0"),
-    "chunk_vectors.parquet": ("embed", "1.0.0"),
-    "entity_vectors.parquet": ("embed", "1.0.0"),
-    "skill-index.json": ("skills", "1.0.0"),
-    "skills.parquet": ("skills", "1.0.0"),
-    "entity-graph.json": ("graph", "1.0.0"),
-    "edges.parquet": ("graph", "1.0.0"),
-    "semantic_facts.parquet": ("facts", "1.0.0"),
-    "semantic_fact_extraction_runs.parquet": ("facts", "1.0.0"),
-    "semantic_facts_delta.json": ("facts", "1.0.0"),
-}
-STAGES = ("validate", "compile", "skills", "profiles", "embed", "graph", "facts", "manifest")
-# Which settings each stage's output depends on (a change re-runs that stage only).
-STAGE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "validate": ("extra_edges",),
-    "compile": (),
-    "skills": (),
-    "profiles": (),
-    "embed": ("embedding_model", "embed_batch_size"),
-    "graph": ("similar_top_k", "similar_min_score"),
-    "facts": ("facts_tenants", "facts_extractors"),
-    "manifest": (),
-}
-
+from ..diagnostics import Diagnostic, render_text, summarize
+from ..artifacts.io import read_json, sha256_file, write_atomic, write_json
+from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS, result_path,
+                                staged, staging)
 
 class BuildFailed(Exception):
     """A stage could not produce its outputs; the message says why."""
-
-
-def staging(config: Config) -> Path:
-    return config.build_dir / STAGING
-
-
-def staged(config: Config, name: str) -> Path:
-    return staging(config) / name
-
-
-def result_path(config: Config, stage: str) -> Path:
-    return staging(config) / RESULTS / f"{stage}.json"
 
 
 def _record(config: Config, stage: str, started: float, **details: Any) -> None:
@@ -77,32 +32,27 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
 
 
 def describe(config: Config, stage: str) -> str:
-    """What a stage that just ran did, in one line (from its recorded counts)."""
+    """What a stage that just ran did, in one line: its table summary filled from its
+    recorded counts."""
+    from .table import BY_NAME
+
     try:
-        r = read_json(result_path(config, stage))
+        recorded = read_json(result_path(config, stage))
     except (OSError, ValueError):
         return f"{stage}: done"
+    said = BY_NAME[stage].summary.format_map(_Counts(recorded))
+    return f"{stage}: {said}, {recorded.get('seconds', 0):.2f} s"
 
-    def n(key: str) -> str:
-        value = r.get(key, 0)
-        return f"{value:,}" if isinstance(value, int) else "?"
 
-    said = {
-        "validate": lambda: f"{n('files')} files, {n('documents_checked')} checked again "
-                            f"({n('documents_typed')} typed), {n('warnings')} warning(s)",
-        "compile": lambda: f"{n('documents_recompiled')} of {n('documents')} documents "
-                           f"recompiled, {n('chunks')} chunks, {n('entities')} entities",
-        "skills": lambda: f"{n('skills')} skills",
-        "profiles": lambda: f"{n('entities')} entity profiles",
-        "embed": lambda: f"{n('embedded')} of {n('texts')} texts embedded, "
-                         f"{n('cache_hits')} from the cache",
-        "graph": lambda: f"{n('nodes')} nodes, {n('edges')} edges",
-        "facts": lambda: f"{n('extracted')} of {n('sources')} sources extracted, "
-                         f"{n('facts_added')} facts added, {n('facts_updated')} updated, "
-                         f"{n('facts_invalidated')} invalidated",
-        "manifest": lambda: f"{n('artifacts')} artifacts and the manifest published",
-    }[stage]()
-    return f"{stage}: {said}, {r.get('seconds', 0):.2f} s"
+class _Counts(dict):
+    """Recorded counts for a summary: numbers with thousands separators, "?" otherwise."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+    def __getitem__(self, key: str) -> str:
+        value = self.get(key)
+        return f"{value:,}" if type(value) is int else "?"
 
 
 def _show(diagnostics: list[Diagnostic], files: int) -> None:
@@ -140,8 +90,8 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     opens a run)."""
     from ..files import RACY_NS
     from ..validation import project_inputs
-    from .artifacts import DigestCache
-    from .cache import ParseCache
+    from ..artifacts.reader import DigestCache
+    from ..artifacts.cache import ParseCache
     from .units import check_incrementally
 
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
@@ -199,7 +149,7 @@ def _inputs(config: Config, files: list[Path], every_input: bool = False
     (size, mtime, inode, ctime) changed since it was last hashed. every_input: files are
     all the project's inputs, so the digests of others (deleted files) are forgotten."""
     from ..files import RACY_NS, ProjectRelative
-    from .artifacts import DigestCache
+    from ..artifacts.reader import DigestCache
 
     relative_to_root = ProjectRelative(config.root)
     digests = DigestCache(config.input_digests, RACY_NS)
@@ -212,6 +162,28 @@ def _inputs(config: Config, files: list[Path], every_input: bool = False
         digests.keep_only({item["path"] for item in found})
     digests.save()
     return found
+
+
+def validate_sources(config: Config) -> tuple[list[str], str]:
+    """Every input file, and the list itself as the state: a deleted input changes the
+    list, which file_dep alone would not notice. What the walk refused is in the state
+    too, so that the stage runs and reports it. content_path files the last build read
+    outside the walk (outside content/, or not Markdown) are inputs as well."""
+    from ..files import inside, plain_relative, scan_project
+    from ..artifacts.cache import recorded_passages
+
+    scan = scan_project(config)
+    sources = [str(path) for path in scan.files]
+    if config.config_file is not None:
+        sources.append(str(config.config_file))
+    refused = [f"{d.code} {d.path}" for d in scan.problems]
+    passages = set()
+    for relative in recorded_passages(config.unit_store):
+        path = config.root / relative
+        if plain_relative(relative) and inside(config.root, path) and path.is_file():
+            passages.add(str(path))
+    # (doit re-runs a task whose file_dep list changed: a passage gone is seen)
+    return sources + sorted(passages - set(sources)), "\n".join(sources + refused)
 
 
 def stage_validate(config: Config) -> None:
@@ -266,12 +238,19 @@ def stage_compile(config: Config) -> None:
             artifact_rows={"chunks.json": compiled.chunks})  # the manifest need not parse it
 
 
+def skill_sources(config: Config) -> tuple[list[str], str]:
+    from ..files import project_files
+    from ..skills.parse import SKILL_FILE
+
+    return [str(path) for path in project_files(config) if path.name == SKILL_FILE], ""
+
+
 def stage_skills(config: Config) -> None:
     from ..document.kb import load_kb
     from ..skills.index import build_index, skills_table
     from ..skills.parse import SKILL_FILE
     from ..validation import project_inputs
-    from .io import write_parquet
+    from ..artifacts.io import write_parquet
 
     started = time.perf_counter()
     inputs = [item for item in project_inputs(config)
@@ -304,24 +283,17 @@ def _export(config: Config, fields: tuple[str, ...]):
 
 
 def stage_profiles(config: Config) -> None:
-    from ..compile.profiles import build_profiles, entities_table, profiles_document
-    from .io import write_parquet
+    from ..compile.profiles import (build_profiles, dangling_refs, entities_table,
+                                    profiles_document)
+    from ..artifacts.io import write_parquet
 
     started = time.perf_counter()
     export = _export(config, ("id", "context", "content", "tags", "entities", "priority"))
     profiles = build_profiles(export)
-    declared = {entity["id"] for entity in export.entities}
-    dangling = sorted({ref for chunk in export.chunks for ref in chunk.get("entities", [])
-                       if ref not in declared})
-    write_json(staged(config, "entity-profiles.json"), profiles_document(profiles, dangling))
+    write_json(staged(config, "entity-profiles.json"),
+               profiles_document(profiles, dangling_refs(export)))
     write_parquet(staged(config, "entities.parquet"), entities_table(profiles))
     _record(config, "profiles", started, entities=len(profiles))
-
-
-def chunk_text(chunk: dict[str, Any]) -> str:
-    """What a chunk's vector encodes: its context, then its content."""
-    context = chunk.get("context", "").strip()
-    return f"{context}\n\n{chunk['content']}" if context else chunk["content"]
 
 
 def embedding_cache(config: Config):
@@ -331,8 +303,8 @@ def embedding_cache(config: Config):
 
 
 def stage_embed(config: Config) -> None:
-    from ..compile.embed import EmbedStats, embed_texts, vectors_table
-    from .io import write_parquet
+    from ..artifacts.vectors import write_vectors
+    from ..compile.embed import EmbedStats, chunk_text, embed_texts
 
     started = time.perf_counter()
     export = _export(config, ("id", "context", "content"))
@@ -352,19 +324,17 @@ def stage_embed(config: Config) -> None:
                           f"used: {error}") from None
     finally:
         cache.close()
-    write_parquet(staged(config, "chunk_vectors.parquet"),
-                  vectors_table([c["id"] for c in export.chunks], chunk_matrix, model_id,
-                                "chunk_vectors"))
-    write_parquet(staged(config, "entity_vectors.parquet"),
-                  vectors_table([p["id"] for p in profiles], entity_matrix, model_id,
-                                "entity_vectors"))
+    write_vectors(staged(config, "chunk_vectors.parquet"), [c["id"] for c in export.chunks],
+                  chunk_matrix, model_id, "chunk_vectors")
+    write_vectors(staged(config, "entity_vectors.parquet"), [p["id"] for p in profiles],
+                  entity_matrix, model_id, "entity_vectors")
     _record(config, "embed", started, model_id=model_id, texts=stats.texts,
             unique_texts=stats.unique, cache_hits=stats.cache_hits, embedded=stats.embedded,
             model_loaded=stats.model_loaded)
 
 
 def _read_vectors(path: Path):
-    from ..compile.embed import read_vectors
+    from ..artifacts.vectors import read_vectors
 
     try:
         return read_vectors(path)
@@ -373,9 +343,9 @@ def _read_vectors(path: Path):
 
 
 def stage_graph(config: Config) -> None:
-    from ..compile.graph import (condition_edges, edges_table, graph_document, graph_node,
-                                 merge_edges, similar_edges)
-    from .io import write_parquet
+    from ..compile.graph import (condition_edges, edges_table, extra_edge, graph_document,
+                                 graph_node, merge_edges, similar_edges)
+    from ..artifacts.io import write_parquet
 
     started = time.perf_counter()
     profiles_doc = read_json(staged(config, "entity-profiles.json"))
@@ -395,12 +365,7 @@ def stage_graph(config: Config) -> None:
         read_json(staged(config, "skill-index.json"))["skills"], entity_nodes)
     nodes = entity_nodes + skill_nodes
     inferred = condition_edges(nodes)
-    extra = [{"source": e["source"], "target": e["target"], "relation": e["relation"],
-              **({"score": e["score"]} if "score" in e else {}),
-              **({"shared_chunk_count": e["shared_chunk_count"]}
-                 if "shared_chunk_count" in e else {}),
-              "properties": e.get("properties", {})}
-             for e in read_json(staged(config, "extra-edges.json"))]
+    extra = [extra_edge(edge) for edge in read_json(staged(config, "extra-edges.json"))]
     edges = merge_edges(extra, skill_links, inferred, similar)
     document = graph_document(nodes, edges, model_id=model_id, top_k=settings.similar_top_k,
                               min_score=settings.similar_min_score, extra_count=len(extra),
@@ -415,6 +380,18 @@ def stage_graph(config: Config) -> None:
             edges_by_relation=dict(sorted(counts.items())))
 
 
+def facts_sources(config: Config) -> tuple[list[str], str]:
+    """No files of its own; a configured extractor plugin's new version re-runs it."""
+    if not config.build.facts_extractors:
+        return [], ""
+    from ..facts.extractors import ExtractionError, extract_version, load_extractors
+
+    try:
+        return [], extract_version(load_extractors(config.build.facts_extractors))
+    except ExtractionError as error:
+        return [], str(error)  # the stage itself reports it
+
+
 def stage_facts(config: Config) -> None:
     """Semantic facts (docs/facts.md): extract changed sources, invalidate, write the delta."""
     import datetime
@@ -426,7 +403,8 @@ def stage_facts(config: Config) -> None:
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     checked = _load_validated(config)
     try:
-        outcome = run_facts(config.root, checked.kb, config.build, staging(config), checked)
+        outcome = run_facts(config.root, checked.kb, config.build, staging(config),
+                            config.facts_ledger, checked)
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None
     if outcome.counts["failed"]:
@@ -454,19 +432,9 @@ def _rows(path: Path) -> int:
     return len(data) if isinstance(data, list) else 1
 
 
-_LINEAGE = {
-    "compile": ["inputs"],
-    "skills": ["inputs:skills"],
-    "profiles": ["chunks.json"],
-    "embed": ["chunks.json", "entity-profiles.json"],
-    "graph": ["entity-profiles.json", "entity_vectors.parquet", "skill-index.json",
-              "inputs:extra-edges"],
-    "facts": ["inputs", "ledger:.ctxfst/facts"],
-}
-
-
 def stage_manifest(config: Config) -> None:
     from ..compile.embed import model_id_of
+    from .table import ARTIFACTS, BY_NAME, STAGES
 
     started = time.perf_counter()
     validation = read_json(staged(config, "validation.json"))
@@ -477,7 +445,7 @@ def stage_manifest(config: Config) -> None:
         (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []
     counted: dict[str, Any] = {}
-    for stage in STAGES[:-1]:
+    for stage in STAGES:
         if result_path(config, stage).is_file():
             rows = read_json(result_path(config, stage)).get("artifact_rows")
             counted.update(rows if isinstance(rows, dict) else {})
@@ -485,7 +453,7 @@ def stage_manifest(config: Config) -> None:
         path = staged(config, name)
         rows = counted.get(name)
         feeds = []
-        for item in _LINEAGE[stage]:
+        for item in BY_NAME[stage].lineage:
             if item == "inputs":
                 feeds.extend(i["path"] for i in inputs)
             elif item == "inputs:extra-edges":
@@ -512,14 +480,14 @@ def stage_manifest(config: Config) -> None:
         "inputs": inputs,
         "artifacts": artifacts,
     }
-    write_json(staged(config, "manifest.json"), manifest)
+    write_json(staged(config, MANIFEST), manifest)
     _record(config, "manifest", started, artifacts=len(artifacts))
     results = {"toolchain": __version__, "stages": []}
     for stage in STAGES:
         path = result_path(config, stage)
         if path.exists():
             results["stages"].append(read_json(path))
-    publish(config, [*ARTIFACTS, "manifest.json"], results)
+    publish(config, [*ARTIFACTS, MANIFEST], results)
 
 
 def publish(config: Config, names: list[str], results: dict) -> None:
@@ -530,20 +498,20 @@ def publish(config: Config, names: list[str], results: dict) -> None:
     journal = config.build_dir / JOURNAL
     write_json(journal, {"files": names})
     _copy_published(config, names)
-    write_json(config.build_dir / "run_results.json", results)
+    write_json(config.build_dir / RUN_RESULTS, results)
     os.unlink(journal)
 
 
 def _copy_published(config: Config, names: list[str]) -> None:
     """Staged files into build/, then the facts ones into the facts ledger as well (the
     next build's prior state, which `doit clean` keeps)."""
-    from ..facts.build import LEDGER_FILES, ledger_dir
+    from ..facts.build import LEDGER_FILES
 
     for name in names:
         write_atomic(config.build_dir / name, staged(config, name).read_bytes())
     for name in LEDGER_FILES:
         if name in names:
-            write_atomic(ledger_dir(config.root) / name, staged(config, name).read_bytes())
+            write_atomic(config.facts_ledger / name, staged(config, name).read_bytes())
 
 
 def recover(config: Config) -> bool:
@@ -556,7 +524,9 @@ def recover(config: Config) -> bool:
     except (ValueError, KeyError, TypeError, OSError):
         journal.unlink()
         return False
-    if not set(names) <= {*ARTIFACTS, "manifest.json"}:
+    from .table import ARTIFACTS
+
+    if not set(names) <= {*ARTIFACTS, MANIFEST}:
         journal.unlink()  # names we never publish ("../x"): a forged journal, not ours
         return False
     if not all(staged(config, name).is_file() for name in names):
@@ -565,11 +535,3 @@ def recover(config: Config) -> bool:
     _copy_published(config, names)
     journal.unlink()
     return True
-
-
-STAGE_FUNCTIONS: dict[str, Callable[[Config], None]] = {
-    "validate": stage_validate, "compile": stage_compile, "skills": stage_skills,
-    "profiles": stage_profiles,
-    "embed": stage_embed, "graph": stage_graph, "facts": stage_facts,
-    "manifest": stage_manifest,
-}

@@ -135,20 +135,22 @@ def read_json(path: Path) -> Any:
         return json.load(handle)
 
 
-def parquet_bytes(table) -> bytes:
-    """Parquet with fixed writer options, so equal tables give equal bytes."""
+def parquet_bytes(table, dictionary: bool = True) -> bytes:
+    """Parquet with fixed writer options, so equal tables give equal bytes. dictionary:
+    False for columns of unique values (ids, vectors), where it only costs time."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", compression_level=3, use_dictionary=True,
+    pq.write_table(table, sink, compression="zstd", compression_level=3,
+                   use_dictionary=dictionary,
                    write_statistics=True, data_page_version="2.0", version="2.6",
                    store_schema=True)
     return sink.getvalue().to_pybytes()
 
 
-def write_parquet(path: Path, table) -> None:
-    write_atomic(path, parquet_bytes(table))
+def write_parquet(path: Path, table, dictionary: bool = True) -> None:
+    write_atomic(path, parquet_bytes(table, dictionary))
 
 
 def sha256_file(path: Path) -> str:

@@ -1,0 +1,34 @@
+"""Where a build keeps what it makes, relative to the project's build folder.
+
+Stages write into the staging folder (build/.staging) and record their results in its
+stages/ folder; the last stage publishes the staged artifacts into build/ under a
+journal, so that a build killed half way is finished by the next one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STAGING = ".staging"
+RESULTS = "stages"
+JOURNAL = ".publish.json"
+MANIFEST = "manifest.json"
+RUN_RESULTS = "run_results.json"
+MANIFEST_VERSION = "1.0.0"
+
+
+def staging(config) -> Path:
+    return config.build_dir / STAGING
+
+
+def staged(config, name: str) -> Path:
+    return staging(config) / name
+
+
+def result_name(stage: str) -> str:
+    """A stage's result record, as a name in the staging folder."""
+    return f"{RESULTS}/{stage}.json"
+
+
+def result_path(config, stage: str) -> Path:
+    return staged(config, result_name(stage))

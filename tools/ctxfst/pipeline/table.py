@@ -1,0 +1,159 @@
+"""The build, declared once: each stage's inputs, outputs, the settings it reads, its
+lineage, its one-line summary and its function. The doit tasks (and so `doit list`), the
+manifest's artifact list and lineage, run_results.json and the stage table in
+docs/compiler.md are all made from STAGE_TABLE. Adding an artifact is one entry here plus
+the function that writes it.
+
+    python -m ctxfst.pipeline.table            # the docs table, in Markdown
+    python -m ctxfst.pipeline.table --update docs/compiler.md
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..artifacts.layout import MANIFEST, RUN_RESULTS, result_name
+from . import stages
+
+SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version today
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    doc: str  # what `doit list` says
+    run: Callable
+    reads: tuple[str, ...] = ()  # staged files of earlier stages: a change re-runs this one
+    publishes: tuple[tuple[str, str], ...] = ()  # (artifact, schema version) for build/
+    keeps: tuple[str, ...] = ()  # staged files for later stages only, never published
+    settings: tuple[str, ...] = ()  # ctxfst.toml keys its outputs depend on
+    lineage: tuple[str, ...] = ()  # what its artifacts are made from (the manifest says)
+    # Project files it reads itself, and a state whose change re-runs it: (paths, state).
+    sources: Callable | None = None
+    source_files: str = ""  # those files, in words (for the docs table)
+    after: tuple[str, ...] = ()  # stages that must succeed first (ordering only)
+    summary: str = "done"  # its progress line, filled from its recorded counts
+    final: bool = False  # publishes every artifact into build/ (the manifest stage)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.publishes) + self.keeps
+
+
+def _published(*names: str) -> tuple[tuple[str, str], ...]:
+    return tuple((name, SCHEMA) for name in names)
+
+
+_MAKERS = (
+    Stage("validate", "Validate content/ and skills/ (stops the build on errors, build/ "
+          "untouched).", stages.stage_validate,
+          keeps=("validation.json",), settings=("extra_edges",),
+          sources=stages.validate_sources,
+          source_files="`content/`, `skills/`, `ctxfst.toml`, `content_path` files",
+          summary="{files} files, {documents_checked} checked again ({documents_typed} "
+                  "typed), {warnings} warning(s)"),
+    Stage("compile", "Compile chunks and the entity catalog: chunks.json, chunks.parquet.",
+          stages.stage_compile, reads=("validation.json",),
+          publishes=_published("chunks.json", "chunks.parquet"),
+          keeps=("catalog.json", "extra-edges.json"), lineage=("inputs",),
+          summary="{documents_recompiled} of {documents} documents recompiled, {chunks} "
+                  "chunks, {entities} entities"),
+    Stage("skills", "Compile skills/*/SKILL.md into the skill index: skill-index.json, "
+          "skills.parquet.", stages.stage_skills,
+          publishes=_published("skill-index.json", "skills.parquet"),
+          lineage=("inputs:skills",), sources=stages.skill_sources,
+          source_files="`skills/*/SKILL.md`", after=("validate",),
+          summary="{skills} skills"),
+    Stage("profiles", "Build entity profiles: entity-profiles.json, entities.parquet.",
+          stages.stage_profiles, reads=("chunks.parquet", "catalog.json"),
+          publishes=_published("entity-profiles.json", "entities.parquet"),
+          lineage=("chunks.json",), summary="{entities} entity profiles"),
+    Stage("embed", "Embed chunks and entity profiles (cached by model and text).",
+          stages.stage_embed, reads=("chunks.parquet", "entity-profiles.json"),
+          publishes=_published("chunk_vectors.parquet", "entity_vectors.parquet"),
+          settings=("embedding_model", "embed_batch_size"),
+          lineage=("chunks.json", "entity-profiles.json"),
+          summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache"),
+    Stage("graph", "Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges.",
+          stages.stage_graph,
+          reads=("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json",
+                 "skill-index.json"),
+          publishes=_published("entity-graph.json", "edges.parquet"),
+          settings=("similar_top_k", "similar_min_score"),
+          lineage=("entity-profiles.json", "entity_vectors.parquet", "skill-index.json",
+                   "inputs:extra-edges"),
+          summary="{nodes} nodes, {edges} edges"),
+    Stage("facts", "Extract semantic facts with evidence; invalidate what sources stopped "
+          "saying.", stages.stage_facts,
+          # validation.json changes exactly when a source does; the ledger is read, not
+          # tracked
+          reads=("validation.json",),
+          publishes=_published("semantic_facts.parquet",
+                               "semantic_fact_extraction_runs.parquet",
+                               "semantic_facts_delta.json"),
+          settings=("facts_tenants", "facts_extractors"),
+          lineage=("inputs", "ledger:.ctxfst/facts"), sources=stages.facts_sources,
+          source_files="the facts ledger `.ctxfst/facts/`, extractor plugins' versions",
+          summary="{extracted} of {sources} sources extracted, {facts_added} facts added, "
+                  "{facts_updated} updated, {facts_invalidated} invalidated"),
+)
+
+STAGE_TABLE: tuple[Stage, ...] = _MAKERS + (
+    Stage("manifest", "Write manifest.json and run_results.json, then publish the "
+          "artifacts to build/.", stages.stage_manifest,
+          reads=tuple(name for stage in _MAKERS for name in stage.outputs)
+          + tuple(result_name(stage.name) for stage in _MAKERS),
+          keeps=(MANIFEST,), final=True,
+          summary="{artifacts} artifacts and the manifest published"),
+)
+
+STAGES: tuple[str, ...] = tuple(stage.name for stage in STAGE_TABLE)
+BY_NAME: dict[str, Stage] = {stage.name: stage for stage in STAGE_TABLE}
+# Published artifact -> (the stage that makes it, its schema version), in table order.
+ARTIFACTS: dict[str, tuple[str, str]] = {
+    name: (stage.name, version) for stage in STAGE_TABLE for name, version in stage.publishes}
+PUBLISHED_FILES: tuple[str, ...] = (*ARTIFACTS, MANIFEST, RUN_RESULTS)
+
+
+def markdown_table() -> str:
+    """The stage table of docs/compiler.md."""
+
+    def names(items) -> str:
+        return ", ".join(f"`{item}`" for item in items)
+
+    rows = ["| stage | what it does | reads | publishes to `build/` | keeps for later stages "
+            "| settings |", "| --- | --- | --- | --- | --- | --- |"]
+    for stage in STAGE_TABLE:
+        reads = ("every output above" if stage.final else
+                 ", ".join(filter(None, (names(stage.reads), stage.source_files))))
+        published = (f"every artifact above, {names((MANIFEST, RUN_RESULTS))}" if stage.final
+                     else names(name for name, _ in stage.publishes))
+        rows.append(f"| `{stage.name}` | {stage.doc} | {reads} | {published or '-'} | "
+                    f"{names(stage.keeps) or '-'} | {names(stage.settings) or '-'} |")
+    return "\n".join(rows) + "\n"
+
+
+BEGIN, END = "<!-- stage-table: python -m ctxfst.pipeline.table -->", "<!-- /stage-table -->"
+
+
+def update_docs(path: Path) -> bool:
+    """Rewrite the table between the markers in path; True when it changed."""
+    text = path.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{path}: no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    updated = f"{head}{BEGIN}\n{markdown_table()}{END}{tail}"
+    if updated != text:
+        path.write_text(updated, encoding="utf-8")
+    return updated != text
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--update"] and len(sys.argv) == 3:
+        print("updated" if update_docs(Path(sys.argv[2])) else "up to date")
+    else:
+        sys.stdout.write(markdown_table())

@@ -1,0 +1,234 @@
+"""doit tasks for a ctxfst project: one task per build stage, each with many file
+dependencies (doit's cost grows with the number of tasks, not of files).
+
+dodo.py re-exports everything here. Importing this module must stay cheap: a no-op
+`doit` only stats files; nothing is parsed and no model is imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from doit.exceptions import TaskFailed
+from doit.reporter import ConsoleReporter
+from doit.tools import config_changed
+
+from ..collector import collector_paused
+from ..config import ConfigError, find_project
+from ..diagnostics import escape
+from .doit_state import IdentityChecker
+from .table import STAGES
+
+class StageStopped(TaskFailed):
+    """A stage that found its inputs unusable: said once, as the build's last line."""
+
+
+class BuildReporter(ConsoleReporter):
+    """doit's console output with a build's own ending: a summary line, or on a failure
+    the reason as the last line (after the diagnostics), not doit's "Python Task failed:
+    <function ...> returned False"."""
+
+    def initialize(self, tasks, selected_tasks):
+        super().initialize(tasks, selected_tasks)
+        self.started = time.perf_counter()
+        self.ran: list[str] = []
+        self.fresh: list[str] = []
+
+    def execute_task(self, task):
+        super().execute_task(task)
+        self.ran.append(task.name)
+
+    def skip_uptodate(self, task):
+        super().skip_uptodate(task)
+        self.fresh.append(task.name)
+
+    def _write_failure(self, result, write_exception=True):
+        if not isinstance(result["exception"], StageStopped):
+            super()._write_failure(result, write_exception)
+
+    def complete_run(self):
+        super().complete_run()
+        stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
+        if stopped:
+            self.write(f"build stopped: {stopped[0]['exception'].message}\n")
+        elif not self.failures and not self.runtime_errors and (self.ran or self.fresh):
+            published = "published to build/" if "manifest" in self.ran else "build/ up to date"
+            self.write(f"build: {len(self.ran)} of {len(self.ran) + len(self.fresh)} stages "
+                       f"ran, {published}, {time.perf_counter() - self.started:.2f} s\n")
+
+
+DOIT_CONFIG = {
+    "default_tasks": list(STAGES),
+    "dep_file": ".ctxfst/doit.db",  # (namespace() makes it absolute, from the Config)
+    "check_file_uptodate": IdentityChecker,
+    "reporter": BuildReporter,
+    "backend": "sqlite3",
+    "verbosity": 2,
+}
+
+
+def project_here():
+    """The project in the working directory, ready to build (or exit 2 with a message,
+    before anything is written or deleted)."""
+    try:
+        config = find_project(Path.cwd())
+        if config is not None:
+            check_build_folder(config)
+    except ConfigError as error:
+        print(escape(error.render()), file=sys.stderr)
+        sys.exit(2)
+    if config is None:
+        print("ctxfst: error: no ctxfst project here (no ctxfst.toml or [tool.ctxfst] in "
+              "pyproject.toml)", file=sys.stderr)
+        sys.exit(2)
+    config.tool_dir.mkdir(exist_ok=True)
+    from ..artifacts.layout import JOURNAL
+    from .stages import recover
+
+    # A kill may have left a publication half done: finish it (under the build lock) before
+    # doit looks at the targets. Otherwise importing dodo.py takes no lock, so `doit list`
+    # never waits; the first stage that runs takes it (hold_build_lock).
+    if (config.build_dir / JOURNAL).exists():
+        with build_lock(config):
+            recover(config)
+    return config
+
+
+def check_build_folder(config) -> None:
+    """Staged artifacts are written into build/.staging/ and its stages/ folder, which
+    ctxfst makes: a link there (from a stranger's checkout) could lead anywhere."""
+    from ..artifacts.layout import RESULTS, staging
+
+    for path in (staging(config), staging(config) / RESULTS):
+        if path.is_symlink():
+            raise ConfigError(f"{path.relative_to(config.root)} is a link to {path.resolve()}; "
+                              "ctxfst makes this folder itself: remove the link", path,
+                              code="CTX804")
+
+
+_HELD: list = []
+
+
+def hold_build_lock(config) -> None:
+    """Take the build lock until this process ends (the kernel releases it then, even on
+    a kill); nothing when this process (or its parent build) holds it already."""
+    from ..locks import is_held
+
+    if is_held(build_lock_path(config)):
+        return
+    lock = build_lock(config)
+    lock.__enter__()
+    if not _HELD:
+        atexit.register(_release_held)
+    _HELD.append(lock)
+
+
+def _release_held() -> None:
+    """Let go of the held locks while the interpreter is whole (their generators, frozen
+    by gc.freeze(), would otherwise be finalized after module teardown)."""
+    while _HELD:
+        _HELD.pop().__exit__(None, None, None)
+
+
+def build_lock(config):
+    """One build of a project at a time: a second one waits (they share the staging
+    folder, the publication journal and the facts ledger)."""
+    from ..locks import exclusive
+
+    def waiting(holder: str) -> None:
+        print(f"ctxfst: another build of this project is running ({escape(holder)}); "
+              "waiting for it", file=sys.stderr, flush=True)
+
+    return exclusive(build_lock_path(config), None, str, waiting, reentrant=True)
+
+
+def build_lock_path(config) -> Path:
+    return config.build_lock
+
+
+def namespace(CONFIG) -> dict:
+    """doit's view of a project: DOIT_CONFIG and one task_* function per stage of the
+    stage table (ctxfst/pipeline/table.py)."""
+    from .table import STAGE_TABLE
+
+    # doit's state by absolute path: the same file whichever folder doit was started in
+    tasks: dict = {"DOIT_CONFIG": {**DOIT_CONFIG, "dep_file": str(CONFIG.doit_state)}}
+    for stage in STAGE_TABLE:
+        tasks[f"task_{stage.name}"] = _task_maker(CONFIG, stage)
+    from .doit_state import drop_damaged_state
+
+    drop_damaged_state(CONFIG.doit_state, DOIT_CONFIG["default_tasks"])
+    return tasks
+
+
+def _task_maker(config, stage):
+    """The task_* function doit calls (only when the task is needed) for one stage."""
+
+    def make_task() -> dict:
+        from .. import __version__
+        from ..artifacts.layout import result_path, staged
+        from .table import PUBLISHED_FILES
+
+        file_dep = [str(staged(config, name)) for name in stage.reads]
+        state = ""
+        if stage.sources is not None:
+            files, state = stage.sources(config)
+            file_dep = files + file_dep
+        targets = [str(staged(config, name)) for name in stage.outputs]
+        targets.append(str(result_path(config, stage.name)))
+        # Re-run when the settings this stage reads change, or the toolchain does.
+        fingerprint = {"toolchain": __version__, "state": state,
+                       "settings": config.build.digest(*stage.settings) if stage.settings
+                       else ""}
+        task = {"doc": stage.doc, "actions": [_action(config, stage.name)],
+                "file_dep": file_dep, "task_dep": list(stage.after), "targets": targets,
+                "uptodate": [config_changed(fingerprint)], "clean": True, "verbosity": 2}
+        if stage.final:
+            task["targets"] += [str(config.build_dir / name) for name in PUBLISHED_FILES]
+            task["clean"] = [lambda: _clean_all(config)]
+        return task
+
+    make_task.__name__ = f"task_{stage.name}"
+    make_task.__doc__ = stage.doc
+    return make_task
+
+
+def _action(config, name: str):
+    def action():
+        from .stages import BuildFailed, describe
+        from .table import BY_NAME
+
+        hold_build_lock(config)
+        stage = BY_NAME[name]
+        try:
+            with collector_paused():  # stages hold the KB's many acyclic objects
+                stage.run(config)
+        except BuildFailed as error:
+            unchanged = "" if stage.final else ", build/ unchanged"
+            return StageStopped(f"{name}: {escape(error)}{unchanged}")  # KB paths
+        print(f"   {escape(describe(config, name))}", flush=True)
+        return True
+
+    action.__name__ = f"ctxfst_{name}"
+    return action
+
+
+def _clean_all(config) -> None:
+    """doit clean: remove every artifact the build made (not the caches or the facts
+    ledger), and the staging folder."""
+    from ..artifacts.layout import JOURNAL, staging
+    from .table import PUBLISHED_FILES
+
+    for name in PUBLISHED_FILES:
+        (config.build_dir / name).unlink(missing_ok=True)
+    (config.build_dir / JOURNAL).unlink(missing_ok=True)  # first: it names staged files
+    shutil.rmtree(staging(config), ignore_errors=True)
+
+
+def dodo_namespace() -> dict:
+    """For dodo.py: `globals().update(dodo_namespace())`."""
+    return namespace(project_here())
