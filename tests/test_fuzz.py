@@ -6,10 +6,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxfst.diagnostics import RULES
-from ctxfst.document.kb import KnowledgeBase
 from ctxfst.document.parse import parse_document
-from ctxfst.document.rules import validate
 from ctxfst.document.source import Source
+from ctxfst.kb import KnowledgeBase, validate
 
 from .conftest import REPO
 

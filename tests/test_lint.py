@@ -115,10 +115,9 @@ def test_lint_scales_without_all_pairs(tmp_path):
     """Near-duplicate search does not compare every pair: time grows ~linearly."""
     import time
 
-    from ctxfst.document.kb import KnowledgeBase
     from ctxfst.document.lint import lint
     from ctxfst.document.parse import parse_text
-    from ctxfst.document.rules import validate
+    from ctxfst.kb import KnowledgeBase, validate
 
     def kb_of(count: int) -> KnowledgeBase:
         kb = KnowledgeBase(root=tmp_path)

@@ -52,6 +52,11 @@ def test_names_match_on_word_boundaries(built):
     assert "entity:go" in index.name_matches("我的 Go 經驗")
     assert "entity:go" not in index.name_matches("a good day")
     assert "entity:kubernetes" in index.name_matches("K8S rollout")  # aliases, any case
+    # The facts extractor's rule (document.mentions): no spaces needed around a name in
+    # CJK text, full-width forms read as their ASCII ones.
+    assert "entity:go" in index.name_matches("用Go寫程式")
+    assert "entity:go" in index.name_matches("ＧＯ 的經驗")
+    assert "entity:go" not in index.name_matches("Go2 goto")
 
 
 def test_bad_queries_and_builds(built, tmp_path, cli, capsys):

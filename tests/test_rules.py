@@ -209,8 +209,8 @@ def test_conflicting_entity_declarations_name_both_places(tmp_path, cli):
 
 
 def test_identical_redeclaration_merges(tmp_path):
-    from ctxfst.document.kb import inputs_for, load_kb
-    from ctxfst.document.rules import validate
+    from ctxfst.document.kb import inputs_for
+    from ctxfst.kb import load_kb, validate
 
     write(tmp_path, "a.md", doc(chunk("note:a"), body("note:a"), entities=(
         "entities:\n  - id: entity:k8s\n    name: Kubernetes\n    type: platform\n"

@@ -34,12 +34,11 @@ import ctxfst
 from ctxfst.artifacts.cache import ParseCache
 from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
-from ctxfst.document.kb import KnowledgeBase, load_kb
 from ctxfst.document.lint import lint
 from ctxfst.document.parse import parse_text
-from ctxfst.document.rules import validate
 from ctxfst.document.source import MAX_FILE_BYTES
 from ctxfst.files import display_path
+from ctxfst.kb import KnowledgeBase, load_kb, validate
 from ctxfst.retrieval.search import Index, search
 from ctxfst.validation import project_inputs
 
@@ -697,7 +696,7 @@ def test_a_tenant_folder_without_sources_stops_the_build(tmp_path, cli):
 
 def test_a_source_whose_tenant_cannot_be_decided_is_never_served(tmp_path):
     from ctxfst.config import BuildSettings
-    from ctxfst.document.kb import load_kb
+    from ctxfst.kb import load_kb
     from ctxfst.facts.build import collect_sources, document_tenant
     from ctxfst.facts.extractors import ExtractionError
     from ctxfst.validation import project_inputs

@@ -541,8 +541,9 @@ def _skills(args: argparse.Namespace) -> int:
         print(f"{len(files)} skill file(s): {changed} {'to migrate' if args.check else 'migrated'}"
               f", {failed} failed")
         return EXIT_FAILED if failed or (args.check and changed) else EXIT_OK
-    from .document.kb import Input, load_kb
+    from .document.kb import Input
     from .document.source import Source
+    from .kb import load_kb
     from .files import display_path
     from .skills.index import build_index, to_prompt
 

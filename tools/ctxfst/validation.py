@@ -16,9 +16,9 @@ from pathlib import Path
 from .collector import collector_paused
 from .config import Config, find_project
 from .diagnostics import Diagnostic, Severity, ordered, summarize
-from .document.kb import Input, KnowledgeBase, inputs_for, load_kb
+from .document.kb import Input, inputs_for
 from .files import display_path, inside, scan_project
-from .document.rules import validate
+from .kb import KnowledgeBase, load_kb, validate
 from .document.source import Source
 
 

@@ -21,18 +21,14 @@ import datetime as _dt
 import json
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from ..diagnostics import Diagnostic
+from .ids import NAME_HINT, NAME_PATTERN, TENANT_HINT, TENANT_PATTERN
+from .text import normalize
 
-DEFAULT_TENANT = "default"
-TENANT_PATTERN = re.compile(r"[A-Za-z0-9_-]+")
-TENANT_HINT = "letters A-Z a-z, digits, '_' or '-' (for example acme or team_42)"
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]*")
-NAME_HINT = "lowercase letters, digits, '_', '.' or '-', starting with a letter or digit"
 VALUE_TYPES = ("keyword", "text", "number", "date", "enum", "json")
 FIELDS = ("namespace", "key", "value", "value_type", "confidence", "evidence")
 _ENUM_PATTERN = re.compile(r"[A-Za-z0-9_.:-]+")
@@ -101,11 +97,6 @@ def tenant_problem(value: Any) -> str | None:
     return None
 
 
-def normalize_text(text: str) -> str:
-    """NFKC + casefold + collapsed whitespace."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
 def canonical_number(value: Any) -> str:
     """A number's canonical text: no exponent, no trailing zeros, no '-0'."""
     if isinstance(value, bool):
@@ -171,7 +162,7 @@ def normalize_value(value: Any, value_type: str) -> tuple[str, str]:
             raise ValueError(f"a {value_type} value must be a string, found "
                              f"{type(value).__name__}")
         text = value if isinstance(value, str) else str(value)
-        norm = normalize_text(text)
+        norm = normalize(text)
         if not norm:
             raise ValueError(f"a {value_type} value must not be empty")
         return text, norm

@@ -1,4 +1,9 @@
-"""The knowledge-base view: many documents and skills, one entity catalog."""
+"""Many files at once: documents and extra-edge files parsed in parallel (and through
+the parse cache), and the entity catalog the documents give.
+
+Files of other kinds (skills) are parsed by the parsers the caller passes in, by file
+name: ctxfst.kb, above document/ and skills/, loads a whole knowledge base.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,12 @@ import multiprocessing
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from ..diagnostics import Diagnostic
 from ..files import display_path, walk
-from ..skills.model import ParsedSkill
-from ..skills.parse import SKILL_FILE, parse_skill
 from .edges import EDGE_SUFFIXES, EdgeFile, is_edge_file, parse_edge_file
 from .model import Entity, ParsedDocument
 from .parse import looks_like_ctxfst, parse_document, type_document
@@ -21,21 +26,24 @@ from .source import Source, decode_text
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_THRESHOLD = 200
 
+Parsers = Mapping[str, Callable[[Source], Any]]  # file name -> its parser (module level)
+
 
 @dataclass
-class KnowledgeBase:
+class DocumentSet:
+    """A knowledge base as document/ sees it: its documents and extra-edge files
+    (ctxfst.kb.KnowledgeBase adds the skills)."""
+
     root: Path
     documents: list[ParsedDocument] = field(default_factory=list)
-    skills: list[ParsedSkill] = field(default_factory=list)
     edge_files: list[EdgeFile] = field(default_factory=list)
-    skills_dir: Path | None = None  # checked folder by folder when set (project mode)
 
     @property
     def file_count(self) -> int:
-        return len(self.documents) + len(self.skills) + len(self.edge_files)
+        return len(self.all_files())
 
     def all_files(self) -> list:
-        return [*self.documents, *self.skills, *self.edge_files]
+        return [*self.documents, *self.edge_files]
 
     def parse_diagnostics(self) -> list[Diagnostic]:
         found: list[Diagnostic] = []
@@ -67,11 +75,11 @@ def inputs_for(paths: list[Path], explicit_files: bool = True) -> list[Input]:
     return result
 
 
-def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | EdgeFile | None:
+def _parse_input(item: Input, parsers: Parsers) -> Any:
     """Parse one input; None for plain Markdown found while walking a folder."""
     name = os.path.basename(item.source.path)
-    if name == SKILL_FILE:
-        return parse_skill(item.source)
+    if name in parsers:
+        return parsers[name](item.source)
     if is_edge_file(name):
         return parse_edge_file(item.source)
     doc = parse_document(item.source, typed=False)
@@ -85,14 +93,15 @@ def _parse_input(item: Input) -> ParsedDocument | ParsedSkill | EdgeFile | None:
     return doc
 
 
-def _parse_all(inputs: list[Input]) -> list:
+def _parse_all(inputs: list[Input], parsers: Parsers) -> list:
     workers = min(os.cpu_count() or 1, 8)
     if len(inputs) < PARALLEL_THRESHOLD or workers < 2 or sys.platform != "linux":
-        return [_parse_input(item) for item in inputs]
+        return [_parse_input(item, parsers) for item in inputs]
     # fork: children inherit the imported modules, so a worker costs milliseconds.
     context = multiprocessing.get_context("fork")
     with context.Pool(workers) as pool:
-        return pool.map(_parse_input, inputs, chunksize=max(16, len(inputs) // (workers * 4)))
+        return pool.map(partial(_parse_input, parsers=parsers), inputs,
+                        chunksize=max(16, len(inputs) // (workers * 4)))
 
 
 _PLAIN = object()  # a cache hit meaning "plain Markdown, no document" (None is a miss)
@@ -108,7 +117,7 @@ def _still_plain(item: Input) -> bool:
     return problem is None and not looks_like_ctxfst(text)
 
 
-def _parse_cached(inputs: list[Input], cache) -> list:
+def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
     """Parse inputs, taking documents whose exact bytes were parsed before from cache.
 
     Rows are data checked on read (syntax_cache): a damaged or foreign row is parsed again.
@@ -122,7 +131,7 @@ def _parse_cached(inputs: list[Input], cache) -> list:
     for item in inputs:
         key = None
         name = os.path.basename(item.source.path)
-        if name.endswith(".md") and name != SKILL_FILE:
+        if name.endswith(".md") and name not in parsers:
             data, problem = item.source.read_bytes()
             if problem is None and data is not None:
                 item = Input(Source(item.source.path, item.source.fs_path, data), item.explicit)
@@ -142,7 +151,7 @@ def _parse_cached(inputs: list[Input], cache) -> list:
     todo = [index for index, key in enumerate(keys) if key not in hits]
     results: list = [hits.get(key) if key else None for key in keys]
     fresh: dict[str, bytes] = {}
-    for index, value in zip(todo, _parse_all([prepared[i] for i in todo])):
+    for index, value in zip(todo, _parse_all([prepared[i] for i in todo], parsers)):
         results[index] = value
         key = keys[index]
         if key and value is None:
@@ -156,22 +165,17 @@ def _parse_cached(inputs: list[Input], cache) -> list:
     return [None if value is _PLAIN else value for value in results]
 
 
-def load_kb(root: Path, inputs: list[Input], cache=None) -> KnowledgeBase:
-    """Parse and type every input. With a ParseCache, unchanged documents are not
-    parsed again."""
-    kb = KnowledgeBase(root=root)
-    results = _parse_cached(inputs, cache) if cache is not None else _parse_all(inputs)
+def parse_inputs(inputs: list[Input], cache=None, parsers: Parsers | None = None) -> list:
+    """Parse every input, in order: documents typed, extra-edge files, and what parsers
+    (file name -> parser) make of the files they name; plain Markdown is left out. With
+    a ParseCache, unchanged documents are not parsed again."""
+    parsers = parsers or {}
+    results = (_parse_cached(inputs, cache, parsers) if cache is not None
+               else _parse_all(inputs, parsers))
     for parsed in results:
-        if parsed is None:
-            continue  # plain Markdown beside the documents
-        if isinstance(parsed, ParsedSkill):
-            kb.skills.append(parsed)
-        elif isinstance(parsed, EdgeFile):
-            kb.edge_files.append(parsed)
-        else:
+        if isinstance(parsed, ParsedDocument):
             type_document(parsed)  # here, not in a worker: typed models pickle slowly
-            kb.documents.append(parsed)
-    return kb
+    return [parsed for parsed in results if parsed is not None]
 
 
 @dataclass

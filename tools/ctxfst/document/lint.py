@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from ..diagnostics import Diagnostic, ordered
-from .kb import KnowledgeBase
+from .kb import DocumentSet
 from .model import ENTITY_ID_PREFIXES, ChunkRecord, ParsedDocument
 from .model import diagnostic_at as _at
 from .rules import Validation
@@ -42,7 +42,7 @@ class _Chunk:
     token_set: frozenset
 
 
-def lint(kb: KnowledgeBase, validation: Validation) -> list[Diagnostic]:
+def lint(kb: DocumentSet, validation: Validation) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     chunks: list[_Chunk] = []
     for doc in kb.documents:

@@ -13,15 +13,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from ..diagnostics import Diagnostic, diag
+from .ids import ID_PATTERN
 from .yamlpos import SourceMap
 
 SCHEMA_VERSION = "1.0.0"
 
-# Lowercase ASCII parts joined by ':' (a type prefix such as entity:, state:, goal:).
-# A superset of the upstream patterns ^entity:[a-z0-9-]+$ and ^[a-z0-9-]+:[a-z0-9-]+$.
-ID_PATTERN = r"^[a-z0-9_.-]+(:[a-z0-9_.-]+)*$"
-ID_HINT = ("lowercase letters, digits, '-', '_' or '.', with ':' between parts "
-           "(for example entity:fastapi or skill:python-async)")
 ENTITY_ID_PREFIXES = ("entity", "state", "action", "goal", "agent", "evidence")
 
 EntityType = Literal[

@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..diagnostics import Diagnostic, diag
-from .model import ID_HINT, ChunkBody, ChunkRecord, Entity, ParsedDocument
+from .ids import ID_HINT
+from .model import ChunkBody, ChunkRecord, Entity, ParsedDocument
 from .source import Source, load_text
 from .yamlpos import Path, SourceMap, load_yaml
 

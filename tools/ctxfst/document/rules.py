@@ -1,19 +1,16 @@
-"""Validation rules over a whole knowledge base (the per-file ones run while parsing)."""
+"""Validation rules over a knowledge base's documents and extra edges (the per-file
+ones run while parsing). ctxfst.kb.validate runs them with the skills' rules."""
 
 from __future__ import annotations
 
-import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..diagnostics import Diagnostic, diag, ordered
+from ..diagnostics import Diagnostic, diag
 from ..files import inside
-from ..skills.model import SPEC_FIELDS
-from ..skills.index import skill_node_id
-from ..skills.parse import check_skill_dirs
-from .edges import ExtraEdge
-from .kb import CatalogEntry, Declaration, KnowledgeBase, Place, merge_entities
+from .edges import EdgeFile, ExtraEdge
+from .kb import CatalogEntry, Declaration, Place, merge_entities
 from .link import Link, View, link, summarize
 from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
 from .source import MAX_FILE_BYTES, Source, load_text
@@ -45,49 +42,31 @@ class Validation:
     link: Link | None = None
 
 
-def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
-    """Every rule over a whole knowledge base: the link step over the documents'
-    summaries, then each document against the view it gives, then skills and edges."""
-    docs = {doc.path: doc for doc in kb.documents}
+def link_documents(documents: list[ParsedDocument]) -> Link:
+    """The link step over the documents' summaries, its diagnostics located in them."""
+    docs = {doc.path: doc for doc in documents}
 
     def position(path: str, key: KeyPath) -> tuple[int, int]:
         pos = docs[path].source_map.value(key)
         return pos.line, pos.column
 
-    linked = link([summarize(doc) for doc in kb.documents], position)
-    out: list[Diagnostic] = kb.parse_diagnostics() + linked.diagnostics
-    names = skill_names(kb.skills)
-    for doc in kb.documents:
-        out.extend(check_document(doc, linked.view, names, kb.root))
-    wide, edges = check_kb_wide(kb, linked.view, strict_spec)
-    out.extend(wide)
+    return link([summarize(doc) for doc in documents], position)
+
+
+def validation_of(documents: list[ParsedDocument], linked: Link,
+                  diagnostics: list[Diagnostic], extra_edges: list[ExtraEdge]) -> Validation:
+    docs = {doc.path: doc for doc in documents}
     return Validation(catalog=_catalog(linked, docs), chunks=_chunk_places(linked, docs),
-                      diagnostics=ordered(out), extra_edges=edges, link=linked)
-
-
-def check_kb_wide(kb: KnowledgeBase, view: View, strict_spec: bool = False
-                  ) -> tuple[list[Diagnostic], list[ExtraEdge]]:
-    """The rules over what a knowledge base holds besides its documents (skills, their
-    folders, extra-edge files), against the view; and the valid extra edges."""
-    out = check_skills(kb, view, strict_spec)
-    skill_nodes = {skill_node_id(s.record.name) for s in kb.skills if s.record is not None}
-    edges = check_extra_edges(kb, set(view.types) | skill_nodes, out)
-    return out, edges
-
-
-def skill_names(skills: list) -> set[str] | None:
-    """The names related_skills may use; None when the knowledge base has no skills
-    (nothing to resolve them against)."""
-    if not skills:
-        return None
-    return {skill.record.name for skill in skills if skill.record is not None}
+                      diagnostics=diagnostics, extra_edges=extra_edges, link=linked)
 
 
 def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
                    root: Path) -> list[Diagnostic]:
     """One document's rules against the knowledge base's view: what it declares twice,
-    its passages, and every id it names. A pure function of the document (and its
-    content_path files) and the view: a build reuses it while both are unchanged."""
+    its passages, and every id it names (related_skills against names, the skills'
+    names; None: no skills to resolve them against). A pure function of the document
+    (and its content_path files), the view and names: a build reuses it while they are
+    unchanged."""
     out: list[Diagnostic] = []
     seen_here: dict[str, int] = {}
     for index, entity in doc.entities:
@@ -125,9 +104,10 @@ def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
     return out
 
 
-def check_extra_edges(kb: KnowledgeBase, nodes: set[str], out) -> list[ExtraEdge]:
+def check_extra_edges(edge_files: list[EdgeFile], nodes: set[str], out) -> list[ExtraEdge]:
+    """Report the edges whose ends are no node; the others, deduplicated, in order."""
     kept: dict[tuple[str, str, str], tuple[str, ExtraEdge]] = {}
-    for edge_file in kb.edge_files:
+    for edge_file in edge_files:
         for index, edge in edge_file.edges:
             unknown = [end for end in (edge.source, edge.target) if end not in nodes]
             for end in unknown:
@@ -301,72 +281,3 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
             elif not found:
                 out.append(_at(doc, fact.path + ("evidence",), "CTX708",
                                f"evidence {fact.evidence!r:.60} does not occur in {where}"))
-
-
-def check_skills(kb: KnowledgeBase, view: View, strict_spec: bool) -> list[Diagnostic]:
-    """The skills' rules (they are few: always checked whole) against the view."""
-    out: list[Diagnostic] = []
-    if kb.skills_dir is not None:
-        shown = os.path.relpath(kb.skills_dir) if kb.skills_dir.is_absolute() else str(
-            kb.skills_dir)
-        out.extend(check_skill_dirs(kb.skills_dir, kb.root, Path(shown).as_posix()))
-    skills = [skill for skill in kb.skills if skill.record is not None]
-    names: dict[str, str] = {}
-    produced: set[str] = set()
-    for skill in skills:
-        record = skill.record
-        if record.name in names:
-            out.append(_at(skill, ("name",), "CTX403", f"skill name '{record.name}' is also "
-                           f"used by {names[record.name]}"))
-        else:
-            names[record.name] = skill.path
-        produced.update(record.split_conditions()["add"])
-    for skill in kb.skills:
-        if strict_spec and skill.frontmatter is not None:
-            for key in skill.frontmatter:
-                if key not in SPEC_FIELDS:
-                    out.append(_at(skill, (key,), "CTX413",
-                                   f"top-level '{key}' is not allowed by the Agent Skills "
-                                   "specification; `ctxfst skills migrate` moves it into "
-                                   "metadata"))
-    for skill in skills:
-        _check_skill(skill, view, set(names), produced, out)
-    return out
-
-
-def _check_skill(skill, view: View, names: set[str], produced: set[str], out) -> None:
-    record = skill.record
-    label = f"skill '{record.name}'"
-    for field_name in ("preconditions", "postconditions"):
-        for position, reference in enumerate(getattr(record, field_name)):
-            negated, ref_id = strip_not(reference)
-            found = view.types.get(ref_id)
-            path = (field_name, position)
-            if found is not None and found not in ("state", "goal"):
-                out.append(_at(skill, path, "CTX205",
-                               f"{label}: {field_name} names '{ref_id}', a "
-                               f"{found} entity; it must name a state or goal"))
-            elif (found is None and field_name == "preconditions" and not negated
-                  and ref_id not in produced):
-                out.append(_at(skill, path, "CTX409",
-                               f"{label}: precondition '{ref_id}' is produced by no skill "
-                               "and declared by no document, so nothing can make it hold"))
-            elif found is None:
-                out.append(_at(skill, path, "CTX404",
-                               f"{label}: {field_name} names '{ref_id}', which no document "
-                               "declares (a state of the skill's own)"))
-    for position, node in enumerate(record.related_nodes):
-        if node not in view.types:
-            out.append(_at(skill, ("related_nodes", position), "CTX406",
-                           f"{label}: related node '{node}' is no entity of the knowledge "
-                           f"base{view.suggest(node)}"))
-    for position, other in enumerate(record.related_skills):
-        if other not in names:
-            out.append(_at(skill, ("related_skills", position), "CTX407",
-                           f"{label}: related skill '{other}' has no skills/{other}/SKILL.md"))
-    effects = record.split_conditions()
-    if effects["add"] and not effects["delete"] and set(effects["add"]) <= set(
-            effects["pre_positive"]):
-        out.append(_at(skill, ("postconditions",), "CTX408",
-                       f"{label}: every postcondition already holds before it runs, so it "
-                       "changes nothing"))

@@ -16,11 +16,11 @@ import math
 import re
 from typing import Any
 
+from ..artifacts.io import is_sha256
 from ..diagnostics import diagnostics_from_rows
 from .model import ChunkBody, ParsedDocument
 from .yamlpos import MAX_DEPTH, SourceMap
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # A \u escape of a lone surrogate: no file can hold one, and output would fail on it.
 # (The encoder writes text as UTF-8, so a literal "\\ud8" in a text is the only false
 # alarm: a miss.)
@@ -82,8 +82,8 @@ def decode(blob: bytes, path: str, fs_path: Any) -> ParsedDocument | None:
     if type(row) is not list or len(row) != 6:
         return None
     frontmatter, fm_text, line_offset, bodies, found, text_sha256 = row
-    if not (type(text_sha256) is str and _SHA256.fullmatch(text_sha256)
-            and type(line_offset) is int and type(bodies) is list and type(found) is list):
+    if not (is_sha256(text_sha256) and type(line_offset) is int and type(bodies) is list
+            and type(found) is list):
         return None
     if not (fm_text is None or type(fm_text) is str):
         return None

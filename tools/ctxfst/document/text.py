@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import unicodedata
 
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-_TOKEN = re.compile(rf"[a-z0-9][a-z0-9+#]*(?:[._-][a-z0-9+#]+)*|[{_CJK}]+")
-_CJK_RUN = re.compile(rf"[{_CJK}]")
+# Scripts tokenised as character bigrams (no spaces between words to split on).
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_TOKEN = re.compile(rf"[a-z0-9][a-z0-9+#]*(?:[._-][a-z0-9+#]+)*|[{CJK}]+")
+_CJK_RUN = re.compile(rf"[{CJK}]")
 _STOPWORDS = frozenset(
     "a an and are as at be by for from has have in into is it its of on or that the "
     "this to was were with which we you i my our your not but can".split()
@@ -15,7 +16,8 @@ _STOPWORDS = frozenset(
 
 
 def normalize(text: str) -> str:
-    """NFKC + casefold + collapsed whitespace: the form names are compared in."""
+    """NFKC + casefold + collapsed whitespace: the form entity names, tags and fact
+    values are compared and stored in (document.mentions finds names in this form)."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 

@@ -20,8 +20,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Protocol
 
-from ..document.facts import (NAME_HINT, NAME_PATTERN, VALUE_TYPES, canonical_date,
-                              normalize_text)
+from ..document.facts import VALUE_TYPES, canonical_date
+from ..document.ids import NAME_HINT, NAME_PATTERN
+from ..document.mentions import NameFinder
+from ..document.text import normalize
 from .model import Candidate, Evidence
 
 
@@ -36,78 +38,36 @@ class Extractor(Protocol):
     def extract(self, view: "SourceView") -> Iterable[Candidate]: ...
 
 
-_WORD = re.compile(r"[a-z0-9]+")
 # A YAML scalar as written: quoted, or plain up to a flow delimiter, comment or line end.
 _SCALAR = re.compile(r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\n]|'')*'|[^,\]}#\n]*""")
 
 
 @dataclass
 class Catalog:
-    """One tenant's entities: names and aliases (normalised) -> entity id.
-
-    Mentions are found per name (word boundaries for ASCII names, none for CJK ones),
-    after a cheap filter: an ASCII name is tried only when its first word occurs in the
-    passage, any other only when its first two characters do, so a large catalog costs
-    little per chunk.
-    """
+    """One tenant's entities: names and aliases (normalised) -> entity id, and where
+    they are mentioned (document.mentions: the rule graph retrieval uses too)."""
 
     names: dict[str, str] = field(default_factory=dict)
-    by_word: dict[str, list[str]] = field(default_factory=dict)
-    other: dict[str, list[str]] = field(default_factory=dict)  # first two characters -> names
-    _patterns: dict[str, re.Pattern] = field(default_factory=dict)
+    finder: NameFinder = field(default_factory=lambda: NameFinder(()))
 
     @classmethod
     def build(cls, labels: dict[str, list[str]]) -> "Catalog":
         catalog = cls()
         for entity_id in sorted(labels):
             for label in labels[entity_id]:
-                catalog.names.setdefault(normalize_text(label), entity_id)
-        for name in sorted(catalog.names):
-            if len(name) < 2:
-                continue
-            first = _WORD.search(name) if name.isascii() else None
-            if first is None:
-                catalog.other.setdefault(name[:2], []).append(name)
-            else:
-                catalog.by_word.setdefault(first.group(), []).append(name)
+                catalog.names.setdefault(normalize(label), entity_id)
+        catalog.finder = NameFinder(catalog.names)
         return catalog
 
     def canonical(self, value_norm: str) -> str:
         """The alias table: a keyword naming an entity normalises to the entity's id."""
         return self.names.get(value_norm, value_norm)
 
-    def _pattern(self, name: str) -> re.Pattern:
-        pattern = self._patterns.get(name)
-        if pattern is None:
-            body = re.escape(name)
-            if name.isascii():
-                body = rf"(?<![A-Za-z0-9]){body}(?![A-Za-z0-9])"
-            pattern = self._patterns[name] = re.compile(body, re.IGNORECASE)
-        return pattern
-
     def mentions(self, passage: str) -> list[tuple[int, int, str]]:
         """(start, end, entity id) of names in the passage: leftmost first, the longest
         name at a position, no overlaps."""
-        if not self.names:
-            return []
-        folded = passage.casefold()
-        candidates = [n for word in set(_WORD.findall(folded)) for n in self.by_word.get(word, ())]
-        if self.other:
-            normalized = normalize_text(passage)
-            # Names without a word to filter on (CJK ones): only those whose first two
-            # characters occur, so thousands of them do not cost a scan each per chunk.
-            pairs = {text[i:i + 2] for text in (normalized, folded) for i in range(len(text))}
-            candidates += [n for pair in pairs for n in self.other.get(pair, ())
-                           if n in normalized or n in folded]
-        found = sorted((m.start(), -(m.end() - m.start()), name)
-                       for name in candidates for m in self._pattern(name).finditer(passage))
-        out: list[tuple[int, int, str]] = []
-        end = -1
-        for start, negative, name in found:
-            if start >= end:
-                end = start - negative
-                out.append((start, end, self.names[name]))
-        return out
+        return [(start, end, self.names[name])
+                for start, end, name in self.finder.mentions(passage)]
 
 
 def _written(text: str, start: int) -> str:
@@ -217,7 +177,7 @@ RULES = {rule.name: rule for rule in (
     Rule("derived.chunk_tag", "1", 0.9),
     Rule("derived.document_theme", "1", 0.8),
     Rule("derived.declared_mention", "1", 0.95),
-    Rule("derived.text_mention", "1", 0.8),     # 0.6 for names shorter than 4 characters
+    Rule("derived.text_mention", "2", 0.8),     # 0.6 for names shorter than 4 characters
     Rule("derived.capability", "1", 1.0),
 )}
 
@@ -230,7 +190,7 @@ def _candidate(view: SourceView, entity_type: str, entity_id: str, namespace: st
 
 
 def _keyword(view: SourceView, text: str) -> str:
-    return view.catalog.canonical(normalize_text(text))
+    return view.catalog.canonical(normalize(text))
 
 
 def _record_freshness(view: SourceView, raw: Any, *fields: str) -> str | None:
@@ -307,7 +267,7 @@ class DerivedExtractor:
     """Facts the knowledge base implies: titles, dates, entity types and aliases, chunk
     tags as themes, entity mentions, skill capabilities."""
 
-    name, version = "derived", "1"
+    name, version = "derived", "2"  # 2: mentions by document.mentions
 
     def extract(self, view: SourceView) -> Iterator[Candidate]:
         if view.kind == "skill":
@@ -322,7 +282,7 @@ class DerivedExtractor:
         if isinstance(data.get("title"), str) and data["title"].strip():
             title = data["title"]
             yield _candidate(view, "document", me, "document", "title", title,
-                             normalize_text(title), "text",
+                             normalize(title), "text",
                              view.at(("title",), title, "document", me, RULES["derived.title"]))
         for name in ("date", "updated"):
             if data.get(name) is not None:
@@ -342,9 +302,9 @@ class DerivedExtractor:
             labels = [(("name",), entity.name)] + [(("aliases", i), alias)
                                                    for i, alias in enumerate(entity.aliases)]
             for where, label in labels:
-                if normalize_text(label):
+                if normalize(label):
                     yield _candidate(view, "entity", entity.id, "alias", "name", label,
-                                     normalize_text(label), "keyword",
+                                     normalize(label), "keyword",
                                      view.at(base + where, label, "entity", entity.id,
                                              RULES["derived.alias"]))
         raw_chunks = data.get("chunks") if isinstance(data.get("chunks"), list) else []
@@ -359,7 +319,7 @@ class DerivedExtractor:
                                  view.at(base + ("created_at",), chunk.created_at, "chunk",
                                          chunk.id, RULES["derived.date"], freshness))
             for position, tag in enumerate(chunk.tags):
-                if not normalize_text(tag):
+                if not normalize(tag):
                     continue
                 where = base + ("tags", position)
                 for entity_type, entity_id, rule in (

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..document.facts import (canonical_date, canonical_number, normalize_text,
-                              tenant_problem)
+from ..document.facts import canonical_date, canonical_number, tenant_problem
+from ..document.text import normalize
 from .model import FACTS_FILE, RUNS_FILE
 
 OPS = ("exists", "count", "list")
@@ -137,8 +137,8 @@ class Store:
 
 def value_forms(value: str, alias: dict[str, str]) -> set[str]:
     """Every normalised form a query value can take, one per value type."""
-    forms = {normalize_text(value), value.strip().casefold()}
-    forms.add(alias.get(normalize_text(value), normalize_text(value)))
+    forms = {normalize(value), value.strip().casefold()}
+    forms.add(alias.get(normalize(value), normalize(value)))
     for convert in (canonical_number, canonical_date, _canonical_json):
         try:
             forms.add(convert(value))

@@ -270,8 +270,10 @@ class Checked:
 def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
                         open_parse_cache: Callable, store: UnitStore) -> Checked:
     """Validate the project's inputs, typing only what changed (see the module doc)."""
-    from ..document.kb import Input, load_kb
-    from ..document.rules import check_document, check_kb_wide, skill_names
+    from ..document.kb import Input
+    from ..document.rules import check_document
+    from ..kb import check_kb_wide, load_kb
+    from ..skills.rules import skill_names
     from ..document.source import Source
     from ..files import ProjectRelative
     from ..skills.parse import SKILL_FILE

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..document.mentions import NameFinder
 from ..document.text import normalize, tokens
 from .lexical import BM25, lexical_text, top_rows
 
@@ -152,6 +153,7 @@ class Index:
                 mentions.setdefault(entity, []).append(row)
         self.mentions = {e: np.asarray(rows, np.int64) for e, rows in mentions.items()}
         self._lexicon = self._build_lexicon()
+        self._finder = NameFinder(needle for needle, _ in self._lexicon)
         self._lexical: BM25 | None = None
         self._bridge_matrices: dict[str, np.ndarray] = {}
 
@@ -217,25 +219,20 @@ class Index:
                                  "pass --bridge-model none to query without it") from None
         return Bridge(embedder.model_id, readable, query_vector, self._bridge_matrices[spec])
 
-    def _build_lexicon(self) -> list[tuple[str, str, re.Pattern | None]]:
-        """Entity names and aliases to find in query text: (needle, entity id, pattern)."""
+    def _build_lexicon(self) -> list[tuple[str, str]]:
+        """Entity names and aliases to find in query text: (name normalised, entity id)."""
         lexicon = []
         for entity_id, entity in self.entities.items():
             for label in dict.fromkeys([entity["name"], *entity["aliases"]]):
-                needle = normalize(label)
-                if len(needle) < 2:
-                    continue
-                # ASCII names need word boundaries (Go is not in "good"); CJK ones do not.
-                pattern = re.compile(rf"(?<![a-z0-9]){re.escape(needle)}(?![a-z0-9])") \
-                    if needle.isascii() else None
-                lexicon.append((needle, entity_id, pattern))
+                lexicon.append((normalize(label), entity_id))
         return lexicon
 
     def name_matches(self, query: str) -> list[str]:
-        text = normalize(query)
+        """The entities a name or alias of which occurs in the query, in index order."""
+        present = {name for _, _, name in self._finder.find(query)}
         found = []
-        for needle, entity_id, pattern in self._lexicon:
-            if (pattern.search(text) if pattern else needle in text) and entity_id not in found:
+        for needle, entity_id in self._lexicon:
+            if needle in present and entity_id not in found:
                 found.append(entity_id)
         return found
 

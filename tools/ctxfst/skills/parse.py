@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from ..diagnostics import Diagnostic, diag
@@ -151,26 +150,3 @@ def _climbs_out(value: str) -> bool:
         if depth < 0:
             return True
     return False
-
-
-def check_skill_dirs(skills_dir: Path, root: Path, shown: str) -> list[Diagnostic]:
-    """Every folder of skills/ holds a SKILL.md; none links outside the knowledge base."""
-    found: list[Diagnostic] = []
-    if not skills_dir.is_dir():
-        return found
-    root = root.resolve()
-    for entry in sorted(os.scandir(skills_dir), key=lambda e: e.name):
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=True):
-            continue
-        path = f"{shown}/{entry.name}"
-        if entry.is_symlink():
-            target = Path(entry.path).resolve()
-            if target != root and root not in target.parents:
-                found.append(diag("CTX411", f"skill folder '{entry.name}' is a link to "
-                                  f"{target}, outside the knowledge base; it is not read",
-                                  path))
-                continue
-        if not (Path(entry.path) / SKILL_FILE).is_file():
-            found.append(diag("CTX410", f"skill folder '{entry.name}' has no {SKILL_FILE}",
-                              path))
-    return found

@@ -1,0 +1,120 @@
+"""The skills' rules over a knowledge base (the per-file ones run while parsing)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..diagnostics import Diagnostic, diag
+from ..document.link import View
+from ..document.model import diagnostic_at as _at
+from ..document.model import strip_not
+from .index import skill_node_id
+from .model import SPEC_FIELDS, ParsedSkill
+from .parse import SKILL_FILE
+
+
+def skill_names(skills: list[ParsedSkill]) -> set[str] | None:
+    """The names related_skills may use; None when the knowledge base has no skills
+    (nothing to resolve them against)."""
+    if not skills:
+        return None
+    return {skill.record.name for skill in skills if skill.record is not None}
+
+
+def skill_nodes(skills: list[ParsedSkill]) -> set[str]:
+    """The entity-graph nodes of the skills (what extra edges may name besides entities)."""
+    return {skill_node_id(skill.record.name) for skill in skills if skill.record is not None}
+
+
+def check_skills(skills: list[ParsedSkill], view: View, strict_spec: bool,
+                 skills_dir: Path | None, root: Path) -> list[Diagnostic]:
+    """The skills' rules (they are few: always checked whole) against the view, and
+    skills_dir's folders when given."""
+    out: list[Diagnostic] = []
+    if skills_dir is not None:
+        shown = os.path.relpath(skills_dir) if skills_dir.is_absolute() else str(skills_dir)
+        out.extend(check_skill_dirs(skills_dir, root, Path(shown).as_posix()))
+    valid = [skill for skill in skills if skill.record is not None]
+    names: dict[str, str] = {}
+    produced: set[str] = set()
+    for skill in valid:
+        record = skill.record
+        if record.name in names:
+            out.append(_at(skill, ("name",), "CTX403", f"skill name '{record.name}' is also "
+                           f"used by {names[record.name]}"))
+        else:
+            names[record.name] = skill.path
+        produced.update(record.split_conditions()["add"])
+    for skill in skills:
+        if strict_spec and skill.frontmatter is not None:
+            for key in skill.frontmatter:
+                if key not in SPEC_FIELDS:
+                    out.append(_at(skill, (key,), "CTX413",
+                                   f"top-level '{key}' is not allowed by the Agent Skills "
+                                   "specification; `ctxfst skills migrate` moves it into "
+                                   "metadata"))
+    for skill in valid:
+        _check_skill(skill, view, set(names), produced, out)
+    return out
+
+
+def _check_skill(skill, view: View, names: set[str], produced: set[str], out) -> None:
+    record = skill.record
+    label = f"skill '{record.name}'"
+    for field_name in ("preconditions", "postconditions"):
+        for position, reference in enumerate(getattr(record, field_name)):
+            negated, ref_id = strip_not(reference)
+            found = view.types.get(ref_id)
+            path = (field_name, position)
+            if found is not None and found not in ("state", "goal"):
+                out.append(_at(skill, path, "CTX205",
+                               f"{label}: {field_name} names '{ref_id}', a "
+                               f"{found} entity; it must name a state or goal"))
+            elif (found is None and field_name == "preconditions" and not negated
+                  and ref_id not in produced):
+                out.append(_at(skill, path, "CTX409",
+                               f"{label}: precondition '{ref_id}' is produced by no skill "
+                               "and declared by no document, so nothing can make it hold"))
+            elif found is None:
+                out.append(_at(skill, path, "CTX404",
+                               f"{label}: {field_name} names '{ref_id}', which no document "
+                               "declares (a state of the skill's own)"))
+    for position, node in enumerate(record.related_nodes):
+        if node not in view.types:
+            out.append(_at(skill, ("related_nodes", position), "CTX406",
+                           f"{label}: related node '{node}' is no entity of the knowledge "
+                           f"base{view.suggest(node)}"))
+    for position, other in enumerate(record.related_skills):
+        if other not in names:
+            out.append(_at(skill, ("related_skills", position), "CTX407",
+                           f"{label}: related skill '{other}' has no skills/{other}/SKILL.md"))
+    effects = record.split_conditions()
+    if effects["add"] and not effects["delete"] and set(effects["add"]) <= set(
+            effects["pre_positive"]):
+        out.append(_at(skill, ("postconditions",), "CTX408",
+                       f"{label}: every postcondition already holds before it runs, so it "
+                       "changes nothing"))
+
+
+def check_skill_dirs(skills_dir: Path, root: Path, shown: str) -> list[Diagnostic]:
+    """Every folder of skills/ holds a SKILL.md; none links outside the knowledge base."""
+    found: list[Diagnostic] = []
+    if not skills_dir.is_dir():
+        return found
+    root = root.resolve()
+    for entry in sorted(os.scandir(skills_dir), key=lambda e: e.name):
+        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=True):
+            continue
+        path = f"{shown}/{entry.name}"
+        if entry.is_symlink():
+            target = Path(entry.path).resolve()
+            if target != root and root not in target.parents:
+                found.append(diag("CTX411", f"skill folder '{entry.name}' is a link to "
+                                  f"{target}, outside the knowledge base; it is not read",
+                                  path))
+                continue
+        if not (Path(entry.path) / SKILL_FILE).is_file():
+            found.append(diag("CTX410", f"skill folder '{entry.name}' has no {SKILL_FILE}",
+                              path))
+    return found
