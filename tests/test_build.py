@@ -130,6 +130,38 @@ def test_the_build_is_made_from_the_stage_table(tmp_path, capsys):
         "run: python -m ctxfst.pipeline.table --update docs/compiler.md"
 
 
+def test_published_artifacts_are_links_and_one_edited_in_place_is_caught(tmp_path, capsys):
+    """build/ holds hard links to the staged artifacts (nothing is copied); the facts
+    ledger holds copies (it is the only record of the facts' history). A published file
+    rewritten in place rewrites its staged twin too: the next build says so and publishes
+    nothing, instead of publishing a manifest that vouches for the edited bytes."""
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    for name in PUBLISHED:
+        assert (root / "build" / name).samefile(root / "build/.staging" / name), name
+    ledger = root / ".ctxfst/facts/semantic_facts.parquet"
+    assert not ledger.samefile(root / "build/semantic_facts.parquet")
+    assert ledger.read_bytes() == (root / "build/semantic_facts.parquet").read_bytes()
+    results = json.loads((root / "build/run_results.json").read_text())
+    assert all("outputs" not in record for record in results["stages"])
+    graph = root / "build/entity-graph.json"
+    before = artifact_bytes(root)
+    with open(graph, "r+b") as handle:  # as `jq ... > build/entity-graph.json` would
+        data = handle.read()
+        handle.seek(0)
+        handle.write(data.replace(b'"nodes"', b'"nodez"'))
+    code, out = build(root, capsys)
+    assert code != 0
+    assert re.search(r"build stopped: manifest: .*entity-graph\.json changed after the graph "
+                     r"stage wrote it .*run `doit clean`, then `doit`", out), out
+    after = artifact_bytes(root)
+    assert {name for name in PUBLISHED if after[name] != before[name]} == {"entity-graph.json"}
+    assert build(root, capsys, "clean")[0] == 0
+    assert build(root, capsys)[0] == 0
+    assert_consistent(root)
+    assert b'"nodes"' in graph.read_bytes()
+
+
 def test_artifact_contents(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0

@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .document.ids import DEFAULT_TENANT, NAME_PATTERN, TENANT_PATTERN
 from .files import display_path, inside
 
 CONFIG_FILE = "ctxfst.toml"
@@ -25,10 +26,7 @@ NAMED_MODELS = ("minilm", "use-multilingual")  # bundled: see compile/embed.py
 # A Hugging Face Hub id, `org/name`: never a path (no '..', no leading '/' or '.').
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*/[A-Za-z0-9][A-Za-z0-9._-]*")
 DEFAULT_EXTRA_EDGES = ("**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml")
-DEFAULT_TENANT = "default"
 MAX_SETTINGS_BYTES = 8 * 1024 * 1024
-_TENANT = re.compile(r"[A-Za-z0-9_-]+")
-_FACT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*")
 _FACTS_KNOWN = {"tenants", "complete", "extractors", "fallback_limit", "fallback_scan"}
 # Folders of .ctxfst/ whose entries are written: none may link out of the project.
 _TOOL_FOLDERS = ("", "cache", "facts")
@@ -475,7 +473,7 @@ def _facts_settings(section, settings: _Settings, root: Path) -> dict:
         raise error("CTX803", "'tenants' must be a table of folder = \"tenant\"", "tenants")
     pairs: dict[str, str] = {}
     for folder, tenant in sorted(tenants.items()):
-        if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
+        if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
             raise error("CTX803", f"tenant {tenant!r} for folder {folder!r} is not a tenant "
                         "id: use letters A-Z a-z, digits, '_' or '-'", "tenants", folder)
         clean = _tenant_folder(root, folder, settings, where + ("tenants",))
@@ -490,13 +488,13 @@ def _facts_settings(section, settings: _Settings, root: Path) -> dict:
                     "[\"namespace/key\", ...]", "complete")
     entries = []
     for entity_type, keys in sorted(complete.items()):
-        if not _FACT_NAME.fullmatch(entity_type):  # types are lowercase: "Document" never matches
+        if not NAME_PATTERN.fullmatch(entity_type):  # types are lowercase: "Document" never matches
             raise error("CTX803", f"complete.{entity_type}: an entity type is a lowercase "
                         "name such as document, chunk, entity or skill", "complete",
                         entity_type, at_key=True)
         if not isinstance(keys, list) or not all(
                 isinstance(k, str) and k.count("/") == 1
-                and all(_FACT_NAME.fullmatch(part) for part in k.split("/")) for k in keys):
+                and all(NAME_PATTERN.fullmatch(part) for part in k.split("/")) for k in keys):
             raise error("CTX803", f"complete.{entity_type} must be a list of "
                         "\"namespace/key\" strings (lowercase names)", "complete", entity_type)
         entries.append((entity_type, tuple(sorted(set(keys)))))

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
 from typing import Any
+
+
+_written: list[dict[str, dict[str, Any]]] = []  # open recording_writes() scopes
+
+
+@contextlib.contextmanager
+def recording_writes():
+    """Within it, write_atomic remembers what it wrote: path -> sha256, size, mtime and
+    inode of the file (the digest of bytes already in memory, so that a reader that
+    finds the same identity need not read the file again)."""
+    written: dict[str, dict[str, Any]] = {}
+    _written.append(written)
+    try:
+        yield written
+    finally:
+        _written.remove(written)
+
+
+def written_so_far() -> dict[str, dict[str, Any]]:
+    """What the innermost recording_writes() scope has seen written ({} outside one)."""
+    return _written[-1] if _written else {}
+
+
+def file_identity(info: os.stat_result) -> list[int]:
+    return [info.st_size, info.st_mtime_ns, info.st_ino]
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -41,7 +68,43 @@ def write_atomic(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+    _sync_folder(path.parent)
+    if _written:
+        entry = {"sha256": hashlib.sha256(data).hexdigest(),
+                 "identity": file_identity(os.stat(path))}
+        for written in _written:
+            written[str(path)] = entry
+
+
+def link_atomic(source: Path, path: Path) -> None:
+    """Make path the same file as source (a hard link, renamed into place, so readers see
+    the old file or the new one), copying where links cannot be made (another file
+    system). Source must be a regular file, not a link."""
+    info = os.lstat(source)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotAFile(errno.EINVAL, "not a regular file", str(source))
+    try:
+        if os.path.samestat(info, os.lstat(path)):
+            return  # already it (linking again would only touch its ctime)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        os.link(source, temp, follow_symlinks=False)
+    except OSError:
+        write_atomic(path, read_bytes_no_follow(source))
+        return
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    directory = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(directory)
     finally:
@@ -159,6 +222,14 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def is_sha256(value: Any) -> bool:
+    """A sha256 as this toolchain writes it: 64 lowercase hex digits."""
+    return type(value) is str and _SHA256.fullmatch(value) is not None
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def sha256_text(text: str) -> str:

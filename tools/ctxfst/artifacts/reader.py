@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..files import RACY_NS
-from .io import FileTooLarge, read_regular
+from .io import FileTooLarge, is_sha256, read_regular
 
 REBUILD = "run `doit clean`, then run `doit`"  # plain `doit` trusts build/ as it is
 ARTIFACT_DIGESTS = "artifacts.json"  # in the cache folder: verified artifacts by identity
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # The columns readers use of the compiler's tables, in the types it writes them.
@@ -136,7 +135,7 @@ class DigestCache:
 def _valid_entry(value: Any) -> bool:
     return (isinstance(value, list) and len(value) == 5
             and all(type(part) is int and part >= 0 for part in value[:4])
-            and isinstance(value[4], str) and _SHA256.fullmatch(value[4]) is not None)
+            and is_sha256(value[4]))
 
 
 def read_manifest(build_dir: Path) -> dict[str, Any] | None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..document.facts import DEFAULT_TENANT, canonical_date, tenant_problem
+from ..document.facts import canonical_date, tenant_problem
+from ..document.ids import DEFAULT_TENANT
 from ..document.rules import passage_file
 from ..artifacts.io import read_regular
 from ..files import project_relative

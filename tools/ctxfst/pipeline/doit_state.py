@@ -18,6 +18,8 @@ from typing import Any
 
 from doit.dependency import FileChangedChecker, get_file_md5
 
+from ..artifacts.layout import STAGING
+
 MAX_ROW_BYTES = 256 * 1024 * 1024  # a 1,000,000-file knowledge base needs about 200 MB
 _OBJECTS = [("index", "sqlite_autoindex_doit_1"), ("table", "doit")]
 _COLUMNS = [("task_id", "text"), ("task_data", "json")]
@@ -95,7 +97,7 @@ class IdentityChecker(FileChangedChecker):
                 and isinstance(state[4], str)):
             return True  # another checker's state
         md5 = state[4].removeprefix(_RACY)
-        if list(state[:4]) == _identity(file_stat) and md5 == state[4]:
+        if list(state[:4]) == _identity(file_path, file_stat) and md5 == state[4]:
             return False
         if file_stat.st_size != state[0]:
             return True
@@ -105,19 +107,25 @@ class IdentityChecker(FileChangedChecker):
         from ..files import RACY_NS
 
         info = os.stat(dep)
-        identity = _identity(info)
+        identity = _identity(dep, info)
         if (current_state and list(current_state[:4]) == identity
                 and not str(current_state[4]).startswith(_RACY)):
             return None
         # A file changed a moment ago may change again within one clock tick and keep its
         # identity (git's "racily clean" entries): its hash is marked, so the next run
         # compares its content even when its identity is unchanged.
-        racy = time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < RACY_NS
+        racy = time.time_ns() - max(info.st_mtime_ns, identity[3]) < RACY_NS
         return [*identity, (_RACY if racy else "") + get_file_md5(dep)]
 
 
 _RACY = "racy:"
 
 
-def _identity(info: os.stat_result) -> list[int]:
-    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns]
+_STAGED = f"{os.sep}{STAGING}{os.sep}"
+
+
+def _identity(path, info: os.stat_result) -> list[int]:
+    # A staged file is only ever replaced (a new file renamed into place), never edited,
+    # and publishing links it into build/, which moves its ctime: that is left out.
+    ctime = 0 if _STAGED in str(path) else info.st_ctime_ns
+    return [info.st_size, info.st_mtime_ns, info.st_ino, ctime]

@@ -17,7 +17,8 @@ from typing import Any
 from .. import __version__
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
-from ..artifacts.io import read_json, sha256_file, write_atomic, write_json
+from ..artifacts.io import (file_identity, link_atomic, read_json, recording_writes,
+                            sha256_file, write_atomic, write_json, written_so_far)
 from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS, result_path,
                                 staged, staging)
 
@@ -26,9 +27,21 @@ class BuildFailed(Exception):
 
 
 def _record(config: Config, stage: str, started: float, **details: Any) -> None:
+    """A stage's result: its status, time and counts, and what it wrote to the staging
+    folder in this process (the manifest trusts those digests while the files keep the
+    identity they had when written)."""
+    folder = str(staging(config)) + os.sep
+    outputs = {path[len(folder):]: entry for path, entry in written_so_far().items()
+               if path.startswith(folder)}
     write_json(result_path(config, stage), {"stage": stage, "status": "success",
                                             "seconds": round(time.perf_counter() - started, 4),
-                                            **details})
+                                            **details, "outputs": outputs})
+
+
+def run_stage(config: Config, stage) -> None:
+    """Run a stage of the table, remembering the digests of what it writes."""
+    with recording_writes():
+        stage.run(config)
 
 
 def describe(config: Config, stage: str) -> str:
@@ -246,7 +259,7 @@ def skill_sources(config: Config) -> tuple[list[str], str]:
 
 
 def stage_skills(config: Config) -> None:
-    from ..document.kb import load_kb
+    from ..kb import load_kb
     from ..skills.index import build_index, skills_table
     from ..skills.parse import SKILL_FILE
     from ..validation import project_inputs
@@ -444,14 +457,16 @@ def stage_manifest(config: Config) -> None:
     edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
         (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []
+    records = {stage: read_json(result_path(config, stage)) for stage in STAGES
+               if stage != "manifest" and result_path(config, stage).is_file()}
     counted: dict[str, Any] = {}
-    for stage in STAGES:
-        if result_path(config, stage).is_file():
-            rows = read_json(result_path(config, stage)).get("artifact_rows")
-            counted.update(rows if isinstance(rows, dict) else {})
+    for record in records.values():
+        rows = record.get("artifact_rows")
+        counted.update(rows if isinstance(rows, dict) else {})
     for name, (stage, version) in ARTIFACTS.items():
         path = staged(config, name)
         rows = counted.get(name)
+        sha256, size = _staged_digest(path, name, stage, records.get(stage))
         feeds = []
         for item in BY_NAME[stage].lineage:
             if item == "inputs":
@@ -465,7 +480,7 @@ def stage_manifest(config: Config) -> None:
             else:
                 feeds.append(item)
         artifacts.append({"path": name, "stage": stage, "schema_version": version,
-                          "sha256": sha256_file(path), "bytes": path.stat().st_size,
+                          "sha256": sha256, "bytes": size,
                           "rows": rows if type(rows) is int else _rows(path),
                           "inputs": feeds})
     manifest = {
@@ -482,16 +497,37 @@ def stage_manifest(config: Config) -> None:
     }
     write_json(staged(config, MANIFEST), manifest)
     _record(config, "manifest", started, artifacts=len(artifacts))
-    results = {"toolchain": __version__, "stages": []}
-    for stage in STAGES:
-        path = result_path(config, stage)
-        if path.exists():
-            results["stages"].append(read_json(path))
+    records["manifest"] = read_json(result_path(config, "manifest"))
+    # (what each stage wrote is in the manifest: the digests and file identities stay here)
+    results = {"toolchain": __version__, "stages": [
+        {key: value for key, value in records[stage].items() if key != "outputs"}
+        for stage in STAGES if stage in records]}
     publish(config, [*ARTIFACTS, MANIFEST], results)
 
 
+def _staged_digest(path: Path, name: str, stage: str, record: Any) -> tuple[str, int]:
+    """sha256 and size of a staged artifact: as its stage recorded them while the file
+    keeps the identity it had then, else read again, and then it must match what was
+    recorded (a published artifact edited in place edits its staged twin: they are one
+    file)."""
+    outputs = record.get("outputs") if isinstance(record, dict) else None
+    entry = outputs.get(name) if isinstance(outputs, dict) else None
+    info = os.stat(path)
+    if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("identity"), list)):
+        return sha256_file(path), info.st_size
+    if entry["identity"] == file_identity(info):
+        return entry["sha256"], info.st_size
+    found = sha256_file(path)
+    if found != entry["sha256"]:
+        raise BuildFailed(f"{path} changed after the {stage} stage wrote it (was an "
+                          "artifact in build/ edited in place?); run `doit clean`, then "
+                          "`doit`")
+    return found, info.st_size
+
+
 def publish(config: Config, names: list[str], results: dict) -> None:
-    """Copy staged artifacts into build/, manifest last, under a journal.
+    """Link staged artifacts into build/, manifest last, under a journal.
 
     The journal lets the next build finish a publication that a kill interrupted.
     """
@@ -504,11 +540,15 @@ def publish(config: Config, names: list[str], results: dict) -> None:
 
 def _copy_published(config: Config, names: list[str]) -> None:
     """Staged files into build/, then the facts ones into the facts ledger as well (the
-    next build's prior state, which `doit clean` keeps)."""
+    next build's prior state, which `doit clean` keeps). build/ gets hard links, not
+    copies: stages never write a staged file in place (write_atomic renames a new one
+    there), so a published file keeps its bytes when the next build stages others. The
+    ledger gets copies: it is the only record of the facts' history, and must not change
+    with a file in build/ edited in place."""
     from ..facts.build import LEDGER_FILES
 
     for name in names:
-        write_atomic(config.build_dir / name, staged(config, name).read_bytes())
+        link_atomic(staged(config, name), config.build_dir / name)
     for name in LEDGER_FILES:
         if name in names:
             write_atomic(config.facts_ledger / name, staged(config, name).read_bytes())

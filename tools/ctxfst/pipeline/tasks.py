@@ -199,14 +199,14 @@ def _task_maker(config, stage):
 
 def _action(config, name: str):
     def action():
-        from .stages import BuildFailed, describe
+        from .stages import BuildFailed, describe, run_stage
         from .table import BY_NAME
 
         hold_build_lock(config)
         stage = BY_NAME[name]
         try:
             with collector_paused():  # stages hold the KB's many acyclic objects
-                stage.run(config)
+                run_stage(config, stage)
         except BuildFailed as error:
             unchanged = "" if stage.final else ", build/ unchanged"
             return StageStopped(f"{name}: {escape(error)}{unchanged}")  # KB paths
