@@ -649,3 +649,20 @@ def test_changed_facts_are_spliced_into_the_previous_order():
         expected = sorted([row for i, row in enumerate(previous) if i not in touched] + changed)
         assert [tuple(r.values()) for r in merged.to_pylist()] == expected, case
         assert merged.column(0).num_chunks <= 1
+
+
+def test_facts_extracted_in_workers_equal_a_serial_extraction(tmp_path, capsys, monkeypatch):
+    """A first build extracts its sources in forked workers; the facts artifacts are the
+    bytes a one-process extraction gives."""
+    from ctxfst.mock import generate
+
+    def facts_of(root: Path) -> dict[str, bytes]:
+        generate(root, 240, seed=3)
+        project(root)
+        build(root, capsys)
+        return {name: (root / name).read_bytes() for name in (FACTS, RUNS, DELTA)}
+
+    parallel = facts_of(tmp_path / "parallel")
+    assert pq.read_metadata(tmp_path / "parallel" / FACTS).num_rows > 1000
+    monkeypatch.setattr("os.cpu_count", lambda: 1)  # forked_map runs in this process
+    assert facts_of(tmp_path / "serial") == parallel

@@ -160,6 +160,23 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     assert "entity:extra" in (project / "build/entity-profiles.json").read_text()
 
 
+def test_a_noop_build_imports_nothing_heavy(tmp_path):
+    """A no-op `doit` only stats files: it loads no parser, model, Arrow or NumPy (their
+    imports alone cost more than the whole no-op)."""
+    project = copy_example(tmp_path / "kb")
+    shutil.copy(REPO / "dodo.py", project / "dodo.py")
+    assert _doit(project).returncode == 0
+    probe = subprocess.run([sys.executable, "-c", (
+        "import sys\n"
+        "from doit.cmd_base import DodoTaskLoader\n"
+        "from doit.doit_cmd import DoitMain\n"
+        "code = DoitMain(DodoTaskLoader()).run([])\n"
+        "heavy = ('pydantic', 'pyarrow', 'numpy', 'yaml', 'torch')\n"
+        "print(code, sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n")],
+        cwd=project, capture_output=True, text=True, check=False)
+    assert probe.stdout.splitlines()[-1] == "0 []", probe.stdout + probe.stderr
+
+
 def test_a_second_build_waits_for_the_first(tmp_path):
     """Two builds at once would share the staging folder, journal and facts ledger: the
     second waits (saying so) and then finds everything up to date. A process never waits

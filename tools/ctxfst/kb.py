@@ -17,7 +17,8 @@ from .document.link import View
 from .document.rules import (Validation, check_document, check_extra_edges, link_documents,
                              validation_of)
 from .skills.model import ParsedSkill
-from .skills.parse import SKILL_FILE, parse_skill
+from .skills import SKILL_FILE
+from .skills.parse import parse_skill
 from .skills.rules import check_skills, skill_names, skill_nodes
 
 PARSERS = {SKILL_FILE: parse_skill}  # the files that are no documents, by name

@@ -8,9 +8,7 @@ name: ctxfst.kb, above document/ and skills/, loads a whole knowledge base.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
-import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -18,13 +16,11 @@ from typing import Any, Callable, Mapping
 
 from ..diagnostics import Diagnostic
 from ..files import display_path, walk
+from ..parallel import forked_map
 from .edges import EDGE_SUFFIXES, EdgeFile, is_edge_file, parse_edge_file
 from .model import Entity, ParsedDocument
 from .parse import looks_like_ctxfst, parse_document, type_document
 from .source import Source, decode_text
-
-# Below this many files, starting worker processes costs more than it saves.
-PARALLEL_THRESHOLD = 200
 
 Parsers = Mapping[str, Callable[[Source], Any]]  # file name -> its parser (module level)
 
@@ -94,14 +90,7 @@ def _parse_input(item: Input, parsers: Parsers) -> Any:
 
 
 def _parse_all(inputs: list[Input], parsers: Parsers) -> list:
-    workers = min(os.cpu_count() or 1, 8)
-    if len(inputs) < PARALLEL_THRESHOLD or workers < 2 or sys.platform != "linux":
-        return [_parse_input(item, parsers) for item in inputs]
-    # fork: children inherit the imported modules, so a worker costs milliseconds.
-    context = multiprocessing.get_context("fork")
-    with context.Pool(workers) as pool:
-        return pool.map(partial(_parse_input, parsers=parsers), inputs,
-                        chunksize=max(16, len(inputs) // (workers * 4)))
+    return forked_map(partial(_parse_input, parsers=parsers), inputs)
 
 
 _PLAIN = object()  # a cache hit meaning "plain Markdown, no document" (None is a miss)

@@ -27,6 +27,7 @@ from ..document.ids import DEFAULT_TENANT
 from ..document.rules import passage_file
 from ..artifacts.io import read_regular
 from ..files import project_relative
+from ..parallel import forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
@@ -387,19 +388,29 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     new_runs: list[dict[str, Any]] = []
     # each candidate with its fact id, computed once
     extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]] = []
-    for source, trigger in work:
-        run_id = _run_id(seq, source.path)
+
+    def extract_one(item: tuple[Source, str]) -> tuple[str, Any]:
+        source = item[0]
         try:
             view = _view(root, source, catalogs.get(source.tenant, Catalog()))
-            extracted.append((source, trigger,
-                              [(c.fact_id, c) for c in extract(view, extractors)]))
-        except SourceChanged:
-            raise  # its fingerprint would describe bytes never validated: stop the stage
+            return "ok", [(c.fact_id, c) for c in extract(view, extractors)]
+        except SourceChanged as error:
+            return "changed", str(error)
         except (ExtractionError, OSError) as error:
-            counts["failed"] += 1
-            new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
-                                     source.path, trigger, "failed", source.fingerprint, False,
-                                     0, str(error), version))
+            return "failed", str(error)
+
+    # Sources are extracted independently: in forked workers when there are many (a
+    # first build), which inherit the typed records and catalogs.
+    for (source, trigger), (status, result) in zip(work, forked_map(extract_one, work)):
+        if status == "changed":  # its fingerprint would describe bytes never validated
+            raise SourceChanged(result)
+        if status == "ok":
+            extracted.append((source, trigger, result))
+            continue
+        counts["failed"] += 1
+        new_runs.append(_run_row(_run_id(seq, source.path), seq, source.tenant, source.kind,
+                                 source.entity_id, source.path, trigger, "failed",
+                                 source.fingerprint, False, 0, result, version))
     counts["extracted"] = len(extracted)
     touched = _touched_rows(previous, set(deleted) | {s.path for s, _, _ in extracted},
                             {fid for _, _, found in extracted for fid, _ in found})

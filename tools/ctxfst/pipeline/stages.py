@@ -253,7 +253,7 @@ def stage_compile(config: Config) -> None:
 
 def skill_sources(config: Config) -> tuple[list[str], str]:
     from ..files import project_files
-    from ..skills.parse import SKILL_FILE
+    from ..skills import SKILL_FILE
 
     return [str(path) for path in project_files(config) if path.name == SKILL_FILE], ""
 
@@ -261,7 +261,7 @@ def skill_sources(config: Config) -> tuple[list[str], str]:
 def stage_skills(config: Config) -> None:
     from ..kb import load_kb
     from ..skills.index import build_index, skills_table
-    from ..skills.parse import SKILL_FILE
+    from ..skills import SKILL_FILE
     from ..validation import project_inputs
     from ..artifacts.io import write_parquet
 

@@ -276,7 +276,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     from ..skills.rules import skill_names
     from ..document.source import Source
     from ..files import ProjectRelative
-    from ..skills.parse import SKILL_FILE
+    from ..skills import SKILL_FILE
 
     root = config.root
     relative_to_root = ProjectRelative(root)

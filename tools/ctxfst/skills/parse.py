@@ -14,7 +14,6 @@ from ..document.yamlpos import SourceMap
 from .model import (LIST_FIELDS, SKILL_NAME_PATTERN, WORLD_MODEL_FIELDS, ParsedSkill,
                     SkillRecord, split_words)
 
-SKILL_FILE = "SKILL.md"
 _NAME = re.compile(SKILL_NAME_PATTERN)
 
 

@@ -11,7 +11,7 @@ from ..document.model import diagnostic_at as _at
 from ..document.model import strip_not
 from .index import skill_node_id
 from .model import SPEC_FIELDS, ParsedSkill
-from .parse import SKILL_FILE
+from . import SKILL_FILE
 
 
 def skill_names(skills: list[ParsedSkill]) -> set[str] | None:
