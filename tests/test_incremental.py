@@ -66,6 +66,18 @@ ID_LIKE = re.compile(r"(?:NOT )?([a-z0-9_.-]+(?::[a-z0-9_.-]+)+)")
 
 # --- building and comparing -------------------------------------------------------------
 
+@pytest.fixture(autouse=True, scope="module")
+def small_row_groups():
+    """chunks.parquet in row groups of about 4 rows, so that edits splice many groups of
+    the example's few dozen chunks (module scope: Hypothesis forbids per-test ones)."""
+    from ctxfst.pipeline import units
+
+    kept = units.CHUNK_GROUP_ROWS
+    units.CHUNK_GROUP_ROWS = 4
+    yield
+    units.CHUNK_GROUP_ROWS = kept
+
+
 def build(root: Path) -> tuple[int, str]:
     """An in-process `ctxfst build`, its output captured (no pytest fixture: Hypothesis)."""
     out = io.StringIO()

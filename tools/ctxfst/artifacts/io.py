@@ -198,17 +198,22 @@ def read_json(path: Path) -> Any:
         return json.load(handle)
 
 
-def parquet_bytes(table, dictionary: bool = True) -> bytes:
+def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None = None
+                  ) -> bytes:
     """Parquet with fixed writer options, so equal tables give equal bytes. dictionary:
-    False for columns of unique values (ids, vectors), where it only costs time."""
+    False for columns of unique values (ids, vectors), where it only costs time.
+    group_starts: the first row of each row group (else one group), for files updated by
+    splicing their row groups (artifacts/parquet_splice.py)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", compression_level=3,
-                   use_dictionary=dictionary,
-                   write_statistics=True, data_page_version="2.0", version="2.6",
-                   store_schema=True)
+    starts = [0] if group_starts is None else group_starts
+    with pq.ParquetWriter(sink, table.schema, compression="zstd", compression_level=3,
+                          use_dictionary=dictionary, write_statistics=True,
+                          data_page_version="2.0", version="2.6", store_schema=True) as out:
+        for start, end in zip(starts, [*starts[1:], table.num_rows]):
+            out.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
     return sink.getvalue().to_pybytes()
 
 

@@ -491,6 +491,8 @@ def merge_sorted(previous, touched: list[int], changed):
     changed = changed.replace_schema_metadata(None)
     if previous is None or previous.num_rows == 0:
         return changed.combine_chunks()
+    if changed.num_rows * 64 > previous.num_rows:  # many changes: a sort costs less
+        return _sorted_merge(previous, touched, changed)
     keys = _RowKeys(previous)
     changed_keys = _RowKeys(changed)
     places = [bisect.bisect_left(keys, changed_keys[row]) for row in range(changed.num_rows)]
@@ -519,6 +521,19 @@ def merge_sorted(previous, touched: list[int], changed):
     # One contiguous table: Parquet pages follow chunk boundaries, and equal tables must
     # give equal bytes.
     return pa.concat_tables(pieces).combine_chunks()
+
+
+def _sorted_merge(previous, touched: list[int], changed):
+    """merge_sorted by sorting the kept rows' keys and copying the rows once (take)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    both = pa.concat_tables([previous, changed])  # no copy: the two as chunks
+    keep = pc.invert(pc.is_in(pa.array(range(both.num_rows), pa.int64()),
+                              value_set=pa.array(touched, pa.int64())))
+    order = pc.sort_indices(both.select(_ORDER).filter(keep),
+                            sort_keys=[(name, "ascending") for name in _ORDER])
+    return both.take(pc.indices_nonzero(keep).take(order)).combine_chunks()
 
 
 def _final_counts(counts: dict, table, seq: int, delta: dict) -> dict:

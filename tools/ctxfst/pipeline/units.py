@@ -514,46 +514,53 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path) -
                     entities, len(fresh), made_from)
 
 
+CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
+
+
 def _chunks_parquet(checked: Checked, kept: dict[str, list[tuple[str, bytes]]],
                     texts: list[tuple[str, bytes]], fresh: dict[str, list[dict]],
                     documents: dict[str, list[str]], made_from: Any, previous: Path) -> bytes:
-    """chunks.parquet: the previous one with the rows of documents that changed since
-    it was made (another rows key, volatile, or gone) replaced; else every row."""
-    from ..compile.chunks import chunks_table
+    """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
+    previous file's groups whose rows are all unchanged are copied, the others encoded
+    from the rows (compiled now, or parsed from their kept text); every group is encoded
+    when there is no usable previous file. The bytes are the same either way."""
     from ..artifacts.io import parquet_bytes
+    from ..artifacts.parquet_splice import SpliceError, content_group_starts, splice
+    from ..compile.chunks import chunks_table
+
+    keys = [chunk_id for chunk_id, _ in texts]
+    starts = content_group_starts(keys, CHUNK_GROUP_ROWS)
+    compiled = {row["id"]: row for rows in fresh.values() for row in rows}
+
+    def encode(ranges: list[tuple[int, int]]) -> bytes:
+        rows, group_starts = [], []
+        for start, end in ranges:
+            group_starts.append(len(rows))
+            rows.extend(compiled.get(keys[i]) or json.loads(texts[i][1])
+                        for i in range(start, end))
+        return parquet_bytes(chunks_table(rows), group_starts=group_starts)
 
     base = _previous_chunks(made_from, previous)
-    if base is None:  # no usable previous table: every row (compiled now, or its text)
-        compiled = {row["id"]: row for rows in fresh.values() for row in rows}
-        return parquet_bytes(chunks_table([compiled.get(chunk_id) or json.loads(text)
-                                           for chunk_id, text in texts]))
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    before: dict[str, list[str]] = made_from["documents"]
-    volatile = {unit.path for unit in checked.units if unit.volatile}
-    # Rows are told apart by their source (the relative path): each source with a changed,
-    # volatile, added or gone document has all its rows replaced.
-    sources = {relative for path, (key, relative) in documents.items()
-               if before.get(path) != [key, relative] or path in volatile}
-    sources |= {relative for path, (_, relative) in before.items() if path not in documents}
-    rows = []
-    for unit in checked.units:
-        if unit.relative in sources:
-            rows.extend(fresh.get(unit.path) or [json.loads(text)
-                                                 for _, text in kept[unit.path]])
-    table = chunks_table(rows)
-    keep = pc.invert(pc.is_in(base.column("source"),
-                              value_set=pa.array(sorted(sources), pa.string())))
-    both = pa.concat_tables([base.cast(table.schema).filter(keep), table])
-    order = pc.sort_indices(both.column("chunk_id"))
-    merged = both.take(order).combine_chunks().replace_schema_metadata(table.schema.metadata)
-    return parquet_bytes(merged)
+    if base is not None:
+        data, previous_keys = base
+        before: dict[str, list[str]] = made_from["documents"]
+        volatile = {unit.path for unit in checked.units if unit.volatile}
+        # A row is unchanged when its document is: the same rows key, not volatile.
+        changed = {path for path, entry in documents.items()
+                   if before.get(path) != entry or path in volatile}
+        fixed = {chunk_id for unit in checked.units if unit.path not in changed
+                 for chunk_id, _ in kept[unit.path]}
+        try:
+            return splice(data, previous_keys, keys, starts, lambda row: keys[row] in fixed,
+                          encode)
+        except SpliceError:
+            pass  # not a file this toolchain wrote in groups: every group is encoded
+    return encode(list(zip(starts, [*starts[1:], len(keys)])))
 
 
-def _previous_chunks(made_from: Any, path: Path):
-    """The previous staged chunks.parquet, when it is the one the last compile recorded
-    (by sha256) and reads as a chunks table; else None."""
+def _previous_chunks(made_from: Any, path: Path) -> tuple[bytes, list[str]] | None:
+    """The previous staged chunks.parquet's bytes and chunk ids, when it is the file the
+    last compile recorded (by sha256); else None."""
     if not (isinstance(made_from, dict) and isinstance(made_from.get("sha256"), str)
             and isinstance(made_from.get("documents"), dict)
             and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
@@ -571,6 +578,7 @@ def _previous_chunks(made_from: Any, path: Path):
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowException, OSError, ValueError):
+        keys = pq.read_table(pa.BufferReader(data), columns=["chunk_id"]).column(0)
+    except (pa.ArrowException, OSError, ValueError, KeyError):
         return None
+    return data, keys.to_pylist()

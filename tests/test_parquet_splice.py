@@ -1,0 +1,99 @@
+"""Row groups copied from an earlier Parquet file give the bytes of a whole write."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ctxfst.artifacts.io import parquet_bytes
+from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, read_parts,
+                                             splice)
+
+
+def table(rows: list[tuple[str, str, list[str]]]):
+    return pa.table({"id": pa.array([r[0] for r in rows], pa.string()),
+                     "text": pa.array([r[1] for r in rows], pa.string()),
+                     "tags": pa.array([r[2] for r in rows], pa.list_(pa.string()))}
+                    ).replace_schema_metadata({"kind": "test"})
+
+
+def whole(rows, target):
+    keys = [r[0] for r in rows]
+    return parquet_bytes(table(rows), group_starts=content_group_starts(keys, target))
+
+
+def encoder(rows, seen: list | None = None):
+    """encode(ranges) for splice: the rows of those ranges, one row group each."""
+
+    def encode(ranges):
+        if seen is not None:
+            seen.extend(ranges)
+        picked = [row for start, end in ranges for row in rows[start:end]]
+        starts, at = [], 0
+        for start, end in ranges:
+            starts.append(at)
+            at += end - start
+        return parquet_bytes(table(picked), group_starts=starts)
+
+    return encode
+
+
+def spliced(before, after, target, edited: set[str]):
+    keys = [r[0] for r in after]
+    encode = encoder(after)
+    return splice(whole(before, target), [r[0] for r in before], keys,
+                  content_group_starts(keys, target), lambda i: keys[i] not in edited, encode)
+
+
+def test_a_spliced_file_is_the_whole_write_after_any_edits():
+    rng = random.Random(5)
+    words = ["alpha", "beta", "中文", "gamma", "δ"]
+    for case in range(60):
+        ids = sorted({f"k{rng.randrange(10_000):05d}" for _ in range(rng.randint(0, 400))})
+        before = [(i, " ".join(rng.choices(words, k=rng.randint(0, 6))),
+                   rng.sample(words, rng.randint(0, 2))) for i in ids]
+        after = {row[0]: row for row in before}
+        edited = set()
+        for _ in range(rng.randint(0, 8)):
+            action = rng.random()
+            if action < 0.4 and after:
+                key = rng.choice(sorted(after))
+                after[key] = (key, "edited " + str(case), [])
+                edited.add(key)
+            elif action < 0.7 and after:
+                del after[rng.choice(sorted(after))]
+            else:
+                key = f"k{rng.randrange(10_000):05d}x"
+                after[key] = (key, "added", ["new"])
+                edited.add(key)
+        after_rows = [after[key] for key in sorted(after)]
+        target = rng.choice([1, 4, 16])
+        result = spliced(before, after_rows, target, edited)
+        assert result == whole(after_rows, target), case
+        assert pq.read_table(pa.BufferReader(result)).equals(table(after_rows))
+
+
+def test_unchanged_groups_are_copied_not_encoded():
+    rows = [(f"id{i:04d}", f"text {i}", []) for i in range(2000)]
+    keys = [r[0] for r in rows]
+    starts = content_group_starts(keys, 64)
+    assert 10 < len(starts) < 100
+    encoded: list = []
+    encode = encoder(rows, encoded)
+    edited = {"id0500"}
+    result = splice(whole(rows, 64), keys, keys, starts, lambda i: keys[i] not in edited,
+                    encode)
+    assert result == whole(rows, 64)
+    assert len(encoded) == 1 and encoded[0][0] <= 500 < encoded[0][1]
+
+
+def test_bytes_that_are_no_such_file_are_refused():
+    good = whole([("a", "x", [])], 4)
+    for bad in (b"", b"PAR1PAR1", good[:-8] + b"\xff\xff\xff\x7fPAR1", b"x" + good[1:]):
+        with pytest.raises(SpliceError):
+            read_parts(bad)
+    with pytest.raises(SpliceError):  # keys that do not describe the file
+        splice(good, ["a", "b"], ["a"], [0], lambda i: True, lambda r: good)
