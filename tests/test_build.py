@@ -258,6 +258,33 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     assert stage(root, "embed")["embedded"] == 0 and not stage(root, "embed")["model_loaded"]
 
 
+def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, monkeypatch):
+    """chunk_vectors.parquet has one row group per chunks.parquet group: after an edit
+    the groups of unchanged chunks are copied, not read, looked up or encoded, and the
+    file is the one a clean build writes."""
+    from ctxfst.pipeline import units
+
+    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    groups = pq.ParquetFile(root / "build/chunks.parquet").metadata.num_row_groups
+    assert groups >= 3
+    assert pq.ParquetFile(root / "build/chunk_vectors.parquet").metadata.num_row_groups == groups
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(root, capsys)[0] == 0
+    embed = stage(root, "embed")
+    chunks = pq.read_metadata(root / "build/chunks.parquet").num_rows
+    assert 0 < embed["unchanged"] < chunks and embed["embedded"] == 3
+    assert embed["texts"] == chunks + len(json.loads(
+        (root / "build/entity-profiles.json").read_text())["entities"])
+    clean = example(tmp_path / "clean")
+    shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
+    assert build(clean, capsys)[0] == 0
+    for name in ("chunks.parquet", "chunk_vectors.parquet"):
+        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes()
+
+
 def test_a_setting_change_rebuilds_exactly_its_dependents(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0

@@ -46,7 +46,7 @@ def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.n
 def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: str):
     import pyarrow as pa
 
-    dim = int(matrix.shape[1]) if matrix.size else 0
+    dim = int(matrix.shape[1]) if matrix.ndim == 2 else 0
     flat = pa.array(matrix.reshape(-1), type=pa.float32())
     vectors = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array(
         [], pa.list_(pa.float32(), 0))

@@ -315,35 +315,113 @@ def embedding_cache(config: Config):
     return EmbeddingCache(config.cache_dir / "embeddings.sqlite")
 
 
+EMBED_STATE = "embed-state.json"  # what the staged chunk_vectors.parquet was made from
+
+
 def stage_embed(config: Config) -> None:
     from ..artifacts.vectors import write_vectors
-    from ..compile.embed import EmbedStats, chunk_text, embed_texts
+    from ..compile.embed import EmbedStats, embed_texts
 
     started = time.perf_counter()
-    export = _export(config, ("id", "context", "content"))
     profiles = read_json(staged(config, "entity-profiles.json"))["entities"]
     settings = config.build
     cache = embedding_cache(config)
     stats = EmbedStats()
     try:
-        chunk_matrix, model_id = embed_texts([chunk_text(c) for c in export.chunks],
-                                             settings.embedding_model, cache,
-                                             settings.embed_batch_size, stats)
-        entity_matrix, _ = embed_texts([p["representation"] for p in profiles],
-                                       settings.embedding_model, cache,
-                                       settings.embed_batch_size, stats)
+        vectors, state = _chunk_vectors(config, cache, stats)
+        entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
+                                              settings.embedding_model, cache,
+                                              settings.embed_batch_size, stats)
     except (ImportError, OSError, ValueError) as error:  # a model that cannot load
         raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not be "
                           f"used: {error}") from None
     finally:
         cache.close()
-    write_vectors(staged(config, "chunk_vectors.parquet"), [c["id"] for c in export.chunks],
-                  chunk_matrix, model_id, "chunk_vectors")
+    write_atomic(staged(config, "chunk_vectors.parquet"), vectors)
+    write_json(staged(config, EMBED_STATE), state)
     write_vectors(staged(config, "entity_vectors.parquet"), [p["id"] for p in profiles],
                   entity_matrix, model_id, "entity_vectors")
-    _record(config, "embed", started, model_id=model_id, texts=stats.texts,
-            unique_texts=stats.unique, cache_hits=stats.cache_hits, embedded=stats.embedded,
-            model_loaded=stats.model_loaded)
+    _record(config, "embed", started, model_id=model_id,
+            texts=stats.texts + state["unchanged"], unique_texts=stats.unique,
+            cache_hits=stats.cache_hits, embedded=stats.embedded,
+            unchanged=state["unchanged"], model_loaded=stats.model_loaded)
+
+
+def _chunk_vectors(config: Config, cache, stats) -> tuple[bytes, dict[str, Any]]:
+    """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
+    whose chunks group holds the bytes it held at the last embed is copied from the
+    previous file (artifacts/parquet_splice.py); the others are embedded (cached by
+    text) and encoded. The same bytes as embedding every group."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import numpy as np
+
+    from ..artifacts.io import parquet_bytes, read_regular
+    from ..artifacts.parquet_splice import SpliceError, assemble, read_parts
+    from ..artifacts.vectors import vectors_table
+    from ..compile.embed import chunk_text, embed_texts, model_id_of
+
+    settings = config.build
+    data = read_regular(staged(config, "chunks.parquet"))[0]
+    try:
+        groups = read_parts(data).groups
+    except SpliceError as error:
+        raise BuildFailed(f"{staged(config, 'chunks.parquet')}: {error}; run `doit clean`, "
+                          "then `doit`") from None
+    digests = [hashlib.sha256(data[g.start:g.start + g.size]).hexdigest() for g in groups]
+    model_id = model_id_of(settings.embedding_model)
+    kept, dim = _previous_vector_groups(config, model_id)
+    chunks = pq.ParquetFile(pa.BufferReader(data))
+    ids: list[str] = []
+    texts: list[str] = []
+    starts: list[int] = []
+    for index, digest in enumerate(digests):
+        if digest not in kept:
+            table = chunks.read_row_group(index, columns=["chunk_id", "context", "content"])
+            starts.append(len(ids))
+            ids.extend(table.column("chunk_id").to_pylist())
+            texts.extend(chunk_text({"context": context or "", "content": content}) for
+                         context, content in zip(table.column("context").to_pylist(),
+                                                 table.column("content").to_pylist()))
+    matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
+                                   settings.embed_batch_size, stats)
+    if not ids and dim:  # every group kept: the footer still needs the vectors' type
+        matrix = np.zeros((0, dim), np.float32)
+    fresh = read_parts(parquet_bytes(vectors_table(ids, matrix, model_id, "chunk_vectors"),
+                                     dictionary=False, group_starts=starts))
+    made = iter(fresh.groups)
+    vectors = assemble([kept[d] if d in kept else next(made) for d in digests], fresh.footer)
+    unchanged = sum(kept[d].rows for d in digests if d in kept)
+    return vectors, {"model_id": model_id, "dim": int(matrix.shape[1]) if matrix.ndim == 2
+                     else 0, "sha256": hashlib.sha256(vectors).hexdigest(),
+                     "groups": digests, "unchanged": unchanged}
+
+
+def _previous_vector_groups(config: Config, model_id: str) -> tuple[dict, int]:
+    """The previous staged chunk_vectors.parquet's row groups by the digest of the chunks
+    group each was made from, and its dimension, when it is the file the last embed
+    recorded (by sha256) for this model; else nothing."""
+    import hashlib
+
+    from ..artifacts.io import read_regular
+    from ..artifacts.parquet_splice import SpliceError, read_parts
+
+    try:
+        state = read_json(staged(config, EMBED_STATE))
+        if not (isinstance(state, dict) and state.get("model_id") == model_id
+                and isinstance(state.get("groups"), list) and type(state.get("dim")) is int):
+            return {}, 0
+        data = read_regular(staged(config, "chunk_vectors.parquet"))[0]
+        if hashlib.sha256(data).hexdigest() != state.get("sha256"):
+            return {}, 0
+        groups = read_parts(data).groups
+    except (OSError, ValueError, SpliceError):
+        return {}, 0
+    if len(groups) != len(state["groups"]):
+        return {}, 0
+    return dict(zip(state["groups"], groups)), state["dim"]
 
 
 def _read_vectors(path: Path):

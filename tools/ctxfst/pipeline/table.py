@@ -74,9 +74,10 @@ _MAKERS = (
     Stage("embed", "Embed chunks and entity profiles (cached by model and text).",
           stages.stage_embed, reads=("chunks.parquet", "entity-profiles.json"),
           publishes=_published("chunk_vectors.parquet", "entity_vectors.parquet"),
-          settings=("embedding_model", "embed_batch_size"),
+          keeps=(stages.EMBED_STATE,), settings=("embedding_model", "embed_batch_size"),
           lineage=("chunks.json", "entity-profiles.json"),
-          summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache"),
+          summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache, "
+                  "{unchanged} unchanged"),
     Stage("graph", "Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges.",
           stages.stage_graph,
           reads=("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json",
