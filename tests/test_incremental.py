@@ -44,6 +44,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
+from ctxfst.facts.model import Fact, facts_table
 from ctxfst.pipeline.table import ARTIFACTS
 from ctxfst.pipeline.runner import run_build
 from ctxfst.mock import generate, mock_document
@@ -68,14 +69,16 @@ ID_LIKE = re.compile(r"(?:NOT )?([a-z0-9_.-]+(?::[a-z0-9_.-]+)+)")
 
 @pytest.fixture(autouse=True, scope="module")
 def small_row_groups():
-    """chunks.parquet in row groups of about 4 rows, so that edits splice many groups of
-    the example's few dozen chunks (module scope: Hypothesis forbids per-test ones)."""
+    """chunks.parquet and semantic_facts.parquet in row groups of a few rows, so that
+    edits splice many groups of the example's few dozen chunks and few hundred facts
+    (module scope: Hypothesis forbids per-test ones)."""
+    from ctxfst.facts import build as facts_build
     from ctxfst.pipeline import units
 
-    kept = units.CHUNK_GROUP_ROWS
-    units.CHUNK_GROUP_ROWS = 4
+    kept = units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS
+    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS = 4, 32
     yield
-    units.CHUNK_GROUP_ROWS = kept
+    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS = kept
 
 
 def build(root: Path) -> tuple[int, str]:
@@ -92,6 +95,19 @@ def active_facts(root: Path) -> list:
                    r["evidence_excerpt"]) for r in rows if r["is_active"])
 
 
+def _facts_as_written_whole(root: Path) -> bool:
+    """Whether the facts file (spliced from the previous one's row groups) is the bytes
+    of encoding its rows at once."""
+    from ctxfst.facts.build import facts_bytes
+
+    path = root / "build/semantic_facts.parquet"
+    table = pq.read_table(path)
+    meta = table.schema.metadata
+    fresh = facts_table([Fact.from_row(row) for row in table.to_pylist()],
+                        int(meta[b"ctxfst.build_seq"]), meta[b"ctxfst.extract_version"].decode())
+    return facts_bytes(fresh) == path.read_bytes()
+
+
 def _manifest_without_facts(root: Path) -> dict:
     manifest = json.loads((root / "build/manifest.json").read_text())
     manifest["artifacts"] = [a for a in manifest["artifacts"] if a["path"] not in STATEFUL]
@@ -106,6 +122,8 @@ def differences(incremental: Path, clean: Path) -> list[str]:
                  clean / "build" / name).read_bytes()]
     if active_facts(incremental) != active_facts(clean):
         found.append("semantic_facts.parquet (active facts)")
+    if not _facts_as_written_whole(incremental):
+        found.append("semantic_facts.parquet (not the bytes of a whole write)")
     if _manifest_without_facts(incremental) != _manifest_without_facts(clean):
         found.append("manifest.json (less the facts artifacts)")
     return found
@@ -793,13 +811,15 @@ def test_the_comparison_sees_a_stale_artifact(tmp_path):
         dict(inactive[0], is_active=True)
     rows[rows.index(inactive[0] if inactive else rows[0])] = flipped
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), facts_path)
-    assert differences(session.root, clean) == ["semantic_facts.parquet (active facts)"]
+    facts_said = ["semantic_facts.parquet (active facts)",
+                  "semantic_facts.parquet (not the bytes of a whole write)"]
+    assert differences(session.root, clean) == facts_said
 
     manifest_path = session.root / "build/manifest.json"
     manifest = json.loads(manifest_path.read_text())
     manifest["inputs"][0]["bytes"] += 1
     manifest_path.write_text(json.dumps(manifest))
-    assert differences(session.root, clean) == ["semantic_facts.parquet (active facts)",
+    assert differences(session.root, clean) == [*facts_said,
                                                 "manifest.json (less the facts artifacts)"]
 
 

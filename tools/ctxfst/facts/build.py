@@ -188,22 +188,26 @@ _RUN_COLUMNS_SET = ("run_id", "build_seq", "source_path", "source_deleted", "sta
 
 
 def _read_ledger(directory: Path):
-    """The previous facts (an Arrow table, None when there are none), runs and build_seq.
+    """The previous facts (an Arrow table, None when there are none), runs, build_seq and
+    the facts file's bytes (row groups of it are copied into the next one).
 
     The ledger may come with a stranger's checkout: one of another shape, with nulls
     where the build needs values, or out of step with its build_seq is refused clearly."""
     path = directory / FACTS_FILE
     present = [name for name in LEDGER_FILES if (directory / name).is_file()]
     if not present:
-        return None, [], 0
+        return None, [], 0, b""
     if len(present) < len(LEDGER_FILES):  # starting over would silently drop the history
         missing = ", ".join(name for name in LEDGER_FILES if name not in present)
         raise ExtractionError(f"{directory}: incomplete facts ledger ({missing} missing); "
                               "remove the folder to rebuild the facts from scratch")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    data = b""
     try:
-        table = pq.read_table(path)
+        data = read_regular(path)[0]
+        table = pq.read_table(pa.BufferReader(data))
         runs = pq.read_table(directory / RUNS_FILE)
         seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
         # Parquet names list items "element"; cast back to the written schema ("item"),
@@ -216,7 +220,7 @@ def _read_ledger(directory: Path):
     if problem:
         raise ExtractionError(f"{directory}: unreadable facts ledger ({problem}); remove the "
                               "folder to rebuild the facts from scratch")
-    return table, runs.to_pylist(), seq
+    return table, runs.to_pylist(), seq, data
 
 
 def _ledger_problem(table, runs, seq: int) -> str | None:
@@ -367,7 +371,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
-    previous, runs, prior_seq = _read_ledger(ledger)
+    previous, runs, prior_seq, previous_bytes = _read_ledger(ledger)
     latest: dict[str, dict] = {}
     for run in runs:
         latest[run["source_path"]] = run  # runs are ordered by (build_seq, path)
@@ -443,7 +447,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     table = merge_sorted(previous, touched, changed)
     table = table.replace_schema_metadata(facts_table([], seq, version).schema.metadata)
     runs.extend(new_runs)
-    write_atomic(out_dir / FACTS_FILE, parquet_bytes(table))
+    write_atomic(out_dir / FACTS_FILE, facts_bytes(table, previous, previous_bytes,
+                                                   {row["fact_id"] for row in rows.values()}))
     write_atomic(out_dir / RUNS_FILE, parquet_bytes(runs_table(runs, seq, version)))
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
     # delta names that instead of repeating the whole table (700 MB at 10,000 documents).
@@ -490,7 +495,7 @@ def merge_sorted(previous, touched: list[int], changed):
 
     changed = changed.replace_schema_metadata(None)
     if previous is None or previous.num_rows == 0:
-        return changed.combine_chunks()
+        return changed
     if changed.num_rows * 64 > previous.num_rows:  # many changes: a sort costs less
         return _sorted_merge(previous, touched, changed)
     keys = _RowKeys(previous)
@@ -517,10 +522,44 @@ def merge_sorted(previous, touched: list[int], changed):
         row = end
     carry(previous.num_rows)
     if not pieces:  # every previous fact touched, and none left
-        return changed.combine_chunks()
-    # One contiguous table: Parquet pages follow chunk boundaries, and equal tables must
-    # give equal bytes.
-    return pa.concat_tables(pieces).combine_chunks()
+        return changed
+    return pa.concat_tables(pieces)  # slices, not copies (_facts_bytes encodes by group)
+
+
+FACT_GROUP_ROWS = 8192  # rows of semantic_facts.parquet per row group, about
+
+
+def facts_bytes(table, previous=None, previous_bytes: bytes = b"",
+                changed: frozenset[str] | set[str] = frozenset()) -> bytes:
+    """semantic_facts.parquet in row groups cut by fact id: the previous file's groups
+    whose facts are all unchanged (not in `changed`) are copied
+    (artifacts/parquet_splice.py), the others encoded; the bytes of encoding every
+    group, which is what it does without a previous file."""
+    import pyarrow as pa
+
+    from ..artifacts.io import parquet_bytes
+    from ..artifacts.parquet_splice import SpliceError, content_group_starts, splice
+
+    keys = table.column("fact_id").to_pylist()
+    starts = content_group_starts(keys, FACT_GROUP_ROWS)
+
+    def encode(ranges: list[tuple[int, int]]) -> bytes:
+        pieces = [table.slice(start, end - start) for start, end in ranges]
+        group_starts, at = [], 0
+        for start, end in ranges:
+            group_starts.append(at)
+            at += end - start
+        part = (pa.concat_tables(pieces).combine_chunks() if pieces
+                else table.slice(0, 0))
+        return parquet_bytes(part, group_starts=group_starts)
+
+    if previous is not None and previous_bytes:
+        try:
+            return splice(previous_bytes, previous.column("fact_id").to_pylist(), keys,
+                          starts, lambda row: keys[row] not in changed, encode)
+        except SpliceError:
+            pass  # a ledger written in one group (or not by us): every group is encoded
+    return encode(list(zip(starts, [*starts[1:], len(keys)])))
 
 
 def _sorted_merge(previous, touched: list[int], changed):
@@ -533,7 +572,7 @@ def _sorted_merge(previous, touched: list[int], changed):
                               value_set=pa.array(touched, pa.int64())))
     order = pc.sort_indices(both.select(_ORDER).filter(keep),
                             sort_keys=[(name, "ascending") for name in _ORDER])
-    return both.take(pc.indices_nonzero(keep).take(order)).combine_chunks()
+    return both.take(pc.indices_nonzero(keep).take(order))
 
 
 def _final_counts(counts: dict, table, seq: int, delta: dict) -> dict:
