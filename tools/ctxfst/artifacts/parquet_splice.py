@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 MAGIC = b"PAR1"
 
