@@ -86,7 +86,8 @@ def scale(docs: int) -> None:
         embed = stage(root, "embed")
         print(f"one edited document of {docs}: median {edits[1][0]:.2f} s wall of 3 "
               f"(best {edits[0][0]:.2f} s); last embedded {embed['embedded']} text(s), "
-              f"reused {embed['cache_hits']}")
+              f"{embed['cache_hits']} from the cache, {embed.get('unchanged', 0)} copied "
+              "with their row groups")
         print(f"  {' / '.join(STAGE_NAMES)}: {edits[1][1]} s")
         added = target.with_name("notes-added.ctxfst.md")
         added.write_text(target.read_text().replace("n00042", "nadded"))

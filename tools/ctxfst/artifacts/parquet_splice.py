@@ -9,9 +9,10 @@ chunks' offsets moved. The result is byte for byte the file pyarrow writes for t
 table with the same row groups (a test checks it), so an incremental build and a clean
 one still agree.
 
-Only what pyarrow writes is read here (files this toolchain made and verified by
-digest), and anything unexpected raises SpliceError: the caller then writes the file
-whole.
+The previous files come from the build itself (a staged file checked by the digest
+recorded when it was written) or from the facts ledger, which pyarrow has read and the
+facts stage checked first; rows are copied only where their keys match what was read.
+Anything unexpected in a footer raises SpliceError, and the caller writes the file whole.
 """
 
 from __future__ import annotations
