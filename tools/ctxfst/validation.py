@@ -8,6 +8,7 @@ knowledge base of its own (a folder and everything below it, or a single file).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 from dataclasses import dataclass, field
@@ -56,14 +57,20 @@ def _is_under(path: Path, folder: Path) -> bool:
 
 def project_inputs(config: Config, refused: list[Diagnostic] | None = None) -> list[Input]:
     """The project's inputs; what the walk refused (unreadable folders, links out of the
-    project) is added to refused."""
+    project) is added to refused. (A build's stages ask several times: while the walk
+    finds the same files, the same frozen inputs are given, not 10,000 new ones.)"""
     scan = scan_project(config)
     if refused is not None:
         refused.extend(scan.problems)
-    return [Input(Source(display_path(path), path), explicit=False) for path in scan.files]
+    key = (os.getcwd(), tuple(scan.files))  # (display paths are relative to the cwd)
+    if _last_inputs and _last_inputs[0] == key:
+        return list(_last_inputs[1])
+    inputs = [Input(Source(display_path(path), path), explicit=False) for path in key[1]]
+    _last_inputs[:] = [key, inputs]
+    return list(inputs)
 
 
-
+_last_inputs: list = []  # [(cwd, the files of the last walk), their inputs]
 
 
 def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:

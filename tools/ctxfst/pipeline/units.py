@@ -360,7 +360,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         return pos.line, pos.column
 
     summaries = [unit.summary for unit in live]
-    no_cycles = store.value("cycles") == dependency_digest(summaries)
+    dependencies = dependency_digest(summaries)
+    no_cycles = store.value("cycles") == dependencies
     linked = link(summaries, position, cycles=(lambda: []) if no_cycles else None)
     names = skill_names(kb.skills)
     old_view = View.from_data(store.value("view"))
@@ -401,7 +402,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     store.put("view", linked.view.as_data())
     store.put("skills", {"names": sorted(names) if names is not None else None})
     if not any(d.code == "CTX207" for d in linked.diagnostics):
-        store.put("cycles", dependency_digest(summaries))
+        store.put("cycles", dependencies)
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
