@@ -285,6 +285,38 @@ def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, mo
         assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes()
 
 
+def test_staged_vectors_planted_in_the_build_folder_are_not_reused(tmp_path, capsys,
+                                                                    monkeypatch):
+    """What the staged vectors were made from is recorded in the unit store (bound to
+    its own file), not in build/: vectors planted there are embedded again."""
+    from ctxfst.artifacts.io import parquet_bytes
+    from ctxfst.artifacts.vectors import read_vectors, vectors_table
+    from ctxfst.pipeline import units
+
+    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    staged = root / "build/.staging/chunk_vectors.parquet"
+    ids, matrix, model_id = read_vectors(staged)
+    planted = np.zeros_like(matrix)
+    planted[:, 0] = 1.0
+    starts = [0]
+    for group in range(pq.ParquetFile(staged).metadata.num_row_groups - 1):
+        starts.append(starts[-1] + pq.ParquetFile(staged).metadata.row_group(group).num_rows)
+    staged.unlink()  # (the published file is a link to it: keep that one as it was)
+    staged.write_bytes(parquet_bytes(vectors_table(ids, planted, model_id, "chunk_vectors"),
+                                     dictionary=False, group_starts=starts))
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(root, capsys)[0] == 0
+    assert stage(root, "embed")["unchanged"] == 0
+    clean = example(tmp_path / "clean")
+    shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
+    assert build(clean, capsys)[0] == 0
+    assert (root / "build/chunk_vectors.parquet").read_bytes() == (
+        clean / "build/chunk_vectors.parquet").read_bytes()
+
+
 def test_a_setting_change_rebuilds_exactly_its_dependents(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0

@@ -665,5 +665,36 @@ def test_facts_extracted_in_workers_equal_a_serial_extraction(tmp_path, capsys, 
 
     parallel = facts_of(tmp_path / "parallel")
     assert pq.read_metadata(tmp_path / "parallel" / FACTS).num_rows > 1000
-    monkeypatch.setattr("os.cpu_count", lambda: 1)  # forked_map runs in this process
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})  # one core: in-process
     assert facts_of(tmp_path / "serial") == parallel
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang():
+    """forked_map raises WorkerDied when a worker process ends without an answer (the
+    out-of-memory killer, a crashing plugin), where a multiprocessing pool would wait."""
+    import os
+
+    from ctxfst.parallel import WorkerDied, forked_map
+
+    def work(item: int) -> int:
+        if item == 250:
+            os._exit(3)
+        return item * 2
+
+    assert forked_map(lambda item: item * 2, list(range(300))) == [i * 2 for i in range(300)]
+    with pytest.raises(WorkerDied):
+        forked_map(work, list(range(300)))
+
+
+def test_a_ledger_out_of_order_is_refused_not_merged(tmp_path, capsys):
+    """A ledger this toolchain did not write (its sha256 is not the one recorded in the
+    unit store) is checked for the row order the merge relies on."""
+    root = copy_example(tmp_path / "kb", "hash-16")
+    build(root, capsys)
+    ledger = root / ".ctxfst/facts" / "semantic_facts.parquet"
+    table = pq.read_table(ledger)
+    pq.write_table(table.take(list(range(table.num_rows))[::-1]), ledger)
+    edited = root / "content/backend-frameworks.ctxfst.md"
+    edited.write_text(edited.read_text().replace("Goroutines made", "Goroutines kept"))
+    said = build_fails(root, capsys)
+    assert "unreadable facts ledger" in said and "out of their order" in said, said

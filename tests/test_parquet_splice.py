@@ -97,3 +97,29 @@ def test_bytes_that_are_no_such_file_are_refused():
             read_parts(bad)
     with pytest.raises(SpliceError):  # keys that do not describe the file
         splice(good, ["a", "b"], ["a"], [0], lambda i: True, lambda r: good)
+
+
+def test_a_previous_file_written_otherwise_is_not_spliced():
+    """Groups are copied only under a footer with the same schema and writer (another
+    pyarrow may encode otherwise); bloom filters, and footers that lie, are refused
+    quickly, and the caller writes the file whole."""
+    rows = [(f"id{i:03d}", f"text {i}", []) for i in range(50)]
+    keys = [r[0] for r in rows]
+    starts = content_group_starts(keys, 8)
+    encode = encoder(rows)
+    fewer_columns = parquet_bytes(table(rows).drop_columns(["tags"]), group_starts=starts)
+    with pytest.raises(SpliceError):
+        splice(fewer_columns, keys, keys, starts, lambda i: True, encode)
+    older_writer = whole(rows, 8).replace(b"parquet-cpp-arrow version",
+                                          b"parquet-cpp-arrow versioN")
+    with pytest.raises(SpliceError):
+        splice(older_writer, keys, keys, starts, lambda i: True, encode)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table(rows), sink, bloom_filter_options={"id": {"ndv": 50}})
+    with pytest.raises(SpliceError):
+        read_parts(sink.getvalue().to_pybytes())
+    # A footer claiming a list of 2**62 elements in a few bytes: refused, not walked.
+    footer = bytes([0x19, 0xF1]) + bytes([0x80] * 8 + [0x40]) + b"\x00"
+    hostile = b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+    with pytest.raises(SpliceError):
+        read_parts(hostile)

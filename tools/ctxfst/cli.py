@@ -571,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     from .diagnostics import escape
     from .files import UnreadableFolder
     from .mock import MockError
+    from .parallel import WorkerDied
     from .runtime.commands import RuntimeUsage
     from .runtime.world import WorldError
     from .scaffold import ScaffoldError
@@ -603,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except WorkerDied as error:  # a parallel parse lost a worker (killed, out of memory)
+        print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return EXIT_BROKEN_PIPE

@@ -15,6 +15,10 @@ from typing import Any, Callable, Sequence
 
 PARALLEL_THRESHOLD = 200  # fewer items than this: forking costs more than it saves
 
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without an answer (killed, out of memory, crashed)."""
+
 _job: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # what the children run
 
 
@@ -29,13 +33,22 @@ def forked_map(function: Callable[[Any], Any], items: Sequence[Any],
     items and cores (Linux). function must not rely on changes it makes to the parent's
     state: they stay in the child."""
     global _job
-    workers = min(os.cpu_count() or 1, 8)
+    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count() or 1, 8)
     if len(items) < threshold or workers < 2 or sys.platform != "linux" or _job is not None:
         return [function(item) for item in items]
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     _job = (function, items)
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return pool.map(_run_one, range(len(items)),
-                            chunksize=max(16, len(items) // (workers * 4)))
+        # (a dead worker breaks this pool, where multiprocessing.Pool would wait for ever)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
+                as pool:
+            return list(pool.map(_run_one, range(len(items)),
+                                 chunksize=max(16, len(items) // (workers * 4))))
+    except BrokenProcessPool:
+        raise WorkerDied("a worker process ended without an answer (out of memory, or "
+                         "killed); run the build again, or with fewer documents") from None
     finally:
         _job = None

@@ -35,7 +35,13 @@ _GROUP_COLUMNS, _GROUP_NUM_ROWS, _GROUP_FILE_OFFSET, _GROUP_ORDINAL = 1, 3, 5, 7
 _CHUNK_FILE_OFFSET, _CHUNK_META = 2, 3
 _CHUNK_PAGE_INDEX = (4, 5, 6, 7)  # offset and column index: pyarrow writes none for us
 _META_TOTAL_COMPRESSED, _META_DATA_PAGE, _META_DICTIONARY_PAGE = 7, 9, 11
-_META_OFFSETS = (9, 10, 11, 14)  # data page, index page, dictionary page, bloom filter
+_META_OFFSETS = (_META_DATA_PAGE, _META_DICTIONARY_PAGE)
+# Index pages and bloom filters live outside a row group's chunks (pyarrow writes them
+# after all groups): a file with them is written whole.
+_META_OUTSIDE = (10, 14, 15)
+# Footer fields that say how the groups were encoded: a group is copied only under a
+# footer that has the same ones (another pyarrow, another schema: written whole).
+_FILE_ENCODING = (1, 2, 6, 7)  # version, schema, created_by, column_orders
 _SHIFT, _ORDINAL = "shift", "ordinal"  # what a patch does to its number
 
 
@@ -135,6 +141,8 @@ def _list(data: bytes, at: int) -> tuple[int, int, int]:
     size, element, at = header >> 4, header & 0x0F, at + 1
     if size == 15:
         size, at = _varint(data, at)
+    if size > len(data) - at:  # every element takes a byte at least
+        raise SpliceError("a list longer than the footer")
     return element, size, at
 
 
@@ -168,6 +176,8 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
         return end
 
     def column_meta(field_id: int, kind: int, value_at: int) -> int | None:
+        if field_id in _META_OUTSIDE:
+            raise SpliceError("index pages and bloom filters are not supported")
         if field_id in _META_OFFSETS and kind == _I64:
             value, end = _signed(data, value_at)
             patches.append((value_at, end, _SHIFT, value))
@@ -198,7 +208,7 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
             for _ in range(count):
                 meta = {"first": None, "size": None}
                 at = _walk_struct(data, at, chunk)
-                if meta["first"] is None or meta["size"] is None:
+                if meta["first"] is None or meta["size"] is None or meta["size"] < 0:
                     raise SpliceError("a column chunk without its offsets")
                 if found["end"] is not None and meta["first"] != found["end"]:
                     raise SpliceError("column chunks of a row group are not contiguous")
@@ -218,8 +228,12 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
     meta: dict = {}
     end = _walk_struct(data, at, group)
     begin, stop, rows = found["begin"], found["end"], found["rows"]
-    if begin is None or rows is None or not 4 <= begin <= stop <= limit:
+    if begin is None or rows is None or rows < 0 or not 4 <= begin <= stop <= limit:
         raise SpliceError("row group outside the data")
+    # Every number moved with the group must point into it (or be the 0 pyarrow writes).
+    if any(what == _SHIFT and not (begin <= value < stop or value == 0 and stop == begin)
+           for _, _, what, value in patches):
+        raise SpliceError("an offset outside its row group")
     entry = data[at:end]
     return Group(data, begin, stop - begin, rows, entry,
                  [(s - at, e - at, what, value) for s, e, what, value in patches]), end
@@ -307,11 +321,17 @@ def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes
     return bytes(out)
 
 
+def _encoding(footer: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    return [field for field in footer if field[0] in _FILE_ENCODING]
+
+
 def content_group_starts(keys: list[str], target: int) -> list[int]:
     """The first row of each row group, decided by the rows' keys alone: a group starts
     at a key whose CRC-32 is a multiple of target (so about target rows a group), or
     8 * target rows after the last start. An edit then changes only the groups that hold
-    changed rows, and a row added or removed moves no boundary but its own group's."""
+    changed rows; a row added or removed moves no boundary but its own group's, except
+    within a run cut by the 8 * target rule, whose cuts move up to the next key that
+    starts a group by its CRC."""
     starts = [0] if keys else []
     for index in range(1, len(keys)):
         if zlib.crc32(keys[index].encode("utf-8")) % target == 0 \
@@ -330,7 +350,8 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
     metadata. Equal to encoding every group (SpliceError where previous is not such a
     file, and the caller writes it whole)."""
     parts = read_parts(previous)
-    if sum(group.rows for group in parts.groups) != len(previous_keys):
+    if sum(group.rows for group in parts.groups) != len(previous_keys) or \
+            any(group.rows < 0 for group in parts.groups):
         raise SpliceError("previous keys do not match the previous file")
     old: dict[str, tuple[Group, int]] = {}  # first key -> group, its first row
     row = 0
@@ -352,6 +373,9 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
     fresh = read_parts(encode(ranges))
     if len(fresh.groups) != len(ranges):
         raise SpliceError("encoded row groups do not match the ranges")
+    if any(group is not None for group in chosen) and \
+            _encoding(parts.footer) != _encoding(fresh.footer):
+        raise SpliceError("the previous file was written differently")
     made = iter(fresh.groups)
     return assemble([group if group is not None else next(made) for group in chosen],
                     fresh.footer)

@@ -67,6 +67,7 @@ class Outcome:
     build_seq: int
     changed: bool
     counts: dict[str, Any] = field(default_factory=dict)
+    facts_sha256: str = ""  # of the semantic_facts.parquet written
 
 
 def _sha(*parts: bytes) -> str:
@@ -187,16 +188,18 @@ _RUN_COLUMNS_SET = ("run_id", "build_seq", "source_path", "source_deleted", "sta
                     "input_fingerprint", "extract_version")
 
 
-def _read_ledger(directory: Path):
-    """The previous facts (an Arrow table, None when there are none), runs, build_seq and
-    the facts file's bytes (row groups of it are copied into the next one).
+def _read_ledger(directory: Path, trusted: str | None = None):
+    """The previous facts (an Arrow table, None when there are none), runs, build_seq, the
+    facts file's bytes (row groups of it are copied into the next one) and their sha256;
+    a file whose sha256 is not `trusted` (what this toolchain last wrote) is also checked
+    for the order the merge relies on.
 
     The ledger may come with a stranger's checkout: one of another shape, with nulls
     where the build needs values, or out of step with its build_seq is refused clearly."""
     path = directory / FACTS_FILE
     present = [name for name in LEDGER_FILES if (directory / name).is_file()]
     if not present:
-        return None, [], 0, b""
+        return None, [], 0, b"", ""
     if len(present) < len(LEDGER_FILES):  # starting over would silently drop the history
         missing = ", ".join(name for name in LEDGER_FILES if name not in present)
         raise ExtractionError(f"{directory}: incomplete facts ledger ({missing} missing); "
@@ -204,7 +207,7 @@ def _read_ledger(directory: Path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    data = b""
+    data, digest = b"", ""
     try:
         data = read_regular(path)[0]
         table = pq.read_table(pa.BufferReader(data))
@@ -215,12 +218,15 @@ def _read_ledger(directory: Path):
         table = table.replace_schema_metadata(None).cast(facts_schema())
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
         problem = _ledger_problem(table, runs, seq)
+        digest = hashlib.sha256(data).hexdigest()
+        if problem is None and digest != trusted:
+            problem = _order_problem(table)  # (a file this toolchain wrote is in order)
     except Exception as error:  # a damaged ledger: say what to do, never a traceback
         problem = str(error)
     if problem:
         raise ExtractionError(f"{directory}: unreadable facts ledger ({problem}); remove the "
                               "folder to rebuild the facts from scratch")
-    return table, runs.to_pylist(), seq, data
+    return table, runs.to_pylist(), seq, data, digest
 
 
 def _ledger_problem(table, runs, seq: int) -> str | None:
@@ -240,6 +246,23 @@ def _ledger_problem(table, runs, seq: int) -> str | None:
         runs.column("build_seq"), table.column("updated_build_seq")))
     if not 0 <= newest <= seq:
         return f"build_seq {seq} is behind the ledger's rows ({newest})"
+    return None
+
+
+def _order_problem(table) -> str | None:
+    """Whether a ledger's facts are in the artifact's row order, each once: the merge
+    places changed facts by binary search among them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows < 2:
+        return None
+    order = pc.sort_indices(table.select(_ORDER),
+                            sort_keys=[(name, "ascending") for name in _ORDER])
+    if not pc.all(pc.equal(order, pa.array(range(table.num_rows), order.type))).as_py():
+        return f"{FACTS_FILE}: facts out of their order"
+    if pc.count_distinct(table.column("fact_id")).as_py() != table.num_rows:
+        return f"{FACTS_FILE}: a fact id twice"
     return None
 
 
@@ -337,10 +360,12 @@ def _plan(sources: list[Source], latest: dict[str, dict], digests: dict[str, str
     return work
 
 
-def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=None
-              ) -> Outcome:
+def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=None,
+              trusted_ledger: str | None = None) -> Outcome:
     """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir
-    (the previous ones are in the ledger folder, Config.facts_ledger).
+    (the previous ones are in the ledger folder, Config.facts_ledger). trusted_ledger:
+    the sha256 of a facts file this toolchain wrote (recorded where a stranger cannot
+    put it): only a ledger file with it has row groups copied into the new one.
 
     Only the previous facts a build touches become Python objects; the others are
     carried over as Arrow rows, so an edit costs little on a large knowledge base.
@@ -371,7 +396,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
-    previous, runs, prior_seq, previous_bytes = _read_ledger(ledger)
+    previous, runs, prior_seq, previous_bytes, previous_sha = _read_ledger(ledger,
+                                                                           trusted_ledger)
     latest: dict[str, dict] = {}
     for run in runs:
         latest[run["source_path"]] = run  # runs are ordered by (build_seq, path)
@@ -385,7 +411,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     if not work and not deleted and previous is not None:
         for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
             write_atomic(out_dir / name, (ledger / name).read_bytes())
-        return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}))
+        return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}),
+                       previous_sha)
     seq = prior_seq + 1
     if checked is not None:  # typed together (in parallel), not one by one
         checked.documents([s.key for s, _ in work if s.kind == "document"])
@@ -447,8 +474,10 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     table = merge_sorted(previous, touched, changed)
     table = table.replace_schema_metadata(facts_table([], seq, version).schema.metadata)
     runs.extend(new_runs)
-    write_atomic(out_dir / FACTS_FILE, facts_bytes(table, previous, previous_bytes,
-                                                   {row["fact_id"] for row in rows.values()}))
+    spliceable = previous_bytes if previous_sha and previous_sha == trusted_ledger else b""
+    facts_file = facts_bytes(table, previous, spliceable,
+                             {row["fact_id"] for row in rows.values()})
+    write_atomic(out_dir / FACTS_FILE, facts_file)
     write_atomic(out_dir / RUNS_FILE, parquet_bytes(runs_table(runs, seq, version)))
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
     # delta names that instead of repeating the whole table (700 MB at 10,000 documents).
@@ -460,7 +489,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
         "counts": {name: len(rows) for name, rows in delta.items()},
         "snapshot": snapshot,
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
-    return Outcome(seq, True, _final_counts(counts, table, seq, delta))
+    return Outcome(seq, True, _final_counts(counts, table, seq, delta),
+                   hashlib.sha256(facts_file).hexdigest())
 
 
 # The artifact's row order (fact_sort_key), as column names.

@@ -315,9 +315,6 @@ def embedding_cache(config: Config):
     return EmbeddingCache(config.cache_dir / "embeddings.sqlite")
 
 
-EMBED_STATE = "embed-state.json"  # what the staged chunk_vectors.parquet was made from
-
-
 def stage_embed(config: Config) -> None:
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts
@@ -327,8 +324,9 @@ def stage_embed(config: Config) -> None:
     settings = config.build
     cache = embedding_cache(config)
     stats = EmbedStats()
+    store = unit_store(config)  # what the staged vectors were made from (owner-checked)
     try:
-        vectors, state = _chunk_vectors(config, cache, stats)
+        vectors, state = _chunk_vectors(config, cache, stats, store.value("embedded"))
         entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
                                               settings.embedding_model, cache,
                                               settings.embed_batch_size, stats)
@@ -337,8 +335,12 @@ def stage_embed(config: Config) -> None:
                           f"used: {error}") from None
     finally:
         cache.close()
-    write_atomic(staged(config, "chunk_vectors.parquet"), vectors)
-    write_json(staged(config, EMBED_STATE), state)
+    try:
+        write_atomic(staged(config, "chunk_vectors.parquet"), vectors)
+        store.put("embedded", state)  # after the file: a kill between leaves no false record
+        store.save()
+    finally:
+        store.close()
     write_vectors(staged(config, "entity_vectors.parquet"), [p["id"] for p in profiles],
                   entity_matrix, model_id, "entity_vectors")
     _record(config, "embed", started, model_id=model_id,
@@ -347,11 +349,13 @@ def stage_embed(config: Config) -> None:
             unchanged=state["unchanged"], model_loaded=stats.model_loaded)
 
 
-def _chunk_vectors(config: Config, cache, stats) -> tuple[bytes, dict[str, Any]]:
+def _chunk_vectors(config: Config, cache, stats, recorded: Any
+                   ) -> tuple[bytes, dict[str, Any]]:
     """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
-    whose chunks group holds the bytes it held at the last embed is copied from the
-    previous file (artifacts/parquet_splice.py); the others are embedded (cached by
-    text) and encoded. The same bytes as embedding every group."""
+    whose chunks group holds the bytes it held at the last embed (`recorded`, from the
+    unit store) is copied from the previous file (artifacts/parquet_splice.py); the
+    others are embedded (cached by text) and encoded. The same bytes as embedding every
+    group."""
     import hashlib
 
     import pyarrow as pa
@@ -372,7 +376,11 @@ def _chunk_vectors(config: Config, cache, stats) -> tuple[bytes, dict[str, Any]]
                           "then `doit`") from None
     digests = [hashlib.sha256(data[g.start:g.start + g.size]).hexdigest() for g in groups]
     model_id = model_id_of(settings.embedding_model)
-    kept, dim = _previous_vector_groups(config, model_id)
+    made_by = [__version__, pa.__version__, model_id]
+    kept, dim = _previous_vector_groups(config, made_by, recorded)
+    # a kept group must hold as many rows as the chunks group it is filed under
+    kept = {digest: group for digest, group in kept.items()
+            if any(d == digest and g.rows == group.rows for d, g in zip(digests, groups))}
     chunks = pq.ParquetFile(pa.BufferReader(data))
     ids: list[str] = []
     texts: list[str] = []
@@ -394,26 +402,27 @@ def _chunk_vectors(config: Config, cache, stats) -> tuple[bytes, dict[str, Any]]
     made = iter(fresh.groups)
     vectors = assemble([kept[d] if d in kept else next(made) for d in digests], fresh.footer)
     unchanged = sum(kept[d].rows for d in digests if d in kept)
-    return vectors, {"model_id": model_id, "dim": int(matrix.shape[1]) if matrix.ndim == 2
+    return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
                      else 0, "sha256": hashlib.sha256(vectors).hexdigest(),
                      "groups": digests, "unchanged": unchanged}
 
 
-def _previous_vector_groups(config: Config, model_id: str) -> tuple[dict, int]:
+def _previous_vector_groups(config: Config, made_by: list[str], state: Any
+                            ) -> tuple[dict, int]:
     """The previous staged chunk_vectors.parquet's row groups by the digest of the chunks
     group each was made from, and its dimension, when it is the file the last embed
-    recorded (by sha256) for this model; else nothing."""
+    recorded (by sha256) with this toolchain, Arrow and model; else nothing."""
     import hashlib
 
     from ..artifacts.io import read_regular
     from ..artifacts.parquet_splice import SpliceError, read_parts
 
+    if not (isinstance(state, dict) and state.get("made_by") == made_by
+            and isinstance(state.get("groups"), list) and type(state.get("dim")) is int
+            and all(isinstance(d, str) for d in state["groups"])):
+        return {}, 0
     try:
-        state = read_json(staged(config, EMBED_STATE))
-        if not (isinstance(state, dict) and state.get("model_id") == model_id
-                and isinstance(state.get("groups"), list) and type(state.get("dim")) is int):
-            return {}, 0
-        data = read_regular(staged(config, "chunk_vectors.parquet"))[0]
+        data = read_regular(staged(config, "chunk_vectors.parquet"), follow_links=False)[0]
         if hashlib.sha256(data).hexdigest() != state.get("sha256"):
             return {}, 0
         groups = read_parts(data).groups
@@ -493,11 +502,18 @@ def stage_facts(config: Config) -> None:
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     checked = _load_validated(config)
+    store = unit_store(config)  # the digest of the facts file this toolchain last wrote
     try:
+        recorded = store.value("facts_file")
+        trusted = recorded.get("sha256") if isinstance(recorded, dict) else None
         outcome = run_facts(config.root, checked.kb, config.build, staging(config),
-                            config.facts_ledger, checked)
+                            config.facts_ledger, checked, trusted_ledger=trusted)
+        store.put("facts_file", {"sha256": outcome.facts_sha256})
+        store.save()
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None
+    finally:
+        store.close()
     if outcome.counts["failed"]:
         print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "
               "their previous facts are kept (see semantic_fact_extraction_runs.parquet)",
@@ -647,8 +663,9 @@ def recover(config: Config) -> bool:
     if not set(names) <= {*ARTIFACTS, MANIFEST}:
         journal.unlink()  # names we never publish ("../x"): a forged journal, not ours
         return False
-    if not all(staged(config, name).is_file() for name in names):
-        journal.unlink()  # the staged set is gone: the next build publishes afresh
+    if not all(staged(config, name).is_file() and not staged(config, name).is_symlink()
+               for name in names):
+        journal.unlink()  # the staged set is gone (or not ours): the next build publishes
         return False
     _copy_published(config, names)
     journal.unlink()

@@ -74,7 +74,7 @@ _MAKERS = (
     Stage("embed", "Embed chunks and entity profiles (cached by model and text).",
           stages.stage_embed, reads=("chunks.parquet", "entity-profiles.json"),
           publishes=_published("chunk_vectors.parquet", "entity_vectors.parquet"),
-          keeps=(stages.EMBED_STATE,), settings=("embedding_model", "embed_batch_size"),
+          settings=("embedding_model", "embed_batch_size"),
           lineage=("chunks.json", "entity-profiles.json"),
           summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache, "
                   "{unchanged} unchanged"),

@@ -199,6 +199,7 @@ def _task_maker(config, stage):
 
 def _action(config, name: str):
     def action():
+        from ..parallel import WorkerDied
         from .stages import BuildFailed, describe, run_stage
         from .table import BY_NAME
 
@@ -207,7 +208,7 @@ def _action(config, name: str):
         try:
             with collector_paused():  # stages hold the KB's many acyclic objects
                 run_stage(config, stage)
-        except BuildFailed as error:
+        except (BuildFailed, WorkerDied) as error:
             unchanged = "" if stage.final else ", build/ unchanged"
             return StageStopped(f"{name}: {escape(error)}{unchanged}")  # KB paths
         print(f"   {escape(describe(config, name))}", flush=True)
