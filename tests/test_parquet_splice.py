@@ -123,3 +123,20 @@ def test_a_previous_file_written_otherwise_is_not_spliced():
     hostile = b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"
     with pytest.raises(SpliceError):
         read_parts(hostile)
+
+
+def test_group_starts_follow_their_definition():
+    """A group starts at row 0, at every key whose CRC-32 is a multiple of the target,
+    and 8 * target rows after a start where no such key comes sooner; nowhere else."""
+    import zlib
+
+    rng = random.Random(11)
+    for case in range(300):
+        keys = [str(rng.random()) for _ in range(rng.randint(0, 400))]
+        target = rng.choice([1, 2, 3, 8, 16])
+        expected = []
+        for index, key in enumerate(keys):
+            if index == 0 or zlib.crc32(key.encode()) % target == 0 or \
+                    index - expected[-1] >= 8 * target:
+                expected.append(index)
+        assert content_group_starts(keys, target) == expected, case

@@ -332,11 +332,16 @@ def content_group_starts(keys: list[str], target: int) -> list[int]:
     changed rows; a row added or removed moves no boundary but its own group's, except
     within a run cut by the 8 * target rule, whose cuts move up to the next key that
     starts a group by its CRC."""
-    starts = [0] if keys else []
-    for index in range(1, len(keys)):
-        if zlib.crc32(keys[index].encode("utf-8")) % target == 0 \
-                or index - starts[-1] >= 8 * target:
-            starts.append(index)
+    if not keys:
+        return []
+    crc32 = zlib.crc32
+    natural = [index for index, key in enumerate(keys)
+               if index and crc32(key.encode("utf-8")) % target == 0]
+    starts = [0]
+    for start in [*natural, len(keys)]:  # the gaps between natural starts, cut by the cap
+        starts.extend(range(starts[-1] + 8 * target, start, 8 * target))
+        if start < len(keys):
+            starts.append(start)
     return starts
 
 
