@@ -368,10 +368,10 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
     from ..compile.embed import chunk_text, embed_texts, model_id_of
 
     settings = config.build
-    data = read_regular(staged(config, "chunks.parquet"))[0]
     try:
+        data = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
         groups = read_parts(data).groups
-    except SpliceError as error:
+    except (OSError, SpliceError) as error:
         raise BuildFailed(f"{staged(config, 'chunks.parquet')}: {error}; run `doit clean`, "
                           "then `doit`") from None
     digests = [hashlib.sha256(data[g.start:g.start + g.size]).hexdigest() for g in groups]

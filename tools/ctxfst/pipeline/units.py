@@ -570,7 +570,7 @@ def _previous_chunks(made_from: Any, path: Path) -> tuple[bytes, list[str]] | No
     from ..artifacts.io import read_regular
 
     try:
-        data = read_regular(path)[0]
+        data = read_regular(path, follow_links=False)[0]
     except OSError:
         return None
     if hashlib.sha256(data).hexdigest() != made_from["sha256"]:
