@@ -627,7 +627,8 @@ def test_changed_facts_are_spliced_into_the_previous_order():
 
     import pyarrow as pa
 
-    from ctxfst.facts.build import _ORDER, merge_sorted
+    from ctxfst.facts.build import merge_sorted
+    from ctxfst.facts.model import SORT_COLUMNS as _ORDER
 
     def table(rows):
         return pa.table({**{name: pa.array([r[i] for r in rows], pa.string())

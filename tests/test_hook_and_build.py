@@ -117,6 +117,14 @@ def _doit(project: Path, *args: str) -> subprocess.CompletedProcess:
                           check=False)
 
 
+def _built_example(project: Path) -> Path:
+    """The example knowledge base with the repository's dodo.py, built once by doit."""
+    copy_example(project)
+    shutil.copy(REPO / "dodo.py", project / "dodo.py")
+    assert _doit(project).returncode == 0
+    return project
+
+
 def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
     project = tmp_path / "kb"
     for name in ("content", "skills"):
@@ -163,9 +171,7 @@ def test_real_doit_command_builds_the_example_kb_incrementally(tmp_path):
 def test_a_noop_build_imports_nothing_heavy(tmp_path):
     """A no-op `doit` only stats files: it loads no parser, model, Arrow or NumPy (their
     imports alone cost more than the whole no-op)."""
-    project = copy_example(tmp_path / "kb")
-    shutil.copy(REPO / "dodo.py", project / "dodo.py")
-    assert _doit(project).returncode == 0
+    project = _built_example(tmp_path / "kb")
     probe = subprocess.run([sys.executable, "-c", (
         "import sys\n"
         "from doit.cmd_base import DodoTaskLoader\n"
@@ -183,9 +189,7 @@ def test_a_second_build_waits_for_the_first(tmp_path):
     for a lock it (or its parent build) holds, and `doit list` takes none."""
     import time
 
-    project = copy_example(tmp_path / "kb")
-    shutil.copy(REPO / "dodo.py", project / "dodo.py")
-    assert _doit(project).returncode == 0
+    project = _built_example(tmp_path / "kb")
     holder = subprocess.Popen([sys.executable, "-c", (
         "import pathlib, sys, time\n"
         "from ctxfst.pipeline.tasks import build_lock\n"

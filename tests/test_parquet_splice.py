@@ -10,7 +10,7 @@ import pytest
 
 from ctxfst.artifacts.io import parquet_bytes
 from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, read_parts,
-                                             splice)
+                                             relative_starts, splice)
 
 
 def table(rows: list[tuple[str, str, list[str]]]):
@@ -32,11 +32,7 @@ def encoder(rows, seen: list | None = None):
         if seen is not None:
             seen.extend(ranges)
         picked = [row for start, end in ranges for row in rows[start:end]]
-        starts, at = [], 0
-        for start, end in ranges:
-            starts.append(at)
-            at += end - start
-        return parquet_bytes(table(picked), group_starts=starts)
+        return parquet_bytes(table(picked), group_starts=relative_starts(ranges))
 
     return encode
 

@@ -207,12 +207,14 @@ def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from .parquet_splice import group_ranges
+
     sink = pa.BufferOutputStream()
     starts = [0] if group_starts is None else group_starts
     with pq.ParquetWriter(sink, table.schema, compression="zstd", compression_level=3,
                           use_dictionary=dictionary, write_statistics=True,
                           data_page_version="2.0", version="2.6", store_schema=True) as out:
-        for start, end in zip(starts, [*starts[1:], table.num_rows]):
+        for start, end in group_ranges(starts, table.num_rows):
             out.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
     return sink.getvalue().to_pybytes()
 

@@ -345,6 +345,34 @@ def content_group_starts(keys: list[str], target: int) -> list[int]:
     return starts
 
 
+def group_ranges(starts: list[int], rows: int) -> list[tuple[int, int]]:
+    """(start, end) of each row group, from the groups' first rows."""
+    return list(zip(starts, [*starts[1:], rows]))
+
+
+def relative_starts(ranges: list[tuple[int, int]]) -> list[int]:
+    """The first rows of these ranges' groups once the ranges are put end to end."""
+    starts, at = [], 0
+    for start, end in ranges:
+        starts.append(at)
+        at += end - start
+    return starts
+
+
+def grouped_file(keys: list[str], starts: list[int],
+                 encode: Callable[[list[tuple[int, int]]], bytes],
+                 previous: bytes = b"", previous_keys: list[str] | None = None,
+                 unchanged: Callable[[int], bool] = lambda row: False) -> bytes:
+    """The file of rows `keys` in the groups from `starts`: spliced from `previous` (the
+    file of `previous_keys`) where that works, else every group encoded."""
+    if previous and previous_keys is not None:
+        try:
+            return splice(previous, previous_keys, keys, starts, unchanged, encode)
+        except SpliceError:
+            pass  # not a file this toolchain wrote in groups: every group is encoded
+    return encode(group_ranges(starts, len(keys)))
+
+
 def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: list[int],
            unchanged: Callable[[int], bool],
            encode: Callable[[list[tuple[int, int]]], bytes]) -> bytes:
@@ -366,7 +394,7 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
         row += group.rows
     chosen: list[Group | None] = []
     ranges = []
-    for start, end in zip(starts, [*starts[1:], len(keys)]):
+    for start, end in group_ranges(starts, len(keys)):
         match = old.get(keys[start])
         if match is not None and match[0].rows == end - start and \
                 previous_keys[match[1]:match[1] + end - start] == keys[start:end] and \

@@ -31,11 +31,12 @@ from ..parallel import forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
-from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, Candidate,
-                    Evidence, Fact, fact_sort_key, facts_schema, facts_table, rows_table,
-                    runs_schema, runs_table)
+from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, SORT_COLUMNS,
+                    Candidate, Evidence, Fact, fact_sort_key, facts_schema, facts_table,
+                    rows_table, runs_schema, runs_table)
 
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
+_ASCENDING = [(name, "ascending") for name in SORT_COLUMNS]  # Arrow's sort of the rows
 
 
 class SourceChanged(ExtractionError):
@@ -257,8 +258,7 @@ def _order_problem(table) -> str | None:
 
     if table.num_rows < 2:
         return None
-    order = pc.sort_indices(table.select(_ORDER),
-                            sort_keys=[(name, "ascending") for name in _ORDER])
+    order = pc.sort_indices(table.select(SORT_COLUMNS), sort_keys=_ASCENDING)
     if not pc.all(pc.equal(order, pa.array(range(table.num_rows), order.type))).as_py():
         return f"{FACTS_FILE}: facts out of their order"
     if pc.count_distinct(table.column("fact_id")).as_py() != table.num_rows:
@@ -494,16 +494,12 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
 
 
 # The artifact's row order (fact_sort_key), as column names.
-_ORDER = ("tenant_id", "entity_type", "entity_id", "fact_namespace", "fact_key",
-          "fact_value_norm")
-
-
 class _RowKeys:
     """The sort keys of a sorted table's rows, as a sequence bisect can search (one
     row's keys become Python values only when the search looks at it)."""
 
     def __init__(self, table):
-        self.columns = [table.column(name) for name in _ORDER]
+        self.columns = [table.column(name) for name in SORT_COLUMNS]
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -568,28 +564,18 @@ def facts_bytes(table, previous=None, previous_bytes: bytes = b"",
     import pyarrow as pa
 
     from ..artifacts.io import parquet_bytes
-    from ..artifacts.parquet_splice import SpliceError, content_group_starts, splice
+    from ..artifacts.parquet_splice import content_group_starts, grouped_file, relative_starts
 
     keys = table.column("fact_id").to_pylist()
-    starts = content_group_starts(keys, FACT_GROUP_ROWS)
 
     def encode(ranges: list[tuple[int, int]]) -> bytes:
         pieces = [table.slice(start, end - start) for start, end in ranges]
-        group_starts, at = [], 0
-        for start, end in ranges:
-            group_starts.append(at)
-            at += end - start
-        part = (pa.concat_tables(pieces).combine_chunks() if pieces
-                else table.slice(0, 0))
-        return parquet_bytes(part, group_starts=group_starts)
+        part = pa.concat_tables(pieces).combine_chunks() if pieces else table.slice(0, 0)
+        return parquet_bytes(part, group_starts=relative_starts(ranges))
 
-    if previous is not None and previous_bytes:
-        try:
-            return splice(previous_bytes, previous.column("fact_id").to_pylist(), keys,
-                          starts, lambda row: keys[row] not in changed, encode)
-        except SpliceError:
-            pass  # a ledger written in one group (or not by us): every group is encoded
-    return encode(list(zip(starts, [*starts[1:], len(keys)])))
+    previous_keys = previous.column("fact_id").to_pylist() if previous_bytes else None
+    return grouped_file(keys, content_group_starts(keys, FACT_GROUP_ROWS), encode,
+                        previous_bytes, previous_keys, lambda row: keys[row] not in changed)
 
 
 def _sorted_merge(previous, touched: list[int], changed):
@@ -600,8 +586,7 @@ def _sorted_merge(previous, touched: list[int], changed):
     both = pa.concat_tables([previous, changed])  # no copy: the two as chunks
     keep = pc.invert(pc.is_in(pa.array(range(both.num_rows), pa.int64()),
                               value_set=pa.array(touched, pa.int64())))
-    order = pc.sort_indices(both.select(_ORDER).filter(keep),
-                            sort_keys=[(name, "ascending") for name in _ORDER])
+    order = pc.sort_indices(both.select(SORT_COLUMNS).filter(keep), sort_keys=_ASCENDING)
     return both.take(pc.indices_nonzero(keep).take(order))
 
 

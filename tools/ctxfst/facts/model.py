@@ -190,6 +190,11 @@ def _metadata(artifact: str, build_seq: int, extract_version: str) -> dict[str, 
             "ctxfst.build_seq": str(build_seq), "ctxfst.extract_version": extract_version}
 
 
+# The row order of semantic_facts.parquet, as its columns (fact_sort_key: as a Fact's).
+SORT_COLUMNS = ("tenant_id", "entity_type", "entity_id", "fact_namespace", "fact_key",
+                "fact_value_norm")
+
+
 def fact_sort_key(fact: Fact) -> tuple:
     """The row order of semantic_facts.parquet."""
     return (fact.tenant_id, fact.entity_type, fact.entity_id, fact.namespace, fact.key,

@@ -22,6 +22,7 @@ from ..artifacts.io import (file_identity, link_atomic, read_json, recording_wri
 from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS, result_path,
                                 staged, staging)
 
+
 class BuildFailed(Exception):
     """A stage could not produce its outputs; the message says why."""
 
@@ -44,24 +45,19 @@ def run_stage(config: Config, stage) -> None:
         stage.run(config)
 
 
-def describe(config: Config, stage: str) -> str:
-    """What a stage that just ran did, in one line: its table summary filled from its
-    recorded counts."""
-    from .table import BY_NAME
-
+def describe(config: Config, stage) -> str:
+    """What a stage of the table that just ran did, in one line: its summary filled from
+    its recorded counts."""
     try:
-        recorded = read_json(result_path(config, stage))
+        recorded = read_json(result_path(config, stage.name))
     except (OSError, ValueError):
-        return f"{stage}: done"
-    said = BY_NAME[stage].summary.format_map(_Counts(recorded))
-    return f"{stage}: {said}, {recorded.get('seconds', 0):.2f} s"
+        return f"{stage.name}: done"
+    said = stage.summary.format_map(_Counts(recorded))
+    return f"{stage.name}: {said}, {recorded.get('seconds', 0):.2f} s"
 
 
 class _Counts(dict):
     """Recorded counts for a summary: numbers with thousands separators, "?" otherwise."""
-
-    def __missing__(self, key: str) -> str:
-        return "?"
 
     def __getitem__(self, key: str) -> str:
         value = self.get(key)
@@ -326,7 +322,8 @@ def stage_embed(config: Config) -> None:
     stats = EmbedStats()
     store = unit_store(config)  # what the staged vectors were made from (owner-checked)
     try:
-        vectors, state = _chunk_vectors(config, cache, stats, store.value("embedded"))
+        vectors, state, unchanged = _chunk_vectors(config, cache, stats,
+                                                   store.value("embedded"))
         entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
                                               settings.embedding_model, cache,
                                               settings.embed_batch_size, stats)
@@ -344,18 +341,18 @@ def stage_embed(config: Config) -> None:
     write_vectors(staged(config, "entity_vectors.parquet"), [p["id"] for p in profiles],
                   entity_matrix, model_id, "entity_vectors")
     _record(config, "embed", started, model_id=model_id,
-            texts=stats.texts + state["unchanged"], unique_texts=stats.unique,
-            cache_hits=stats.cache_hits, embedded=stats.embedded,
-            unchanged=state["unchanged"], model_loaded=stats.model_loaded)
+            texts=stats.texts + unchanged, unique_texts=stats.unique,
+            cache_hits=stats.cache_hits, embedded=stats.embedded, unchanged=unchanged,
+            model_loaded=stats.model_loaded)
 
 
 def _chunk_vectors(config: Config, cache, stats, recorded: Any
-                   ) -> tuple[bytes, dict[str, Any]]:
+                   ) -> tuple[bytes, dict[str, Any], int]:
     """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
     whose chunks group holds the bytes it held at the last embed (`recorded`, from the
     unit store) is copied from the previous file (artifacts/parquet_splice.py); the
     others are embedded (cached by text) and encoded. The same bytes as embedding every
-    group."""
+    group. Returns them, the record to keep, and how many vectors were copied."""
     import hashlib
 
     import pyarrow as pa
@@ -379,8 +376,9 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
     made_by = [__version__, pa.__version__, model_id]
     kept, dim = _previous_vector_groups(config, made_by, recorded)
     # a kept group must hold as many rows as the chunks group it is filed under
+    rows_of = {digest: group.rows for digest, group in zip(digests, groups)}
     kept = {digest: group for digest, group in kept.items()
-            if any(d == digest and g.rows == group.rows for d, g in zip(digests, groups))}
+            if rows_of.get(digest) == group.rows}
     chunks = pq.ParquetFile(pa.BufferReader(data))
     ids: list[str] = []
     texts: list[str] = []
@@ -401,10 +399,9 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
                                      dictionary=False, group_starts=starts))
     made = iter(fresh.groups)
     vectors = assemble([kept[d] if d in kept else next(made) for d in digests], fresh.footer)
-    unchanged = sum(kept[d].rows for d in digests if d in kept)
     return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
                      else 0, "sha256": hashlib.sha256(vectors).hexdigest(),
-                     "groups": digests, "unchanged": unchanged}
+                     "groups": digests}, sum(kept[d].rows for d in digests if d in kept)
 
 
 def _previous_vector_groups(config: Config, made_by: list[str], state: Any

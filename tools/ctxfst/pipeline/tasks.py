@@ -17,11 +17,15 @@ from doit.exceptions import TaskFailed
 from doit.reporter import ConsoleReporter
 from doit.tools import config_changed
 
+from ..artifacts.layout import JOURNAL, RESULTS, result_path, staged, staging
 from ..collector import collector_paused
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
+from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .table import STAGES
+from .stages import BuildFailed, describe, recover, run_stage
+from .table import PUBLISHED_FILES, STAGE_TABLE, STAGES
+
 
 class StageStopped(TaskFailed):
     """A stage that found its inputs unusable: said once, as the build's last line."""
@@ -86,9 +90,6 @@ def project_here():
               "pyproject.toml)", file=sys.stderr)
         sys.exit(2)
     config.tool_dir.mkdir(exist_ok=True)
-    from ..artifacts.layout import JOURNAL
-    from .stages import recover
-
     # A kill may have left a publication half done: finish it (under the build lock) before
     # doit looks at the targets. Otherwise importing dodo.py takes no lock, so `doit list`
     # never waits; the first stage that runs takes it (hold_build_lock).
@@ -101,8 +102,6 @@ def project_here():
 def check_build_folder(config) -> None:
     """Staged artifacts are written into build/.staging/ and its stages/ folder, which
     ctxfst makes: a link there (from a stranger's checkout) could lead anywhere."""
-    from ..artifacts.layout import RESULTS, staging
-
     for path in (staging(config), staging(config) / RESULTS):
         if path.is_symlink():
             raise ConfigError(f"{path.relative_to(config.root)} is a link to {path.resolve()}; "
@@ -153,8 +152,6 @@ def build_lock_path(config) -> Path:
 def namespace(CONFIG) -> dict:
     """doit's view of a project: DOIT_CONFIG and one task_* function per stage of the
     stage table (ctxfst/pipeline/table.py)."""
-    from .table import STAGE_TABLE
-
     # doit's state by absolute path: the same file whichever folder doit was started in
     tasks: dict = {"DOIT_CONFIG": {**DOIT_CONFIG, "dep_file": str(CONFIG.doit_state)}}
     for stage in STAGE_TABLE:
@@ -170,8 +167,6 @@ def _task_maker(config, stage):
 
     def make_task() -> dict:
         from .. import __version__
-        from ..artifacts.layout import result_path, staged
-        from .table import PUBLISHED_FILES
 
         file_dep = [str(staged(config, name)) for name in stage.reads]
         state = ""
@@ -184,7 +179,7 @@ def _task_maker(config, stage):
         fingerprint = {"toolchain": __version__, "state": state,
                        "settings": config.build.digest(*stage.settings) if stage.settings
                        else ""}
-        task = {"doc": stage.doc, "actions": [_action(config, stage.name)],
+        task = {"doc": stage.doc, "actions": [_action(config, stage)],
                 "file_dep": file_dep, "task_dep": list(stage.after), "targets": targets,
                 "uptodate": [config_changed(fingerprint)], "clean": True, "verbosity": 2}
         if stage.final:
@@ -197,33 +192,25 @@ def _task_maker(config, stage):
     return make_task
 
 
-def _action(config, name: str):
+def _action(config, stage):
     def action():
-        from ..parallel import WorkerDied
-        from .stages import BuildFailed, describe, run_stage
-        from .table import BY_NAME
-
         hold_build_lock(config)
-        stage = BY_NAME[name]
         try:
             with collector_paused():  # stages hold the KB's many acyclic objects
                 run_stage(config, stage)
         except (BuildFailed, WorkerDied) as error:
             unchanged = "" if stage.final else ", build/ unchanged"
-            return StageStopped(f"{name}: {escape(error)}{unchanged}")  # KB paths
-        print(f"   {escape(describe(config, name))}", flush=True)
+            return StageStopped(f"{stage.name}: {escape(error)}{unchanged}")  # KB paths
+        print(f"   {escape(describe(config, stage))}", flush=True)
         return True
 
-    action.__name__ = f"ctxfst_{name}"
+    action.__name__ = f"ctxfst_{stage.name}"
     return action
 
 
 def _clean_all(config) -> None:
     """doit clean: remove every artifact the build made (not the caches or the facts
     ledger), and the staging folder."""
-    from ..artifacts.layout import JOURNAL, staging
-    from .table import PUBLISHED_FILES
-
     for name in PUBLISHED_FILES:
         (config.build_dir / name).unlink(missing_ok=True)
     (config.build_dir / JOURNAL).unlink(missing_ok=True)  # first: it names staged files

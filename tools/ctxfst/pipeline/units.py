@@ -526,7 +526,7 @@ def _chunks_parquet(checked: Checked, kept: dict[str, list[tuple[str, bytes]]],
     from the rows (compiled now, or parsed from their kept text); every group is encoded
     when there is no usable previous file. The bytes are the same either way."""
     from ..artifacts.io import parquet_bytes
-    from ..artifacts.parquet_splice import SpliceError, content_group_starts, splice
+    from ..artifacts.parquet_splice import content_group_starts, grouped_file
     from ..compile.chunks import chunks_table
 
     keys = [chunk_id for chunk_id, _ in texts]
@@ -542,21 +542,18 @@ def _chunks_parquet(checked: Checked, kept: dict[str, list[tuple[str, bytes]]],
         return parquet_bytes(chunks_table(rows), group_starts=group_starts)
 
     base = _previous_chunks(made_from, previous)
-    if base is not None:
-        data, previous_keys = base
-        before: dict[str, list[str]] = made_from["documents"]
-        volatile = {unit.path for unit in checked.units if unit.volatile}
-        # A row is unchanged when its document is: the same rows key, not volatile.
-        changed = {path for path, entry in documents.items()
-                   if before.get(path) != entry or path in volatile}
-        fixed = {chunk_id for unit in checked.units if unit.path not in changed
-                 for chunk_id, _ in kept[unit.path]}
-        try:
-            return splice(data, previous_keys, keys, starts, lambda row: keys[row] in fixed,
-                          encode)
-        except SpliceError:
-            pass  # not a file this toolchain wrote in groups: every group is encoded
-    return encode(list(zip(starts, [*starts[1:], len(keys)])))
+    if base is None:  # no usable previous file: every group is encoded
+        return grouped_file(keys, starts, encode)
+    data, previous_keys = base
+    before: dict[str, list[str]] = made_from["documents"]
+    volatile = {unit.path for unit in checked.units if unit.volatile}
+    # A row is unchanged when its document is: the same rows key, not volatile.
+    changed = {path for path, entry in documents.items()
+               if before.get(path) != entry or path in volatile}
+    fixed = {chunk_id for unit in checked.units if unit.path not in changed
+             for chunk_id, _ in kept[unit.path]}
+    return grouped_file(keys, starts, encode, data, previous_keys,
+                        lambda row: keys[row] in fixed)
 
 
 def _previous_chunks(made_from: Any, path: Path) -> tuple[bytes, list[str]] | None:
