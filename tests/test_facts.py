@@ -699,3 +699,42 @@ def test_a_ledger_out_of_order_is_refused_not_merged(tmp_path, capsys):
     edited.write_text(edited.read_text().replace("Goroutines made", "Goroutines kept"))
     said = build_fails(root, capsys)
     assert "unreadable facts ledger" in said and "out of their order" in said, said
+
+
+def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
+        tmp_path, capsys, monkeypatch):
+    """With the memo of the ledger it wrote, the facts stage reads and encodes only the
+    row groups of the facts an edit changes; a copy of the same project (its unit store,
+    and so the memo, emptied: the ledger is read whole) writes the same bytes."""
+    from ctxfst.facts import build as facts_build
+    from ctxfst.mock import mock_document
+
+    monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
+    root = copy_example(tmp_path / "kb")
+    build(root, capsys)
+    target = next((root / "content").rglob("*.md"))
+    original = target.read_text()
+    body = original.index("<Chunk id=")
+    body = original.index("\n", body) + 1
+    steps = [
+        ("edit", lambda: target.write_text(original[:body] + "Also see the index. "
+                                           + original[body:])),
+        ("add", lambda: write(root, "content/extra/new.md", mock_document(0, 11))),
+        ("delete", lambda: (root / "content/extra/new.md").unlink()),
+        ("restore", lambda: target.write_text(original)),
+    ]
+    for number, (name, change) in enumerate(steps):
+        change()
+        whole = tmp_path / f"whole-{number}"
+        shutil.copytree(root, whole, symlinks=True)
+        build(root, capsys)
+        build(whole, capsys)
+        for path in (FACTS, RUNS, DELTA):
+            assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
+        facts(root)  # and the spliced file is the bytes of writing its rows at once
+        stage = {s["stage"]: s for s in json.loads(
+            (root / "build/run_results.json").read_text())["stages"]}["facts"]
+        copied = {s["stage"]: s for s in json.loads(
+            (whole / "build/run_results.json").read_text())["stages"]}["facts"]
+        assert copied["fact_groups_copied"] == 0, name  # read whole, written whole
+        assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], name

@@ -17,6 +17,8 @@ Anything unexpected in a footer raises SpliceError, and the caller writes the fi
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
@@ -272,30 +274,45 @@ def read_parts(data: bytes) -> ParquetParts:
     return ParquetParts(footer, groups)
 
 
-def _moved_entry(group: Group, delta: int, ordinal: int) -> bytes:
-    """A row group's footer entry for its bytes moved by delta, as the ordinal-th."""
+def _moved_entry(group: Group, delta: int, ordinal: int
+                 ) -> tuple[bytes, list[tuple[int, int, str, int]]]:
+    """A row group's footer entry for its bytes moved by delta, as the ordinal-th, and
+    the places of its numbers in it."""
     if delta == 0 and all(value == ordinal for _, _, what, value in group.patches
                           if what == _ORDINAL):
-        return group.entry
+        return group.entry, group.patches
     out = bytearray()
+    patches = []
     last = 0
     for start, end, what, value in group.patches:
         out += group.entry[last:start]
-        out += _zigzag_bytes(value + delta if what == _SHIFT else ordinal)
+        moved = value + delta if what == _SHIFT else ordinal
+        patches.append((len(out), len(out) + len(_zigzag_bytes(moved)), what, moved))
+        out += _zigzag_bytes(moved)
         last = end
     out += group.entry[last:]
-    return bytes(out)
+    return bytes(out), patches
 
 
 def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes:
     """A Parquet file of these row groups, in this order, with the footer's other fields
     (schema, key-value metadata, writer) taken from `footer`."""
+    return assemble_groups(groups, footer)[0]
+
+
+def assemble_groups(groups: list[Group], footer: list[tuple[int, int, bytes]]
+                    ) -> tuple[bytes, list[Group]]:
+    """assemble(), and the row groups as they lie in the new file (its footer need not
+    be walked to splice it again)."""
     out = bytearray(MAGIC)
     entries = []
+    placed = []
     for ordinal, group in enumerate(groups):
-        delta = len(out) - group.start
+        start = len(out)
         out += group.data[group.start:group.start + group.size]
-        entries.append(_moved_entry(group, delta, ordinal))
+        entry, patches = _moved_entry(group, start - group.start, ordinal)
+        entries.append(entry)
+        placed.append((start, group, entry, patches))
     encoded = bytearray()
     last = 0
     for field_id, kind, value in footer:
@@ -318,7 +335,50 @@ def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes
     out += encoded
     out += struct.pack("<I", len(encoded))
     out += MAGIC
-    return bytes(out)
+    data = bytes(out)
+    return data, [Group(data, start, group.size, group.rows, entry, patches)
+                  for start, group, entry, patches in placed]
+
+
+def group_record(group: Group) -> dict:
+    """A row group's place and footer entry as JSON data (group_from_record reads it)."""
+    return {"start": group.start, "size": group.size, "rows": group.rows,
+            "entry": base64.b64encode(group.entry).decode("ascii"),
+            "patches": [list(patch) for patch in group.patches]}
+
+
+def group_from_record(data: bytes, record: dict) -> Group:
+    """The row group a group_record() describes in the file `data` (SpliceError for a
+    record that does not fit it)."""
+    try:
+        start, size, rows = (record[name] for name in ("start", "size", "rows"))
+        entry = base64.b64decode(record["entry"], validate=True)
+        patches = [(s, e, what, value) for s, e, what, value in record["patches"]]
+    except (KeyError, TypeError, ValueError) as error:
+        raise SpliceError(f"a row group record that is not one ({error})") from None
+    numbers = [start, size, rows] + [n for s, e, _, v in patches for n in (s, e, v)]
+    if any(type(n) is not int for n in numbers) or not (
+            4 <= start and 0 <= size and start + size <= len(data) - 8 and rows >= 0):
+        raise SpliceError("a row group record outside its file")
+    last = 0
+    for s, e, what, value in patches:
+        if what not in (_SHIFT, _ORDINAL) or not last <= s < e <= len(entry) or \
+                entry[s:e] != _zigzag_bytes(value):
+            raise SpliceError("a row group record whose numbers are not in its entry")
+        last = e
+    return Group(data, start, size, rows, entry, patches)
+
+
+def encoding_of(footer: list[tuple[int, int, bytes]]) -> str:
+    """A digest of the footer fields that say how its groups were encoded: groups are
+    copied only into a file whose footer has the same."""
+    return hashlib.sha256(repr(_encoding(footer)).encode()).hexdigest()
+
+
+def starts_group(key: str, target: int) -> bool:
+    """Whether a row with this key starts a row group by its content alone (the rule
+    of content_group_starts)."""
+    return zlib.crc32(key.encode("utf-8")) % target == 0
 
 
 def _encoding(footer: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
@@ -334,9 +394,8 @@ def content_group_starts(keys: list[str], target: int) -> list[int]:
     starts a group by its CRC."""
     if not keys:
         return []
-    crc32 = zlib.crc32
     natural = [index for index, key in enumerate(keys)
-               if index and crc32(key.encode("utf-8")) % target == 0]
+               if index and starts_group(key, target)]
     starts = [0]
     for start in [*natural, len(keys)]:  # the gaps between natural starts, cut by the cap
         starts.extend(range(starts[-1] + 8 * target, start, 8 * target))
@@ -412,3 +471,27 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
     made = iter(fresh.groups)
     return assemble([group if group is not None else next(made) for group in chosen],
                     fresh.footer)
+
+
+def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int, int]],
+                 fresh: bytes) -> tuple[bytes, list[Group]]:
+    """The file of `previous`'s row groups (written under a footer of this encoding_of)
+    with each run [begin, end) of them replaced by the next `count` groups of `fresh`
+    (runs: (begin, end, count), in order, apart); the footer's other fields come from
+    fresh. Also the new file's groups (assemble_groups)."""
+    parts = read_parts(fresh)
+    if len(parts.groups) != sum(count for _, _, count in runs):
+        raise SpliceError("encoded row groups do not match the runs")
+    if encoding != encoding_of(parts.footer):
+        raise SpliceError("the previous file was written differently")
+    made = iter(parts.groups)
+    groups: list[Group] = []
+    at = 0
+    for begin, end, count in runs:
+        if not at <= begin <= end <= len(previous):
+            raise SpliceError("runs out of order")
+        groups.extend(previous[at:begin])
+        groups.extend(next(made) for _ in range(count))
+        at = end
+    groups.extend(previous[at:])
+    return assemble_groups(groups, parts.footer)

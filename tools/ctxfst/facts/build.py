@@ -16,6 +16,7 @@ artifacts byte for byte.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -31,6 +32,11 @@ from ..parallel import forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
+from ..artifacts.io import parquet_bytes
+from ..artifacts.parquet_splice import (SpliceError, content_group_starts, encoding_of,
+                                        read_parts, replace_runs, starts_group)
+from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
+                   group_keys, read_digests)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, SORT_COLUMNS,
                     Candidate, Evidence, Fact, fact_sort_key, facts_schema, facts_table,
                     rows_table, runs_schema, runs_table)
@@ -189,18 +195,29 @@ _RUN_COLUMNS_SET = ("run_id", "build_seq", "source_path", "source_deleted", "sta
                     "input_fingerprint", "extract_version")
 
 
-def _read_ledger(directory: Path, trusted: str | None = None):
-    """The previous facts (an Arrow table, None when there are none), runs, build_seq, the
-    facts file's bytes (row groups of it are copied into the next one) and their sha256;
-    a file whose sha256 is not `trusted` (what this toolchain last wrote) is also checked
-    for the order the merge relies on.
+@dataclass
+class _Ledger:
+    """The previous build's facts, as the stage starts from them."""
+
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    seq: int = 0
+    data: bytes = b""      # semantic_facts.parquet's bytes (b"": no ledger yet)
+    sha: str = ""          # their sha256
+    table: Any = None      # the facts, read whole and checked; None with a memo
+    memo: LedgerMemo | None = None  # the memo of exactly these files: read by group
+
+
+def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
+    """The previous facts and runs. With the memo of exactly these files (facts/memo.py:
+    this toolchain wrote them) the facts are left in their file, to be read by row
+    group; any other ledger is read whole and checked, for the order the merge relies on
+    too.
 
     The ledger may come with a stranger's checkout: one of another shape, with nulls
     where the build needs values, or out of step with its build_seq is refused clearly."""
-    path = directory / FACTS_FILE
     present = [name for name in LEDGER_FILES if (directory / name).is_file()]
     if not present:
-        return None, [], 0, b"", ""
+        return _Ledger()
     if len(present) < len(LEDGER_FILES):  # starting over would silently drop the history
         missing = ", ".join(name for name in LEDGER_FILES if name not in present)
         raise ExtractionError(f"{directory}: incomplete facts ledger ({missing} missing); "
@@ -208,26 +225,34 @@ def _read_ledger(directory: Path, trusted: str | None = None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    data, digest = b"", ""
+    ledger = _Ledger()
     try:
-        data = read_regular(path)[0]
-        table = pq.read_table(pa.BufferReader(data))
-        runs = pq.read_table(directory / RUNS_FILE)
-        seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
-        # Parquet names list items "element"; cast back to the written schema ("item"),
-        # so carried-over rows encode exactly like fresh ones.
-        table = table.replace_schema_metadata(None).cast(facts_schema())
+        ledger.data = read_regular(directory / FACTS_FILE)[0]
+        runs_data = read_regular(directory / RUNS_FILE)[0]
+        ledger.sha = hashlib.sha256(ledger.data).hexdigest()
+        ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha,
+                                      hashlib.sha256(runs_data).hexdigest(), FACT_GROUP_ROWS)
+        runs = pq.read_table(pa.BufferReader(runs_data))
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
-        problem = _ledger_problem(table, runs, seq)
-        digest = hashlib.sha256(data).hexdigest()
-        if problem is None and digest != trusted:
-            problem = _order_problem(table)  # (a file this toolchain wrote is in order)
+        if ledger.memo is not None:
+            metadata = pq.ParquetFile(pa.BufferReader(ledger.data)).schema_arrow.metadata
+            ledger.seq = int((metadata or {}).get(b"ctxfst.build_seq", b"0"))
+            problem = None  # the very files this toolchain wrote and checked
+        else:
+            table = pq.read_table(pa.BufferReader(ledger.data))
+            ledger.seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
+            # Parquet names list items "element"; cast back to the written schema
+            # ("item"), so carried-over rows encode exactly like fresh ones.
+            ledger.table = table.replace_schema_metadata(None).cast(facts_schema())
+            problem = _ledger_problem(ledger.table, runs, ledger.seq) or \
+                _order_problem(ledger.table)
     except Exception as error:  # a damaged ledger: say what to do, never a traceback
         problem = str(error)
     if problem:
         raise ExtractionError(f"{directory}: unreadable facts ledger ({problem}); remove the "
                               "folder to rebuild the facts from scratch")
-    return table, runs.to_pylist(), seq, data, digest
+    ledger.runs = runs.to_pylist()
+    return ledger
 
 
 def _ledger_problem(table, runs, seq: int) -> str | None:
@@ -360,17 +385,19 @@ def _plan(sources: list[Source], latest: dict[str, dict], digests: dict[str, str
     return work
 
 
-def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=None,
-              trusted_ledger: str | None = None) -> Outcome:
+def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked=None,
+              store=None) -> Outcome:
     """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir
-    (the previous ones are in the ledger folder, Config.facts_ledger). trusted_ledger:
-    the sha256 of a facts file this toolchain wrote (recorded where a stranger cannot
-    put it): only a ledger file with it has row groups copied into the new one.
+    (the previous ones are in the ledger folder, Config.facts_ledger). store: where the
+    memo of the ledger is kept (the build's unit store: value, values, put, remove,
+    keys), or None; its changes are left for the caller to save once the files are
+    written.
 
-    Only the previous facts a build touches become Python objects; the others are
-    carried over as Arrow rows, so an edit costs little on a large knowledge base.
+    Only the facts a build changes become Python objects. With the memo of the ledger
+    (facts/memo.py), only the row groups that hold them are read and encoded again, and
+    the others copied; without it, the ledger is read whole and written whole.
     """
-    from ..artifacts.io import json_bytes, parquet_bytes, write_atomic
+    from ..artifacts.io import json_bytes, write_atomic
 
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
@@ -396,10 +423,10 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
-    previous, runs, prior_seq, previous_bytes, previous_sha = _read_ledger(ledger,
-                                                                           trusted_ledger)
+    ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None)
+    prior_seq = ledger.seq
     latest: dict[str, dict] = {}
-    for run in runs:
+    for run in ledger.runs:
         latest[run["source_path"]] = run  # runs are ordered by (build_seq, path)
     work = _plan(sources, latest, digests, version)
     present = {s.path for s in sources}
@@ -408,11 +435,12 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
     counts: dict[str, Any] = {"sources": len(sources), "extracted": 0,
                               "unchanged": len(sources) - len(work), "failed": 0,
                               "deleted": len(deleted)}
-    if not work and not deleted and previous is not None:
+    if not work and not deleted and ledger.data:
         for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
-            write_atomic(out_dir / name, (ledger / name).read_bytes())
-        return Outcome(prior_seq, False, _final_counts(counts, previous, prior_seq, {}),
-                       previous_sha)
+            write_atomic(out_dir / name, (ledger_dir / name).read_bytes())
+        rows, active = _size_of(ledger)
+        return Outcome(prior_seq, False, _final_counts(counts, rows, active, prior_seq, {}),
+                       ledger.sha)
     seq = prior_seq + 1
     if checked is not None:  # typed together (in parallel), not one by one
         checked.documents([s.key for s, _ in work if s.kind == "document"])
@@ -432,6 +460,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
 
     # Sources are extracted independently: in forked workers when there are many (a
     # first build), which inherit the typed records and catalogs.
+    failed: list[str] = []
     for (source, trigger), (status, result) in zip(work, forked_map(extract_one, work)):
         if status == "changed":  # its fingerprint would describe bytes never validated
             raise SourceChanged(result)
@@ -439,49 +468,27 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
             extracted.append((source, trigger, result))
             continue
         counts["failed"] += 1
+        failed.append(source.path)
         new_runs.append(_run_row(_run_id(seq, source.path), seq, source.tenant, source.kind,
                                  source.entity_id, source.path, trigger, "failed",
                                  source.fingerprint, False, 0, result, version))
     counts["extracted"] = len(extracted)
-    touched = _touched_rows(previous, set(deleted) | {s.path for s, _, _ in extracted},
-                            {fid for _, _, found in extracted for fid, _ in found})
-    facts = {row["fact_id"]: Fact.from_row(row)
-             for row in (previous.take(touched).to_pylist() if touched else [])}
-    before = {fid: (fact.is_active, tuple(sorted(fact.evidence, key=Evidence.sort_key)))
-              for fid, fact in facts.items()}
-    lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
-    by_source: dict[str, set[str]] = {}  # source path -> active facts it supports
-    for fid, fact in facts.items():
-        if fact.is_active:
-            for evidence in fact.evidence:
-                by_source.setdefault(evidence.source_path, set()).add(fid)
-    for path in deleted:
-        last = latest[path]
-        run_id = _run_id(seq, path)
-        _drop_evidence(facts, by_source, path, run_id, "source_deleted", lost)
-        new_runs.append(_run_row(run_id, seq, last["tenant_id"], last["entity_type"],
-                                 last["entity_id"], path, "update", "completed", "", True, 0,
-                                 None, version))
-    for source, trigger, candidates in extracted:
-        run_id = _run_id(seq, source.path)
-        _drop_evidence(facts, by_source, source.path, run_id, "no_longer_extracted", lost)
-        written = _add_candidates(facts, candidates, source.path, run_id, seq)
-        new_runs.append(_run_row(run_id, seq, source.tenant, source.kind, source.entity_id,
-                                 source.path, trigger, "completed", source.fingerprint, False,
-                                 written, None, version))
-    delta, rows = _settle(facts, before, lost, seq)
-    changed = rows_table(list(rows.values()), seq, version)
-    table = merge_sorted(previous, touched, changed)
-    table = table.replace_schema_metadata(facts_table([], seq, version).schema.metadata)
-    runs.extend(new_runs)
-    spliceable = previous_bytes if previous_sha and previous_sha == trusted_ledger else b""
-    facts_file = facts_bytes(table, previous, spliceable,
-                             {row["fact_id"] for row in rows.values()})
-    write_atomic(out_dir / FACTS_FILE, facts_file)
-    write_atomic(out_dir / RUNS_FILE, parquet_bytes(runs_table(runs, seq, version)))
+    merge = Merge(latest, deleted, extracted, seq, version, new_runs)
+    written = None
+    if ledger.memo is not None and store is not None:
+        try:
+            written = _merge_by_group(ledger, merge, store, failed)
+        except _MemoDoesNotFit:
+            ledger = _read_ledger(ledger_dir)  # read whole, as for a stranger's ledger
+    if written is None:
+        written = _merge_whole(ledger, merge, present)
+    write_atomic(out_dir / FACTS_FILE, written.facts_file)
+    runs_file = parquet_bytes(runs_table([*ledger.runs, *new_runs], seq, version))
+    write_atomic(out_dir / RUNS_FILE, runs_file)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
     # delta names that instead of repeating the whole table (700 MB at 10,000 documents).
     snapshot = prior_seq == 0
+    delta = written.delta
     write_atomic(out_dir / DELTA_FILE, json_bytes({
         "schema_version": FACTS_SCHEMA_VERSION, "build_seq": seq,
         "base_build_seq": prior_seq, "extract_version": version,
@@ -489,8 +496,284 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger: Path, checked=Non
         "counts": {name: len(rows) for name, rows in delta.items()},
         "snapshot": snapshot,
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
-    return Outcome(seq, True, _final_counts(counts, table, seq, delta),
-                   hashlib.sha256(facts_file).hexdigest())
+    facts_sha = hashlib.sha256(written.facts_file).hexdigest()
+    if store is not None:
+        written.memo.facts_sha = facts_sha
+        written.memo.runs_sha = hashlib.sha256(runs_file).hexdigest()
+        store.put(RECORD, written.memo.as_data())
+        for path, entry in written.entries.items():
+            if entry is None:
+                store.remove(SOURCE + path)
+            else:
+                store.put(SOURCE + path, entry)
+    rows, active = written.size
+    counts.update(fact_groups=len(written.memo.keys), fact_groups_copied=written.copied)
+    return Outcome(seq, True, _final_counts(counts, rows, active, seq, delta), facts_sha)
+
+
+@dataclass
+class Merge:
+    """What a build changes in the facts: the extracted sources' candidates, the deleted
+    sources, and the runs they make."""
+
+    latest: dict[str, dict]  # each source's last run
+    deleted: list[str]
+    extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]]
+    seq: int
+    version: str
+    new_runs: list[dict[str, Any]]
+
+    def apply(self, facts: dict[str, Fact], only: set[str] | None = None
+              ) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+        """Change `facts` (the previous facts the build changes, by id): drop the
+        evidence of deleted and extracted sources, add the candidates (only those of
+        facts in `only`, when given: the others come out as they were), invalidate what
+        is left without evidence, and record the runs. Returns the delta and every fact's
+        row, in the artifact's order (_settle)."""
+        before = {fid: (fact.is_active, tuple(sorted(fact.evidence, key=Evidence.sort_key)))
+                  for fid, fact in facts.items()}
+        lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
+        by_source: dict[str, set[str]] = {}  # source path -> active facts it supports
+        for fid, fact in facts.items():
+            if fact.is_active:
+                for evidence in fact.evidence:
+                    by_source.setdefault(evidence.source_path, set()).add(fid)
+        for path in self.deleted:
+            last = self.latest[path]
+            run_id = _run_id(self.seq, path)
+            _drop_evidence(facts, by_source, path, run_id, "source_deleted", lost)
+            self.new_runs.append(_run_row(run_id, self.seq, last["tenant_id"],
+                                          last["entity_type"], last["entity_id"], path,
+                                          "update", "completed", "", True, 0, None,
+                                          self.version))
+        for source, trigger, candidates in self.extracted:
+            run_id = _run_id(self.seq, source.path)
+            _drop_evidence(facts, by_source, source.path, run_id, "no_longer_extracted", lost)
+            written = _add_candidates(facts, candidates, source.path, run_id, self.seq, only)
+            self.new_runs.append(_run_row(run_id, self.seq, source.tenant, source.kind,
+                                          source.entity_id, source.path, trigger, "completed",
+                                          source.fingerprint, False, written, None,
+                                          self.version))
+        return _settle(facts, before, lost, self.seq)
+
+    def metadata(self):
+        return facts_table([], self.seq, self.version).schema.metadata
+
+
+@dataclass
+class _Written:
+    facts_file: bytes
+    delta: dict[str, list[dict]]
+    memo: LedgerMemo                       # of the new file (its sha256s filled in later)
+    entries: dict[str, dict[str, str] | None]  # sources' new digests; None: forget it
+    size: tuple[int, int]                  # rows, active rows
+    copied: int = 0                        # row groups copied from the previous file
+
+
+class _MemoDoesNotFit(Exception):
+    """The memo and the ledger disagree: the ledger is read whole instead."""
+
+
+def _size_of(ledger: _Ledger) -> tuple[int, int]:
+    """The facts and active facts of a ledger."""
+    if ledger.memo is not None:
+        return (sum(k.rows for k in ledger.memo.keys),
+                sum(k.active for k in ledger.memo.keys))
+    return _table_size(ledger.table)
+
+
+def _table_size(table) -> tuple[int, int]:
+    import pyarrow.compute as pc
+
+    if table is None or table.num_rows == 0:
+        return 0, 0
+    return table.num_rows, pc.sum(table.column("is_active")).as_py() or 0
+
+
+def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
+    """The merge with the previous facts read whole: the facts the build touches become
+    Python objects, the others stay Arrow rows; the file and the memo are made anew."""
+    previous = ledger.table
+    touched = _touched_rows(previous, set(merge.deleted) | {s.path for s, _, _ in
+                                                             merge.extracted},
+                            {fid for _, _, found in merge.extracted for fid, _ in found})
+    facts = {row["fact_id"]: Fact.from_row(row)
+             for row in (previous.take(touched).to_pylist() if touched else [])}
+    delta, rows = merge.apply(facts)
+    changed = rows_table(list(rows.values()), merge.seq, merge.version)
+    table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
+    facts_file, starts = facts_bytes(table, with_starts=True)
+    # Every source's digests: of the facts just changed, and of the others as they were.
+    kept = [] if previous is None else _untouched_rows(previous, touched)
+    entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
+    entries.update(digests_by_source([*rows.values(), *kept]))
+    for path in merge.deleted:
+        entries.setdefault(path, None)
+    parts = read_parts(facts_file)
+    memo = LedgerMemo("", "", FACT_GROUP_ROWS, encoding_of(parts.footer),
+                      group_keys(table, starts), parts.groups)
+    return _Written(facts_file, delta, memo, entries, _table_size(table))
+
+
+def _untouched_rows(previous, touched: list[int]) -> list[dict]:
+    """The previous facts a build leaves alone, active ones only, as rows (for their
+    digests: a ledger read whole has no memo to take them from)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keep = pc.and_(previous.column("is_active"), pc.invert(pc.is_in(
+        pa.array(range(previous.num_rows), pa.int64()), value_set=pa.array(touched, pa.int64()))))
+    return previous.filter(keep).select(["fact_id", "is_active", "evidence"]).to_pylist()
+
+
+def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> _Written:
+    """The merge through the memo: the facts whose evidence from an extracted or deleted
+    source changed are found from the sources' digests, only the row groups that hold
+    them (or would) are read and encoded again, and the others are copied."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    memo = ledger.memo
+    if not memo.keys:
+        raise _MemoDoesNotFit  # nothing to splice into
+    changed, entries = _changed_facts(merge, store)
+    for path in failed:  # a source that never completed supports no fact yet
+        if read_digests(store.value(SOURCE + path)) is None:
+            entries[path] = {}
+    placed = {fid: (c.tenant_id, c.entity_type, c.entity_id, c.namespace, c.key,
+                    c.value_norm)
+              for _, _, found in merge.extracted for fid, c in found if fid in changed}
+    groups = {memo.group_of(key) for key in placed.values()}
+    unplaced = changed - placed.keys()  # facts only a source's old digests name
+    file = pq.ParquetFile(pa.BufferReader(ledger.data))
+    if unplaced:
+        ids = file.read(columns=["fact_id"]).column("fact_id")
+        found = pc.indices_nonzero(pc.is_in(ids, value_set=pa.array(sorted(unplaced),
+                                                                   pa.string())))
+        if len(found) != len(unplaced):
+            raise _MemoDoesNotFit
+        groups.update(memo.group_of_row(row) for row in found.to_pylist())
+    runs = _runs(memo, groups)
+    numbers = [group for begin, end in runs for group in range(begin, end)]
+    if numbers:
+        region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
+            facts_schema())
+    else:
+        region = None
+    # (the memo's first rows must be the file's: it places rows by them)
+    offsets, at = [], 0
+    for begin, end in runs:
+        offsets.append(at)
+        at += sum(memo.keys[group].rows for group in range(begin, end))
+    if region is not None and (region.num_rows != at or any(
+            region.column("fact_id")[offset + sum(k.rows for k in memo.keys[begin:group])]
+            .as_py() != memo.keys[group].fact_id
+            for (begin, end), offset in zip(runs, offsets) for group in range(begin, end))):
+        raise _MemoDoesNotFit
+    touched: list[int] = []
+    if region is not None and changed:
+        touched = pc.indices_nonzero(pc.is_in(region.column("fact_id"), value_set=pa.array(
+            sorted(changed), pa.string()))).to_pylist()
+    facts = {row["fact_id"]: Fact.from_row(row)
+             for row in (region.take(touched).to_pylist() if touched else [])}
+    if unplaced - facts.keys():
+        raise _MemoDoesNotFit
+    delta, rows = merge.apply(facts, changed)
+    # Each changed row goes to the run of the group it sorts into.
+    begins = [begin for begin, _ in runs]
+    by_run: list[list[dict]] = [[] for _ in runs]
+    for row in rows.values():
+        group = memo.group_of(tuple(row[name] for name in SORT_COLUMNS))
+        by_run[bisect.bisect_right(begins, group) - 1].append(row)
+    merged, starts, keys = [], [], []
+    for (begin, end), offset, run_rows in zip(runs, offsets, by_run):
+        size = sum(k.rows for k in memo.keys[begin:end])
+        in_run = [row - offset for row in touched if offset <= row < offset + size]
+        table = merge_sorted(region.slice(offset, size), in_run,
+                             rows_table(run_rows, merge.seq, merge.version))
+        run_starts = content_group_starts(table.column("fact_id").to_pylist(),
+                                          memo.group_rows)
+        starts.extend(start + sum(t.num_rows for t in merged) for start in run_starts)
+        keys.append(group_keys(table, run_starts))
+        merged.append(table)
+    fresh_table = (pa.concat_tables(merged) if merged else
+                   facts_table([], merge.seq, merge.version)).replace_schema_metadata(
+        merge.metadata())
+    fresh = parquet_bytes(fresh_table.combine_chunks(), group_starts=starts)
+    try:
+        facts_file, placed_groups = replace_runs(
+            memo.groups, memo.encoding,
+            [(begin, end, len(run_keys)) for (begin, end), run_keys in zip(runs, keys)], fresh)
+    except SpliceError:
+        raise _MemoDoesNotFit from None
+    new_keys, at = [], 0
+    for (begin, end), run_keys in zip(runs, keys):
+        new_keys.extend(memo.keys[at:begin])
+        new_keys.extend(run_keys)
+        at = end
+    new_keys.extend(memo.keys[at:])
+    for path in merge.deleted:
+        entries[path] = None
+    made = LedgerMemo("", "", memo.group_rows, memo.encoding, new_keys, placed_groups)
+    return _Written(facts_file, delta, made, entries,
+                    (sum(k.rows for k in new_keys), sum(k.active for k in new_keys)),
+                    len(new_keys) - sum(len(run_keys) for run_keys in keys))
+
+
+def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, str]]]:
+    """The facts whose evidence from an extracted or deleted source changes, found by
+    the sources' digests, and the extracted sources' new digests."""
+    old: dict[str, dict[str, str]] = {}
+    for source, trigger, _ in merge.extracted:
+        last = merge.latest.get(source.path)
+        if last is None or last["source_deleted"]:
+            old[source.path] = {}  # (a source created again starts with no facts)
+    wanted = [path for path in [*merge.deleted, *(s.path for s, _, _ in merge.extracted)]
+              if path not in old]
+    for key, value in store.values([SOURCE + path for path in wanted]).items():
+        digests = read_digests(value)
+        if digests is not None:
+            old[key[len(SOURCE):]] = digests
+    if any(path not in old for path in wanted):
+        raise _MemoDoesNotFit  # a source the memo should know and does not
+    changed: set[str] = set()
+    for path in merge.deleted:
+        changed.update(old[path])
+    entries: dict[str, dict[str, str]] = {}
+    for source, _, candidates in merge.extracted:
+        evidence: dict[str, list[Evidence]] = {}
+        for fid, candidate in candidates:
+            item = _evidence(candidate, source.path, "")
+            if item not in evidence.setdefault(fid, []):
+                evidence[fid].append(item)
+        new = {fid: evidence_digest(items) for fid, items in evidence.items()}
+        before = old[source.path]
+        changed.update(fid for fid in before.keys() | new.keys()
+                       if before.get(fid) != new.get(fid))
+        entries[source.path] = new
+    return changed, entries
+
+
+def _runs(memo: LedgerMemo, groups: set[int]) -> list[tuple[int, int]]:
+    """The runs of row groups [begin, end) to read and cut again for changes in
+    `groups`: each from a group that starts by its content (or the first) to the next
+    such group, so that cutting the run's rows alone gives the cuts of the whole file."""
+    def natural(group: int) -> bool:
+        return group == 0 or starts_group(memo.keys[group].fact_id, memo.group_rows)
+
+    runs: list[tuple[int, int]] = []
+    for group in sorted(groups):
+        begin, end = group, group + 1
+        while not natural(begin):
+            begin -= 1
+        while end < len(memo.keys) and not natural(end):
+            end += 1
+        if runs and begin <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(end, runs[-1][1]))
+        else:
+            runs.append((begin, end))
+    return runs
 
 
 # The artifact's row order (fact_sort_key), as column names.
@@ -515,8 +798,6 @@ def merge_sorted(previous, touched: list[int], changed):
     previous rows (no key equals an untouched row's: equal keys are the same fact, and
     a fact a build changes is touched), and the result is sliced together, not sorted
     and gathered (a sort and take of 500,000 rows took about a second)."""
-    import bisect
-
     import pyarrow as pa
 
     changed = changed.replace_schema_metadata(None)
@@ -552,30 +833,17 @@ def merge_sorted(previous, touched: list[int], changed):
     return pa.concat_tables(pieces)  # slices, not copies (_facts_bytes encodes by group)
 
 
-FACT_GROUP_ROWS = 8192  # rows of semantic_facts.parquet per row group, about
+FACT_GROUP_ROWS = 2048  # rows of semantic_facts.parquet per row group, about
 
 
-def facts_bytes(table, previous=None, previous_bytes: bytes = b"",
-                changed: frozenset[str] | set[str] = frozenset()) -> bytes:
-    """semantic_facts.parquet in row groups cut by fact id: the previous file's groups
-    whose facts are all unchanged (not in `changed`) are copied
-    (artifacts/parquet_splice.py), the others encoded; the bytes of encoding every
-    group, which is what it does without a previous file."""
-    import pyarrow as pa
-
-    from ..artifacts.io import parquet_bytes
-    from ..artifacts.parquet_splice import content_group_starts, grouped_file, relative_starts
-
+def facts_bytes(table, with_starts: bool = False):
+    """semantic_facts.parquet in row groups cut by fact id (content_group_starts), so an
+    edit re-encodes only the groups of the facts it changes (_merge_by_group); with
+    with_starts, also the groups' first rows."""
     keys = table.column("fact_id").to_pylist()
-
-    def encode(ranges: list[tuple[int, int]]) -> bytes:
-        pieces = [table.slice(start, end - start) for start, end in ranges]
-        part = pa.concat_tables(pieces).combine_chunks() if pieces else table.slice(0, 0)
-        return parquet_bytes(part, group_starts=relative_starts(ranges))
-
-    previous_keys = previous.column("fact_id").to_pylist() if previous_bytes else None
-    return grouped_file(keys, content_group_starts(keys, FACT_GROUP_ROWS), encode,
-                        previous_bytes, previous_keys, lambda row: keys[row] not in changed)
+    starts = content_group_starts(keys, FACT_GROUP_ROWS)
+    data = parquet_bytes(table.combine_chunks(), group_starts=starts)
+    return (data, starts) if with_starts else data
 
 
 def _sorted_merge(previous, touched: list[int], changed):
@@ -590,12 +858,9 @@ def _sorted_merge(previous, touched: list[int], changed):
     return both.take(pc.indices_nonzero(keep).take(order))
 
 
-def _final_counts(counts: dict, table, seq: int, delta: dict) -> dict:
-    import pyarrow.compute as pc
-
-    active = pc.sum(table.column("is_active")).as_py() or 0 if table.num_rows else 0
+def _final_counts(counts: dict, rows: int, active: int, seq: int, delta: dict) -> dict:
     return {**counts, "build_seq": seq, "facts_active": active,
-            "facts_inactive": table.num_rows - active,
+            "facts_inactive": rows - active,
             **{f"facts_{name}": len(rows) for name, rows in delta.items()}}
 
 
@@ -620,15 +885,25 @@ def _drop_evidence(facts: dict[str, Fact], by_source: dict[str, set[str]], path:
         fact.evidence = kept
 
 
+def _evidence(candidate: Candidate, path: str, run_id: str) -> Evidence:
+    """A candidate's evidence as the fact keeps it: with its source and run."""
+    ev = candidate.evidence
+    return Evidence(ev.source_type, ev.source_id, ev.path, ev.start, ev.end, ev.excerpt,
+                    ev.extractor, ev.extract_version, ev.confidence, ev.freshness_at,
+                    path, run_id, candidate.value_text)
+
+
 def _add_candidates(facts: dict[str, Fact], candidates: list[tuple[str, Candidate]],
-                    path: str, run_id: str, seq: int) -> int:
+                    path: str, run_id: str, seq: int, only: set[str] | None = None) -> int:
+    """Add a source's candidates to the facts (those of facts in `only`, when given);
+    the number of facts the source supports."""
     written: set[str] = set()
     seen: set[tuple[str, Evidence]] = set()
     for fid, candidate in candidates:
-        ev = candidate.evidence
-        evidence = Evidence(ev.source_type, ev.source_id, ev.path, ev.start, ev.end, ev.excerpt,
-                            ev.extractor, ev.extract_version, ev.confidence, ev.freshness_at,
-                            path, run_id, candidate.value_text)
+        if only is not None and fid not in only:
+            written.add(fid)
+            continue
+        evidence = _evidence(candidate, path, run_id)
         if (fid, evidence) in seen:  # the same span twice in one source adds nothing
             continue
         seen.add((fid, evidence))

@@ -499,13 +499,10 @@ def stage_facts(config: Config) -> None:
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     checked = _load_validated(config)
-    store = unit_store(config)  # the digest of the facts file this toolchain last wrote
+    store = unit_store(config)  # the memo of the facts ledger (facts/memo.py)
     try:
-        recorded = store.value("facts_file")
-        trusted = recorded.get("sha256") if isinstance(recorded, dict) else None
         outcome = run_facts(config.root, checked.kb, config.build, staging(config),
-                            config.facts_ledger, checked, trusted_ledger=trusted)
-        store.put("facts_file", {"sha256": outcome.facts_sha256})
+                            config.facts_ledger, checked, store)
         store.save()
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None

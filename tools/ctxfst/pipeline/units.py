@@ -176,6 +176,9 @@ class UnitStore:
                                     "AND typeof(value) = 'blob'", tuple(batch)))
         return found
 
+    def values(self, keys: list[str]) -> dict[str, Any]:
+        return {key: _loads(blob) for key, blob in self.blobs(keys).items()}
+
     def put(self, key: str, value: Any) -> None:
         self.put_blob(key, json.dumps(value, ensure_ascii=False, separators=(",", ":"),
                                       allow_nan=False).encode("utf-8"))

@@ -1,0 +1,153 @@
+"""What the facts stage remembers of the ledger it wrote, so that an edit reads and
+re-encodes only the row groups of the facts it changes.
+
+The memo lives in the build's unit store (data only, owner-checked) and holds:
+
+- "facts_file": the sha256 of the semantic_facts.parquet and the runs file this
+  toolchain wrote last, the row-group size they were cut with, and per row group its
+  first row's sort key and fact id, its rows and active rows, and its footer entry
+  (artifacts/parquet_splice), so the file is spliced without walking its footer;
+- "facts:<source path>", for every source: a digest of the evidence it gives each active
+  fact it supports (run ids left out: a span read again by a later run is the same).
+
+A fact's row changes only where some source's evidence for it changes, and that happens
+only when the source is extracted or deleted; so comparing a changed source's digests
+before and after says which facts an edit changes before any row is read.
+
+The memo is used only for the very files it names (their sha256); for any other ledger
+(a stranger's, one restored from a backup, one a failed build left) the facts stage reads
+the ledger whole, checks it, and writes the memo again from it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Iterable
+
+from ..artifacts.io import is_sha256
+from ..artifacts.parquet_splice import (Group, SpliceError, group_from_record, group_ranges,
+                                        group_record)
+from .model import SORT_COLUMNS, Evidence
+
+RECORD = "facts_file"
+SOURCE = "facts:"  # + a source's path: {fact id: evidence digest}
+
+
+def evidence_digest(evidence: Iterable[Evidence]) -> str:
+    """What one source's evidence for one fact says, whatever run read it."""
+    items = sorted(repr(tuple(item._replace(run_id=""))) for item in evidence)
+    return hashlib.blake2b("\n".join(items).encode("utf-8"), digest_size=8).hexdigest()
+
+
+def digests_by_source(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """Each source's digests of the active facts among these rows (Fact.as_row())."""
+    found: dict[str, dict[str, list[Evidence]]] = {}
+    for row in rows:
+        if not row["is_active"]:
+            continue
+        for item in row["evidence"]:
+            evidence = item if isinstance(item, Evidence) else Evidence(**item)
+            found.setdefault(evidence.source_path, {}).setdefault(row["fact_id"], []).append(
+                evidence)
+    return {path: {fid: evidence_digest(items) for fid, items in facts.items()}
+            for path, facts in found.items()}
+
+
+def read_digests(value: Any) -> dict[str, str] | None:
+    """A source's digests as the memo holds them; None for anything else."""
+    if not isinstance(value, dict) or not all(
+            type(fid) is str and type(digest) is str for fid, digest in value.items()):
+        return None
+    return value
+
+
+@dataclass
+class GroupKeys:
+    """What the memo knows of a row group's rows without reading them."""
+
+    first: tuple[str, ...]  # its first row's sort key (SORT_COLUMNS)
+    fact_id: str            # its first row's fact id
+    rows: int
+    active: int
+
+
+def group_keys(table, starts: list[int]) -> list[GroupKeys]:
+    """The GroupKeys of a facts table's row groups (their first rows)."""
+    import pyarrow.compute as pc
+
+    if not starts:
+        return []
+    firsts = table.select([*SORT_COLUMNS, "fact_id"]).take(starts).to_pylist()
+    active = table.column("is_active")
+    return [GroupKeys(tuple(first[name] for name in SORT_COLUMNS), first["fact_id"],
+                      end - start, pc.sum(active.slice(start, end - start)).as_py() or 0)
+            for first, (start, end) in zip(firsts, group_ranges(starts, table.num_rows))]
+
+
+@dataclass
+class LedgerMemo:
+    facts_sha: str
+    runs_sha: str
+    group_rows: int      # the row-group size the facts file was cut with
+    encoding: str        # parquet_splice.encoding_of its footer
+    keys: list[GroupKeys]
+    groups: list[Group]  # in the facts file's bytes
+
+    @classmethod
+    def read(cls, value: Any, facts: bytes, facts_sha: str, runs_sha: str,
+             group_rows: int) -> LedgerMemo | None:
+        """The memo of exactly these files (their sha256) cut with this group size, or
+        None (another ledger, another toolchain's memo, or a damaged one)."""
+        if not isinstance(value, dict) or value.get("facts_sha256") != facts_sha or \
+                value.get("runs_sha256") != runs_sha or value.get("group_rows") != group_rows \
+                or not is_sha256(value.get("encoding")):
+            return None
+        try:
+            keys, groups = [], []
+            for entry in value["groups"]:
+                first, fact_id, rows, active = (entry[n] for n in ("first", "id", "rows",
+                                                                   "active"))
+                if not (isinstance(first, list) and len(first) == len(SORT_COLUMNS) and
+                        all(type(part) is str for part in first) and type(fact_id) is str
+                        and type(rows) is int and type(active) is int and 0 <= active <= rows):
+                    return None
+                group = group_from_record(facts, entry["part"])
+                if group.rows != rows:
+                    return None
+                keys.append(GroupKeys(tuple(first), fact_id, rows, active))
+                groups.append(group)
+        except (KeyError, TypeError, SpliceError):
+            return None
+        if [k.first for k in keys] != sorted(k.first for k in keys):
+            return None
+        return cls(facts_sha, runs_sha, group_rows, value["encoding"], keys, groups)
+
+    def as_data(self) -> dict[str, Any]:
+        return {"facts_sha256": self.facts_sha, "runs_sha256": self.runs_sha,
+                "group_rows": self.group_rows, "encoding": self.encoding,
+                "groups": [{"first": list(k.first), "id": k.fact_id, "rows": k.rows,
+                            "active": k.active, "part": group_record(g)}
+                           for k, g in zip(self.keys, self.groups)]}
+
+    @cached_property
+    def _firsts(self) -> list[tuple[str, ...]]:
+        return [k.first for k in self.keys]
+
+    @cached_property
+    def starts(self) -> list[int]:
+        """Each row group's first row in the file."""
+        starts, at = [], 0
+        for k in self.keys:
+            starts.append(at)
+            at += k.rows
+        return starts
+
+    def group_of(self, sort_key: tuple) -> int:
+        """The row group a row with this sort key is in, or would go into."""
+        return max(0, bisect.bisect_right(self._firsts, sort_key) - 1)
+
+    def group_of_row(self, row: int) -> int:
+        return bisect.bisect_right(self.starts, row) - 1
