@@ -258,6 +258,47 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     assert stage(root, "embed")["embedded"] == 0 and not stage(root, "embed")["model_loaded"]
 
 
+def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_used(
+        tmp_path, capsys):
+    """compile reads the edited document's rows only and copies the others' texts from
+    the previous chunks.json by the layout it recorded; a layout that does not fit that
+    file (damaged, or another file's) is not used, and the file comes out the same."""
+    from ctxfst.pipeline.units import UnitStore
+
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    total = stage(root, "compile")["chunks"]
+    assert stage(root, "compile")["chunks_copied"] == 0  # nothing to copy from
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(root, capsys)[0] == 0
+    compiled = stage(root, "compile")
+    own = len(re.findall(r'<Chunk id="', doc.read_text()))
+    # (the document with a content_path passage is always read again: another file)
+    assert total - own - 8 <= compiled["chunks_copied"] < total - own
+    config = find_project(root)
+    for number, damage in enumerate(("lengths", "sha256")):
+        store = UnitStore(config.unit_store)
+        record = store.value("compiled")
+        if damage == "lengths":
+            record["json"]["lengths"][0] += 1
+        else:
+            record["json"]["sha256"] = "0" * 64
+        store.put("compiled", record)
+        store.save()
+        store.close()
+        doc.write_text(doc.read_text() + "\n")  # (the stage runs again)
+        assert build(root, capsys)[0] == 0
+        assert stage(root, "compile")["chunks_copied"] == 0, damage
+        clean = tmp_path / f"clean-{number}"
+        for folder in ("content", "skills"):
+            shutil.copytree(root / folder, clean / folder)
+        shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")
+        assert build(clean, capsys)[0] == 0
+        assert (root / "build/chunks.json").read_bytes() == \
+            (clean / "build/chunks.json").read_bytes(), damage
+
+
 def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, monkeypatch):
     """chunk_vectors.parquet has one row group per chunks.parquet group: after an edit
     the groups of unchanged chunks are copied, not read, looked up or encoded, and the

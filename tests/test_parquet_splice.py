@@ -10,7 +10,8 @@ import pytest
 
 from ctxfst.artifacts.io import parquet_bytes
 from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, read_parts,
-                                             relative_starts, splice)
+                                             record_of, relative_starts, splice,
+                                             splice_recorded)
 
 
 def table(rows: list[tuple[str, str, list[str]]]):
@@ -38,10 +39,20 @@ def encoder(rows, seen: list | None = None):
 
 
 def spliced(before, after, target, edited: set[str]):
+    """splice() by the previous keys; splice_recorded() by the previous file's record
+    (what a build keeps) gives the same bytes, and the record of what it made."""
     keys = [r[0] for r in after]
+    starts = content_group_starts(keys, target)
     encode = encoder(after)
-    return splice(whole(before, target), [r[0] for r in before], keys,
-                  content_group_starts(keys, target), lambda i: keys[i] not in edited, encode)
+    previous = whole(before, target)
+    previous_keys = [r[0] for r in before]
+    by_keys = splice(previous, previous_keys, keys, starts, lambda i: keys[i] not in edited,
+                     encode)
+    record = record_of(previous, previous_keys, content_group_starts(previous_keys, target))
+    by_record, made = splice_recorded(previous, record, keys, starts,
+                                      lambda i: keys[i] not in edited, encode)
+    assert by_record == by_keys and made == record_of(by_record, keys, starts)
+    return by_keys
 
 
 def test_a_spliced_file_is_the_whole_write_after_any_edits():
@@ -93,6 +104,15 @@ def test_bytes_that_are_no_such_file_are_refused():
             read_parts(bad)
     with pytest.raises(SpliceError):  # keys that do not describe the file
         splice(good, ["a", "b"], ["a"], [0], lambda i: True, lambda r: good)
+    record = record_of(good, ["a"], [0])
+    part = record["groups"][0]["part"]
+    for broken in ({}, {"encoding": record["encoding"], "groups": [{"first": 1}]},
+                   {**record, "groups": [{**record["groups"][0],
+                                          "part": {**part, "size": len(good)}}]},
+                   {**record, "groups": [{**record["groups"][0],
+                                          "part": {**part, "patches": [[0, 1, "shift", 5]]}}]}):
+        with pytest.raises(SpliceError):  # a record that does not describe the file
+            splice_recorded(good, broken, ["a"], [0], lambda i: True, lambda r: good)
 
 
 def test_a_previous_file_written_otherwise_is_not_spliced():

@@ -418,18 +418,9 @@ def relative_starts(ranges: list[tuple[int, int]]) -> list[int]:
     return starts
 
 
-def grouped_file(keys: list[str], starts: list[int],
-                 encode: Callable[[list[tuple[int, int]]], bytes],
-                 previous: bytes = b"", previous_keys: list[str] | None = None,
-                 unchanged: Callable[[int], bool] = lambda row: False) -> bytes:
-    """The file of rows `keys` in the groups from `starts`: spliced from `previous` (the
-    file of `previous_keys`) where that works, else every group encoded."""
-    if previous and previous_keys is not None:
-        try:
-            return splice(previous, previous_keys, keys, starts, unchanged, encode)
-        except SpliceError:
-            pass  # not a file this toolchain wrote in groups: every group is encoded
-    return encode(group_ranges(starts, len(keys)))
+def keys_digest(keys: list[str]) -> str:
+    """A digest of a row group's keys, in order."""
+    return hashlib.blake2b("\0".join(keys).encode("utf-8"), digest_size=16).hexdigest()
 
 
 def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: list[int],
@@ -445,19 +436,63 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
     if sum(group.rows for group in parts.groups) != len(previous_keys) or \
             any(group.rows < 0 for group in parts.groups):
         raise SpliceError("previous keys do not match the previous file")
-    old: dict[str, tuple[Group, int]] = {}  # first key -> group, its first row
+    old: dict[str, tuple[Group, str]] = {}  # first key -> group, digest of its keys
     row = 0
     for group in parts.groups:
         if group.rows:
-            old[previous_keys[row]] = (group, row)
+            old[previous_keys[row]] = (group, keys_digest(previous_keys[row:row + group.rows]))
         row += group.rows
+    return _splice(old, encoding_of(parts.footer), keys, starts, unchanged, encode)[0]
+
+
+def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
+                    unchanged: Callable[[int], bool],
+                    encode: Callable[[list[tuple[int, int]]], bytes]) -> tuple[bytes, dict]:
+    """splice() from the file_record() of `previous` instead of its keys and footer
+    (neither is read again), and the record of the new file."""
+    try:
+        encoding = record["encoding"]
+        old = {}
+        for entry in record["groups"]:
+            first, digest = entry["first"], entry["digest"]
+            if type(first) is not str or type(digest) is not str:
+                raise SpliceError("a row group record that is not one")
+            old[first] = (group_from_record(previous, entry["part"]), digest)
+    except (KeyError, TypeError) as error:
+        raise SpliceError(f"a file record that is not one ({error})") from None
+    data, groups, encoding = _splice(old, encoding, keys, starts, unchanged, encode)
+    return data, file_record(groups, keys, starts, encoding)
+
+
+def file_record(groups: list[Group], keys: list[str], starts: list[int], encoding: str
+                ) -> dict:
+    """What splice_recorded needs of a file of rows `keys` cut at `starts` (its groups
+    as they lie in it, and encoding_of its footer), as JSON data."""
+    if len(groups) != len(starts):
+        raise SpliceError("row groups do not match their starts")
+    return {"encoding": encoding, "groups": [
+        {"first": keys[start], "digest": keys_digest(keys[start:end]),
+         "part": group_record(group)}
+        for group, (start, end) in zip(groups, group_ranges(starts, len(keys)))]}
+
+
+def record_of(data: bytes, keys: list[str], starts: list[int]) -> dict:
+    """The file_record of a file written whole (its footer walked once)."""
+    parts = read_parts(data)
+    return file_record(parts.groups, keys, starts, encoding_of(parts.footer))
+
+
+def _splice(old: dict[str, tuple[Group, str]], encoding: str, keys: list[str],
+            starts: list[int], unchanged: Callable[[int], bool],
+            encode: Callable[[list[tuple[int, int]]], bytes]
+            ) -> tuple[bytes, list[Group], str]:
     chosen: list[Group | None] = []
     ranges = []
     for start, end in group_ranges(starts, len(keys)):
         match = old.get(keys[start])
         if match is not None and match[0].rows == end - start and \
-                previous_keys[match[1]:match[1] + end - start] == keys[start:end] and \
-                all(unchanged(index) for index in range(start, end)):
+                all(unchanged(index) for index in range(start, end)) and \
+                match[1] == keys_digest(keys[start:end]):
             chosen.append(match[0])
         else:
             chosen.append(None)
@@ -465,12 +500,13 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
     fresh = read_parts(encode(ranges))
     if len(fresh.groups) != len(ranges):
         raise SpliceError("encoded row groups do not match the ranges")
-    if any(group is not None for group in chosen) and \
-            _encoding(parts.footer) != _encoding(fresh.footer):
+    fresh_encoding = encoding_of(fresh.footer)
+    if any(group is not None for group in chosen) and encoding != fresh_encoding:
         raise SpliceError("the previous file was written differently")
     made = iter(fresh.groups)
-    return assemble([group if group is not None else next(made) for group in chosen],
-                    fresh.footer)
+    data, groups = assemble_groups([group if group is not None else next(made)
+                                    for group in chosen], fresh.footer)
+    return data, groups, fresh_encoding
 
 
 def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int, int]],

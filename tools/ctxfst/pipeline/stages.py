@@ -97,9 +97,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     raise BuildFailed on any error. With reuse, a later stage gets what an earlier one
     validated while no input has changed (the validate stage itself always checks: it
     opens a run)."""
-    from ..files import RACY_NS
     from ..validation import project_inputs
-    from ..artifacts.reader import DigestCache
     from ..artifacts.cache import ParseCache
     from .units import check_incrementally
 
@@ -111,7 +109,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1]
     _validated.clear()
-    digests = DigestCache(config.input_digests, RACY_NS)
+    digests = input_digests(config)
 
     def sha(path, relative: str) -> str | None:
         try:
@@ -152,16 +150,32 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     return checked
 
 
+_digests: dict[tuple, Any] = {}  # one DigestCache per project in a process (its stages)
+
+
+def input_digests(config: Config):
+    """The project's input digests (DigestCache), loaded once per build process."""
+    from ..files import RACY_NS
+    from ..artifacts.cache import caches_disabled
+    from ..artifacts.reader import DigestCache
+
+    # (entries are checked against each file's identity when used, whoever made them)
+    key = (config.input_digests, caches_disabled())
+    if key not in _digests:
+        _digests.clear()
+        _digests[key] = DigestCache(config.input_digests, RACY_NS)
+    return _digests[key]
+
+
 def _inputs(config: Config, files: list[Path], every_input: bool = False
             ) -> list[dict[str, Any]]:
     """Path, sha256 and size of each file; a file is hashed again only when its identity
     (size, mtime, inode, ctime) changed since it was last hashed. every_input: files are
     all the project's inputs, so the digests of others (deleted files) are forgotten."""
-    from ..files import RACY_NS, ProjectRelative
-    from ..artifacts.reader import DigestCache
+    from ..files import ProjectRelative
 
     relative_to_root = ProjectRelative(config.root)
-    digests = DigestCache(config.input_digests, RACY_NS)
+    digests = input_digests(config)
     found = []
     for path in sorted(files):
         relative = relative_to_root(path)
@@ -226,7 +240,8 @@ def stage_compile(config: Config) -> None:
     store = unit_store(config)
     try:
         try:
-            compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
+            compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
+                                      staged(config, "chunks.json"))
         except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
             store.forget_rows()
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
@@ -243,7 +258,7 @@ def stage_compile(config: Config) -> None:
                [edge.model_dump(exclude_none=True) for edge in checked.extra_edges])
     _record(config, "compile", started, documents=len(checked.units),
             chunks=compiled.chunks, entities=compiled.entities,
-            documents_recompiled=compiled.recompiled,
+            documents_recompiled=compiled.recompiled, chunks_copied=compiled.copied,
             artifact_rows={"chunks.json": compiled.chunks})  # the manifest need not parse it
 
 
