@@ -8,7 +8,6 @@ in columns.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +30,6 @@ class CompileError(Exception):
     def __init__(self, diagnostics: list[Diagnostic]) -> None:
         super().__init__(f"{len(diagnostics)} error(s)")
         self.diagnostics = diagnostics
-
-
-@dataclass
-class Export:
-    entities: list[dict[str, Any]]
-    chunks: list[dict[str, Any]]
-
-    def as_json(self) -> dict[str, Any]:
-        """The chunks.json payload (written compactly: it is the largest artifact)."""
-        return {"schema_version": CHUNKS_SCHEMA_VERSION, "entities": self.entities,
-                "chunks": self.chunks}
 
 
 def _ordered(data: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
@@ -110,7 +98,8 @@ def row_text(row: dict[str, Any]) -> str:
 
 def chunks_json(entities: list[dict[str, Any]], rows: list[bytes]) -> bytes:
     """chunks.json from the entity rows and the chunk rows' UTF-8 texts in id order: the
-    bytes json_bytes(Export.as_json(), compact=True) gives, without a parse of every row."""
+    bytes json_bytes({"schema_version", "entities", "chunks"}, compact=True) gives,
+    without a parse of every row."""
     head = row_text({"schema_version": CHUNKS_SCHEMA_VERSION, "entities": entities})
     return b"".join([head[:-1].encode("utf-8"), b',"chunks":[', b",".join(rows), b"]}\n"])
 

@@ -6,12 +6,15 @@ prefixes (name:, type:, aliases, tags, context, content, related).
 
 from __future__ import annotations
 
+import heapq
 import re
-from collections import Counter, defaultdict
+from collections import Counter
+from itertools import chain
 from typing import Any
 
+import numpy as np
+
 from ..document.text import tokens
-from .chunks import Export
 
 PROFILES_SCHEMA_VERSION = "1.0.0"
 MAX_CONTEXTS = 5
@@ -41,52 +44,217 @@ def truncate_words(text: str, limit: int = EXCERPT_WORDS) -> str:
     return " ".join(kept)
 
 
-def build_profiles(export: Export) -> list[dict[str, Any]]:
-    names = {entity["id"]: entity.get("name", entity["id"]) for entity in export.entities}
-    mentions: dict[str, list[dict]] = defaultdict(list)
-    chunk_tokens: dict[str, Counter] = {}  # each chunk tokenised once, when first needed
+# chunks.parquet columns read whole; _TEXT_COLUMNS are read only from the row groups
+# holding the chunks a profile quotes or takes keywords from.
+_MENTION_COLUMNS = ["chunk_id", "priority", "tags", "entities"]
+_TEXT_COLUMNS = ["chunk_id", "context", "content"]
 
-    def tokens_of(chunk: dict) -> Counter:
-        if chunk["id"] not in chunk_tokens:
-            chunk_tokens[chunk["id"]] = Counter(tokens(chunk.get("context", "") + " "
-                                                       + chunk.get("content", "")))
-        return chunk_tokens[chunk["id"]]
 
-    for chunk in export.chunks:
-        for entity_id in dict.fromkeys(chunk.get("entities", [])):
-            if entity_id in names:
-                mentions[entity_id].append(chunk)
+def build_profiles(entities: list[dict[str, Any]], chunks
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each catalog entity's profile, and the entity ids chunks name but no document
+    declares (sorted), from chunks.parquet opened as a pyarrow ParquetFile.
+
+    Mentions are found and ranked in arrays, and only what the profiles hold becomes
+    Python objects (a dict for each of 70,000 chunks took most of a build's time)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = chunks.read(columns=_MENTION_COLUMNS)
+    names = [entity.get("name", entity["id"]) for entity in entities]
+    count = len(entities)
+    rows, ents, dangling = _mentions(entities, table)
+    per_entity = np.bincount(ents, minlength=count)
+    owners = np.repeat(np.arange(count), per_entity)  # of the pairs grouped by entity
+    chunk_ids = table.column("chunk_id")
+    by_id = pc.sort_indices(chunk_ids).to_numpy()  # stable, as sorted(): equal ids keep order
+    known = pc.index_in(table.column("priority"), value_set=pa.array(list(_PRIORITY_RANK)))
+    rank = np.array([*_PRIORITY_RANK.values(), _PRIORITY_RANK["medium"]], np.int8)[
+        known.fill_null(len(_PRIORITY_RANK)).to_numpy()]  # none or unknown: medium
+    # Most important chunks first (priority, then id), so capped lists keep what matters.
+    ranked = _in_order(rows, ents, by_id[np.argsort(rank[by_id], kind="stable")])
+    ids = chunk_ids.to_numpy(zero_copy_only=False)  # str objects: faster to pick than take()
+    mentioned = _split(ids[_in_order(rows, ents, by_id)].tolist(), per_entity)
+    tags = _ordered_tags(table.column("tags"), ranked, owners, count)
+    related = [sorted({names[other] for other in others})
+               for others in _co_mentioned(rows, ents, count)]
+    text, context_rows, excerpt_rows, keyword_rows = _quoted(chunks, ranked, owners, count)
+    chunk_tokens: dict[str, list[str]] = {}  # each chunk tokenised once, when first needed
+
+    def tokens_of(row: int) -> list[str]:
+        chunk_id, context, content = text[row]
+        if chunk_id not in chunk_tokens:
+            chunk_tokens[chunk_id] = tokens(context + " " + content)
+        return chunk_tokens[chunk_id]
+
     profiles = []
-    for entity in export.entities:
-        entity_id = entity["id"]
-        chunks = mentions.get(entity_id, [])
-        # Most important chunks first, so capped lists keep what matters.
-        ranked = sorted(chunks, key=lambda c: (_PRIORITY_RANK.get(c.get("priority"), 2), c["id"]))
-        tags = list(dict.fromkeys(tag for chunk in ranked for tag in chunk.get("tags", [])))
-        contexts = [c["context"] for c in ranked if c.get("context")][:MAX_CONTEXTS]
-        excerpts = [truncate_words(c["content"])
-                    for c in [c for c in ranked if c.get("content")][:MAX_EXCERPTS]]
-        related = sorted({names[other] for chunk in chunks for other in chunk.get("entities", [])
-                          if other != entity_id and other in names})
-        counts: Counter = Counter()
-        for chunk in ranked[:KEYWORD_CHUNKS]:
-            counts.update(tokens_of(chunk))
-        keywords = [word for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-                    [:TOP_KEYWORDS]]
+    for index, entity in enumerate(entities):
+        counts = Counter(chain.from_iterable(tokens_of(row) for row in keyword_rows[index]))
         profile = {
-            "id": entity_id, "name": entity.get("name", ""), "type": entity.get("type", ""),
+            "id": entity["id"], "name": entity.get("name", ""), "type": entity.get("type", ""),
             "aliases": entity.get("aliases", []),
-            "mentioned_chunks": sorted(c["id"] for c in chunks),
-            "mention_count": len(chunks),
-            "tags": tags, "contexts": contexts, "content_excerpts": excerpts,
-            "related_entities": related, "keywords": keywords,
+            "mentioned_chunks": mentioned[index], "mention_count": len(mentioned[index]),
+            "tags": tags[index], "contexts": [text[row][1] for row in context_rows[index]],
+            "content_excerpts": [truncate_words(text[row][2]) for row in excerpt_rows[index]],
+            "related_entities": related[index], "keywords": _top_words(counts),
         }
         for key in ("preconditions", "postconditions", "related_skills"):
             if entity.get(key):
                 profile[key] = entity[key]
         profile["representation"] = representation(profile)
         profiles.append(profile)
-    return profiles
+    return profiles, dangling
+
+
+def _top_words(counts: Counter) -> list[str]:
+    """The TOP_KEYWORDS most frequent words, ties in alphabetical order. Only the words as
+    frequent as the last of them are sorted (sorting every word took longer)."""
+    floor = min(heapq.nlargest(TOP_KEYWORDS, counts.values()), default=0)
+    return sorted((word for word, count in counts.items() if count >= floor),
+                  key=lambda word: (-counts[word], word))[:TOP_KEYWORDS]
+
+
+def _mentions(entities: list[dict[str, Any]], table
+              ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The (row, entity index) pairs of the declared entities that chunks name, sorted by
+    row then entity (a chunk naming an entity twice mentions it once), and the ids they
+    name that no entity has (sorted)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = table.column("entities").combine_chunks()
+    refs = pc.list_flatten(lists)
+    catalog = pa.array([entity["id"] for entity in entities], pa.string())
+    found = pc.index_in(refs, value_set=catalog).fill_null(-1).to_numpy()
+    parents = pc.list_parent_indices(lists).to_numpy()
+    declared = found >= 0
+    width = max(len(entities), 1)
+    rows, ents = np.divmod(_distinct(parents[declared] * width + found[declared]), width)
+    return rows, ents, sorted(set(refs.filter(~declared).to_pylist()))
+
+
+def _ordered_tags(column, ranked: np.ndarray, owners: np.ndarray,
+                  count: int) -> list[list[str]]:
+    """Each entity's tags, once each, in the order of its ranked chunks' tag lists."""
+    import pyarrow.compute as pc
+
+    lists = column.combine_chunks()
+    sizes = pc.list_value_length(lists).fill_null(0).to_numpy()
+    starts, lengths = (np.cumsum(sizes) - sizes)[ranked], sizes[ranked]
+    encoded = pc.dictionary_encode(pc.list_flatten(lists))
+    codes = encoded.indices.to_numpy()[_runs(starts, lengths)]
+    owners = np.repeat(owners, lengths)
+    # The first place of each (entity, tag): sort (pair, place) packed in one integer.
+    span = max(len(codes), 1)
+    pair, place = np.divmod(np.sort((owners * len(encoded.dictionary) + codes) * span
+                                    + np.arange(len(codes))), span)
+    first = place[_run_starts(pair)]
+    first.sort()
+    return _split(encoded.dictionary.take(codes[first]).to_pylist(),
+                  np.bincount(owners[first], minlength=count))
+
+
+def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int):
+    """The text (chunk id, context, content) of each entity's first KEYWORD_CHUNKS ranked
+    rows, first MAX_CONTEXTS with a context and first MAX_EXCERPTS with content, and
+    those rows. Text is read for a prefix of each entity's ranked rows, made longer while
+    it holds too few contexts or contents and there are more rows."""
+    per_entity = np.bincount(owners, minlength=count)
+    place = np.arange(len(ranked)) - np.repeat(np.cumsum(per_entity) - per_entity, per_entity)
+    reach = np.full(count, KEYWORD_CHUNKS)
+    text: dict[int, tuple[str, str, str]] = {}
+    while True:
+        within = np.flatnonzero(place < reach[owners])
+        new = [row for row in _distinct(ranked[within]).tolist() if row not in text]
+        text.update(zip(new, _texts(chunks, new)))
+        has = np.array([(bool(text[row][1]), bool(text[row][2]))
+                        for row in ranked[within].tolist()], bool).reshape(-1, 2)
+        contexts, contents = (np.bincount(owners[within[has[:, part]]], minlength=count)
+                              for part in (0, 1))
+        short = ((contexts < MAX_CONTEXTS) | (contents < MAX_EXCERPTS)) & (reach < per_entity)
+        if not short.any():
+            break
+        reach[short] *= 4
+
+    def leading(at: np.ndarray, limit: int) -> list[list[int]]:
+        """The first `limit` rows of each entity among ranked positions `at` (ascending)."""
+        firsts = np.searchsorted(owners[at], np.arange(count))
+        at = at[np.arange(len(at)) - firsts[owners[at]] < limit]
+        return _split(ranked[at].tolist(), np.bincount(owners[at], minlength=count))
+
+    return (text, leading(within[has[:, 0]], MAX_CONTEXTS),
+            leading(within[has[:, 1]], MAX_EXCERPTS), leading(within, KEYWORD_CHUNKS))
+
+
+def _texts(chunks, rows: list[int]) -> list[tuple[str, str, str]]:
+    """The chunk id, context and content of rows (ascending) of chunks.parquet, reading
+    only the row groups that hold them."""
+    if not rows:
+        return []
+    sizes = np.array([chunks.metadata.row_group(group).num_rows
+                      for group in range(chunks.num_row_groups)])
+    starts = np.cumsum(sizes) - sizes
+    # The group holding each row (an empty group starts where the next does: never this).
+    groups = np.searchsorted(starts, rows, "right") - 1
+    read = _distinct(groups)
+    table = chunks.read_row_groups(read.tolist(), columns=_TEXT_COLUMNS)
+    # A row's place in what was read: where its group starts there, plus its own place.
+    read_starts = np.cumsum(sizes[read]) - sizes[read]
+    local = read_starts[np.searchsorted(read, groups)] + rows - starts[groups]
+    return list(zip(*(column.take(local).to_pylist() for column in table.columns)))
+
+
+def _co_mentioned(rows: np.ndarray, ents: np.ndarray, count: int) -> list[list[int]]:
+    """For each entity, the other entities named by a chunk that mentions it (sorted)."""
+    # Pairs are sorted by row: pair each with every pair of its row's run.
+    run_starts = np.flatnonzero(_run_starts(rows))
+    run_sizes = np.diff(run_starts, append=len(rows))
+    starts, sizes = np.repeat(run_starts, run_sizes), np.repeat(run_sizes, run_sizes)
+    owners = np.repeat(ents, sizes)
+    width = max(count, 1)
+    pairs = _distinct(owners * width + ents[_runs(starts, sizes)])
+    owner, other = np.divmod(pairs, width)
+    apart = owner != other
+    return _split(other[apart].tolist(), np.bincount(owner[apart], minlength=count))
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (np.unique hashes them first, many times slower)."""
+    values = np.sort(values)
+    return values[_run_starts(values)]
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins (a mask)."""
+    starts = np.ones(len(values), bool)
+    starts[1:] = values[1:] != values[:-1]
+    return starts
+
+
+def _in_order(rows: np.ndarray, ents: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The rows of (row, entity) pairs grouped by entity, each group's in `order` (all the
+    rows, permuted); one packed integer sorts several times faster than np.lexsort."""
+    total = max(len(order), 1)
+    return order[np.sort(ents * total + _inverse(order)[rows]) % total]
+
+
+def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices start, start + 1, ..., start + length - 1 of each run, concatenated."""
+    ends = np.cumsum(lengths)
+    return np.arange(ends[-1] if len(ends) else 0) + np.repeat(starts - ends + lengths, lengths)
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    """Each item's place in the order a permutation lists items in."""
+    places = np.empty(len(permutation), np.int64)
+    places[permutation] = np.arange(len(permutation))
+    return places
+
+
+def _split(values: list, counts: np.ndarray) -> list[list]:
+    """values cut into consecutive lists of the given lengths."""
+    ends = np.cumsum(counts).tolist()
+    return [values[start:end] for start, end in zip([0] + ends, ends)]
 
 
 def representation(profile: dict[str, Any]) -> str:
@@ -100,13 +268,6 @@ def representation(profile: dict[str, Any]) -> str:
     if profile["related_entities"]:
         lines.append("related " + " ".join(profile["related_entities"]))
     return "\n".join(lines)
-
-
-def dangling_refs(export: Export) -> list[str]:
-    """Entity ids that chunks name but no document declares (sorted)."""
-    declared = {entity["id"] for entity in export.entities}
-    return sorted({ref for chunk in export.chunks for ref in chunk.get("entities", [])
-                   if ref not in declared})
 
 
 def profiles_document(profiles: list[dict[str, Any]], dangling: list[str]) -> dict[str, Any]:
