@@ -445,14 +445,15 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if checked is not None:  # typed together (in parallel), not one by one
         checked.documents([s.key for s, _ in work if s.kind == "document"])
     new_runs: list[dict[str, Any]] = []
-    # each candidate with its fact id, computed once
-    extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]] = []
+    # each candidate with its fact id, computed once, and the source's digests (memo.py)
+    extracted: list[tuple[Source, str, list[tuple[str, Candidate]], dict[str, str]]] = []
 
     def extract_one(item: tuple[Source, str]) -> tuple[str, Any]:
         source = item[0]
         try:
             view = _view(root, source, catalogs.get(source.tenant, Catalog()))
-            return "ok", [(c.fact_id, c) for c in extract(view, extractors)]
+            found = [(c.fact_id, c) for c in extract(view, extractors)]
+            return "ok", (found, _source_digests(found, source.path))
         except SourceChanged as error:
             return "changed", str(error)
         except (ExtractionError, OSError) as error:
@@ -465,7 +466,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         if status == "changed":  # its fingerprint would describe bytes never validated
             raise SourceChanged(result)
         if status == "ok":
-            extracted.append((source, trigger, result))
+            extracted.append((source, trigger, *result))
             continue
         counts["failed"] += 1
         failed.append(source.path)
@@ -518,7 +519,8 @@ class Merge:
 
     latest: dict[str, dict]  # each source's last run
     deleted: list[str]
-    extracted: list[tuple[Source, str, list[tuple[str, Candidate]]]]
+    # each extracted source, its trigger, candidates (with fact ids) and digests
+    extracted: list[tuple[Source, str, list[tuple[str, Candidate]], dict[str, str]]]
     seq: int
     version: str
     new_runs: list[dict[str, Any]]
@@ -546,7 +548,7 @@ class Merge:
                                           last["entity_type"], last["entity_id"], path,
                                           "update", "completed", "", True, 0, None,
                                           self.version))
-        for source, trigger, candidates in self.extracted:
+        for source, trigger, candidates, _ in self.extracted:
             run_id = _run_id(self.seq, source.path)
             _drop_evidence(facts, by_source, source.path, run_id, "no_longer_extracted", lost)
             written = _add_candidates(facts, candidates, source.path, run_id, self.seq, only)
@@ -594,19 +596,23 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
     """The merge with the previous facts read whole: the facts the build touches become
     Python objects, the others stay Arrow rows; the file and the memo are made anew."""
     previous = ledger.table
-    touched = _touched_rows(previous, set(merge.deleted) | {s.path for s, _, _ in
+    touched = _touched_rows(previous, set(merge.deleted) | {item[0].path for item in
                                                              merge.extracted},
-                            {fid for _, _, found in merge.extracted for fid, _ in found})
+                            {fid for _, _, found, _ in merge.extracted for fid, _ in found})
     facts = {row["fact_id"]: Fact.from_row(row)
              for row in (previous.take(touched).to_pylist() if touched else [])}
     delta, rows = merge.apply(facts)
     changed = rows_table(list(rows.values()), merge.seq, merge.version)
     table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
     facts_file, starts = facts_bytes(table, with_starts=True)
-    # Every source's digests: of the facts just changed, and of the others as they were.
-    kept = [] if previous is None else _untouched_rows(previous, touched)
+    # Every source's digests: with no previous facts, those of the extraction; else of
+    # the facts just changed and of the others as they were (a ledger without a memo).
     entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
-    entries.update(digests_by_source([*rows.values(), *kept]))
+    if previous is None:
+        entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
+    else:
+        entries.update(digests_by_source([*rows.values(),
+                                          *_untouched_rows(previous, touched)]))
     for path in merge.deleted:
         entries.setdefault(path, None)
     parts = read_parts(facts_file)
@@ -643,7 +649,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
             entries[path] = {}
     placed = {fid: (c.tenant_id, c.entity_type, c.entity_id, c.namespace, c.key,
                     c.value_norm)
-              for _, _, found in merge.extracted for fid, c in found if fid in changed}
+              for _, _, found, _ in merge.extracted for fid, c in found if fid in changed}
     groups = {memo.group_of(key) for key in placed.values()}
     unplaced = changed - placed.keys()  # facts only a source's old digests name
     file = pq.ParquetFile(pa.BufferReader(ledger.data))
@@ -725,11 +731,11 @@ def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, s
     """The facts whose evidence from an extracted or deleted source changes, found by
     the sources' digests, and the extracted sources' new digests."""
     old: dict[str, dict[str, str]] = {}
-    for source, trigger, _ in merge.extracted:
+    for source, _, _, _ in merge.extracted:
         last = merge.latest.get(source.path)
         if last is None or last["source_deleted"]:
             old[source.path] = {}  # (a source created again starts with no facts)
-    wanted = [path for path in [*merge.deleted, *(s.path for s, _, _ in merge.extracted)]
+    wanted = [path for path in [*merge.deleted, *(item[0].path for item in merge.extracted)]
               if path not in old]
     for key, value in store.values([SOURCE + path for path in wanted]).items():
         digests = read_digests(value)
@@ -741,18 +747,22 @@ def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, s
     for path in merge.deleted:
         changed.update(old[path])
     entries: dict[str, dict[str, str]] = {}
-    for source, _, candidates in merge.extracted:
-        evidence: dict[str, list[Evidence]] = {}
-        for fid, candidate in candidates:
-            item = _evidence(candidate, source.path, "")
-            if item not in evidence.setdefault(fid, []):
-                evidence[fid].append(item)
-        new = {fid: evidence_digest(items) for fid, items in evidence.items()}
+    for source, _, _, new in merge.extracted:
         before = old[source.path]
         changed.update(fid for fid in before.keys() | new.keys()
                        if before.get(fid) != new.get(fid))
         entries[source.path] = new
     return changed, entries
+
+
+def _source_digests(candidates: list[tuple[str, Candidate]], path: str) -> dict[str, str]:
+    """A source's digest of the evidence it gives each fact (facts/memo.py)."""
+    evidence: dict[str, list[Evidence]] = {}
+    for fid, candidate in candidates:
+        item = _evidence(candidate, path, "")
+        if item not in evidence.setdefault(fid, []):
+            evidence[fid].append(item)
+    return {fid: evidence_digest(items) for fid, items in evidence.items()}
 
 
 def _runs(memo: LedgerMemo, groups: set[int]) -> list[tuple[int, int]]:

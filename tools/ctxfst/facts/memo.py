@@ -36,9 +36,12 @@ RECORD = "facts_file"
 SOURCE = "facts:"  # + a source's path: {fact id: evidence digest}
 
 
+_RUN_ID = Evidence._fields.index("run_id")
+
+
 def evidence_digest(evidence: Iterable[Evidence]) -> str:
     """What one source's evidence for one fact says, whatever run read it."""
-    items = sorted(repr(tuple(item._replace(run_id=""))) for item in evidence)
+    items = sorted(repr(item[:_RUN_ID] + item[_RUN_ID + 1:]) for item in evidence)
     return hashlib.blake2b("\n".join(items).encode("utf-8"), digest_size=8).hexdigest()
 
 
