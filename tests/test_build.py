@@ -277,13 +277,14 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
     # (the document with a content_path passage is always read again: another file)
     assert total - own - 8 <= compiled["chunks_copied"] < total - own
     config = find_project(root)
-    for number, damage in enumerate(("lengths", "sha256")):
+    damages = {"head": lambda layout: layout["head"] + 1,
+               "lengths": lambda layout: layout["lengths"][:-8],
+               "ids": lambda layout: layout["ids"].replace("\n", "\n\n", 1),
+               "sha256": lambda layout: "0" * 64}
+    for number, (damage, damaged) in enumerate(damages.items()):
         store = UnitStore(config.unit_store)
         record = store.value("compiled")
-        if damage == "lengths":
-            record["json"]["lengths"][0] += 1
-        else:
-            record["json"]["sha256"] = "0" * 64
+        record["json"][damage] = damaged(record["json"])
         store.put("compiled", record)
         store.save()
         store.close()

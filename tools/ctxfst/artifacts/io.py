@@ -15,6 +15,8 @@ from typing import Any
 
 
 _written: list[dict[str, dict[str, Any]]] = []  # open recording_writes() scopes
+# Every file this process wrote inside a scope: path -> (identity, sha256).
+_digests: dict[str, tuple[list[int], str]] = {}
 
 
 @contextlib.contextmanager
@@ -39,12 +41,12 @@ def file_identity(info: os.stat_result) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ino]
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, sha256: str | None = None) -> None:
     """Write data to path so that readers see the old file or the new one, never half.
 
     Temp file in the same directory, fsync, rename, fsync the directory. A new file gets
     the mode the umask gives (the kernel applies it: mkstemp's 0600 would not); a file
-    rewritten keeps its permissions.
+    rewritten keeps its permissions. sha256: data's, when the caller has it already.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -70,10 +72,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
     _sync_folder(path.parent)
     if _written:
-        entry = {"sha256": hashlib.sha256(data).hexdigest(),
+        entry = {"sha256": sha256 or hashlib.sha256(data).hexdigest(),
                  "identity": file_identity(os.stat(path))}
         for written in _written:
             written[str(path)] = entry
+        _digests[str(path)] = (entry["identity"], entry["sha256"])
+
+
+def digest_written(path, info: os.stat_result) -> str | None:
+    """The sha256 of a file this process wrote (in a recording_writes() scope), while it
+    keeps the identity it had then; else None."""
+    known = _digests.get(str(path))
+    return known[1] if known is not None and known[0] == file_identity(info) else None
 
 
 def link_atomic(source: Path, path: Path) -> None:

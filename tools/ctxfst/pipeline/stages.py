@@ -226,8 +226,10 @@ def stage_validate(config: Config) -> None:
     known = set(walked)
     stamped = walked + [path for path in (config.root / r for r in checked.passages)
                         if path not in known and path.is_file()]
+    # Compact, as every internal file: indenting forces JSON's slow pure-Python encoder.
     write_json(staged(config, "validation.json"),
-               {"toolchain": __version__, "inputs": _inputs(config, stamped, every_input=True)})
+               {"toolchain": __version__, "inputs": _inputs(config, stamped, every_input=True)},
+               compact=True)
     _record(config, "validate", started, files=files, warnings=warnings, **counts)
 
 
@@ -245,9 +247,12 @@ def stage_compile(config: Config) -> None:
         except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
             store.forget_rows()
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
-        write_atomic(staged(config, "chunks.json"), compiled.json)
-        write_json(staged(config, "catalog.json"), compiled.entity_rows)  # for profiles
-        write_atomic(staged(config, "chunks.parquet"), compiled.parquet)
+        # (their sha256s, which the record holds, are not computed again)
+        write_atomic(staged(config, "chunks.json"), compiled.json, compiled.json_sha256)
+        write_json(staged(config, "catalog.json"), compiled.entity_rows,  # for profiles
+                   compact=True)
+        write_atomic(staged(config, "chunks.parquet"), compiled.parquet,
+                     compiled.made_from["sha256"])
         compiled.record(store)  # what the staged chunks.parquet was made from
     except CompileError as error:
         _show(error.diagnostics, checked.files)

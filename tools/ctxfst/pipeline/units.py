@@ -15,12 +15,16 @@ a document with content_path passages (other files) is always checked again.
 
 from __future__ import annotations
 
+import array
+import base64
+import bisect
 import hashlib
 import json
 import os
 import sqlite3
 from json.encoder import encode_basestring
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable
 
@@ -447,6 +451,7 @@ class Compiled:
     recompiled: int
     made_from: dict[str, Any]
     copied: int = 0  # rows copied from the previous chunks.json
+    json_sha256: str = ""
 
     @property
     def entities(self) -> int:
@@ -512,10 +517,11 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     entities = entity_rows(checked.link.merged, declared_in)
     parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed)
     text = chunks_json(entities, rows.texts())
+    text_sha256 = hashlib.sha256(text).hexdigest()
     made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
-                 "layout": layout, "json": rows.layout(text)}
+                 "layout": layout, "json": rows.layout(text, text_sha256)}
     return Compiled(text, parquet, len(rows.ids), entities, len(fresh), made_from,
-                    rows.copied)
+                    rows.copied, text_sha256)
 
 
 def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: set[str],
@@ -545,89 +551,129 @@ def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: 
 
 class _ChunkRows:
     """Every chunk row in id order, as chunks.json writes it: the rows of the documents
-    read now, and the others' texts as they lie in the previous chunks.json."""
+    read now, and runs of the others' rows as they lie in the previous chunks.json
+    (copied as whole blocks of bytes, commas included)."""
 
     def __init__(self, read: dict[str, list[tuple[str, bytes]]],
                  before: tuple[bytes, dict] | None, keep: set[str]) -> None:
-        """read: rows by document; before: the previous chunks.json and its layout;
-        keep: the documents whose rows in it are kept."""
-        import bisect
-
+        """read: rows by document; before: the previous chunks.json and its layout
+        (_previous_json); keep: the documents whose rows in it are kept."""
         added = sorted((chunk_id, path, text) for path, rows in read.items()
                        for chunk_id, text in rows)
+        old_paths = before[1]["paths"] if before is not None else []
+        self.paths = sorted({path for _, path, _ in added} |
+                            {path for path in old_paths if path in keep})
+        number = {path: index for index, path in enumerate(self.paths)}
         self.ids: list[str] = []
-        self.paths: list[str] = []
-        self.pieces: list[bytes | memoryview] = []
+        self.docs: list[int] = []      # each row's document, an index into paths
+        self.lengths: list[int] = []
+        self.pieces: list[bytes | memoryview] = []  # joined by commas: the rows
+        self._segments: list[tuple[int, int, int]] = []  # (first row, old row, rows)
+        self._old: tuple[memoryview, list[int]] | None = None
+        self._read: dict[int, bytes] = {}  # new row -> its text, for the rows read now
         self.copied = 0
-        if before is None:
-            for chunk_id, path, text in added:
-                self._add(chunk_id, path, text)
-            return
-        data, old = before
-        body = memoryview(data)
-        at = old["head"]
-        places = []  # each old row's (start, end) in the previous file
-        for length in old["lengths"]:
-            places.append((at, at + length))
-            at += length + 1  # (and its comma)
-        old_ids, old_paths = old["ids"], old["paths"]
-        next_added = 0
-        for index, chunk_id in enumerate(old_ids):
-            # (ids are unique across documents: an added row never equals a kept one)
-            end = bisect.bisect_left(added, (chunk_id,), next_added)
-            for new_id, path, text in added[next_added:end]:
-                self._add(new_id, path, text)
-            next_added = end
-            path = old_paths[old["docs"][index]]
-            if path in keep:
-                start, stop = places[index]
-                self._add(chunk_id, path, body[start:stop])
-                self.copied += 1
-        for new_id, path, text in added[next_added:]:
-            self._add(new_id, path, text)
+        events: list[tuple[int, int, Any]] = []  # (old row, 0 add | 1 drop, added row)
+        if before is not None:
+            data, old = before
+            starts = [old["head"], *accumulate(length + 1 for length in old["lengths"])]
+            starts[1:] = [start + old["head"] for start in starts[1:]]
+            self._old = (memoryview(data), starts)
+            keeping = [path in keep for path in old_paths]
+            remap = [number.get(path, -1) for path in old_paths]
+            old_ids, old_docs = old["ids"], old["docs"]
+            events = [(row, 1, None) for row, doc in enumerate(old_docs) if not keeping[doc]]
+            events += [(bisect.bisect_left(old_ids, item[0]), 0, item) for item in added]
+        else:
+            events = [(0, 0, item) for item in added]
+        events.sort(key=lambda event: (event[0], event[1], event[2] and event[2][0]))
+        at = 0  # the next old row
+        for row, kind, item in [*events, (len(old_ids) if before else 0, 2, None)]:
+            if row > at:  # the old rows at..row, kept: one block
+                self._copy(at, row, old_ids, old_docs, remap, before[1]["lengths"])
+                at = row
+            if kind == 0:
+                chunk_id, path, text = item
+                self._read[len(self.ids)] = text
+                self.ids.append(chunk_id)
+                self.docs.append(number[path])
+                self.lengths.append(len(text))
+                self.pieces.append(text)
+            elif kind == 1:
+                at = row + 1
 
-    def _add(self, chunk_id: str, path: str, text: bytes | memoryview) -> None:
-        self.ids.append(chunk_id)
-        self.paths.append(path)
-        self.pieces.append(text)
+    def _copy(self, begin: int, end: int, ids: list[str], docs: list[int], remap: list[int],
+              lengths: list[int]) -> None:
+        body, starts = self._old
+        self._segments.append((len(self.ids), begin, end - begin))
+        self.ids.extend(ids[begin:end])
+        self.docs.extend(remap[doc] for doc in docs[begin:end])
+        self.lengths.extend(lengths[begin:end])
+        self.pieces.append(body[starts[begin]:starts[end] - 1])  # (less the last comma)
+        self.copied += end - begin
+
+    def path(self, index: int) -> str:
+        return self.paths[self.docs[index]]
 
     def texts(self) -> list[bytes | memoryview]:
         return self.pieces
 
     def row(self, index: int) -> dict[str, Any]:
-        return json.loads(bytes(self.pieces[index]))
+        """Row `index` of the new order, parsed from its text."""
+        if index in self._read:
+            return json.loads(self._read[index])
+        place = bisect.bisect_right(self._segments, (index, len(self._old[1]))) - 1
+        first, old_row, count = self._segments[place]
+        body, starts = self._old
+        row = old_row + index - first
+        return json.loads(bytes(body[starts[row]:starts[row + 1] - 1]))
 
-    def layout(self, text: bytes) -> dict[str, Any]:
-        """Where each row lies in chunks.json (`text`), for the next compile."""
-        paths = sorted(set(self.paths))
-        number = {path: index for index, path in enumerate(paths)}
-        body = sum(len(piece) for piece in self.pieces) + max(0, len(self.pieces) - 1)
-        return {"sha256": hashlib.sha256(text).hexdigest(),
-                "head": len(text) - body - len(_JSON_TAIL), "paths": paths,
-                "ids": self.ids, "docs": [number[path] for path in self.paths],
-                "lengths": [len(piece) for piece in self.pieces]}
+    def layout(self, text: bytes, sha256: str) -> dict[str, Any] | None:
+        """Where each row lies in chunks.json (`text`, of this sha256), for the next
+        compile; None when an id could not be kept in it (a newline)."""
+        if any("\n" in chunk_id for chunk_id in self.ids):
+            return None
+        body = sum(self.lengths) + max(0, len(self.lengths) - 1)
+        return {"sha256": sha256, "head": len(text) - body - len(_JSON_TAIL),
+                "paths": self.paths, "ids": "\n".join(self.ids),
+                "docs": _packed(self.docs), "lengths": _packed(self.lengths)}
+
+
+def _packed(numbers: list[int]) -> str:
+    """Non-negative numbers under 2**32 as base64 text (a list of 70,000 in JSON took
+    longer to write and read back)."""
+    return base64.b64encode(array.array("I", numbers).tobytes()).decode("ascii")
+
+
+def _unpacked(text: Any) -> list[int] | None:
+    numbers = array.array("I")
+    if numbers.itemsize != 4 or not isinstance(text, str):
+        return None
+    try:
+        numbers.frombytes(base64.b64decode(text, validate=True))
+    except ValueError:
+        return None
+    return numbers.tolist()
 
 
 _JSON_TAIL = b"]}\n"  # what chunks_json writes after the rows
 
 
 def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict] | None:
-    """The previous chunks.json's bytes and layout, when it is the file the last compile
-    recorded (by sha256) and the layout fits it; else None."""
+    """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked),
+    when it is the file the last compile recorded (by sha256) and the layout fits it;
+    else None."""
     old = made_from.get("json") if isinstance(made_from, dict) else None
     if path is None or not isinstance(old, dict) or not isinstance(
             made_from.get("documents"), dict):
         return None
-    try:
-        ids, docs, lengths, paths, head = (old[name] for name in ("ids", "docs", "lengths",
-                                                                   "paths", "head"))
-    except KeyError:
+    ids, paths, head = old.get("ids"), old.get("paths"), old.get("head")
+    docs, lengths = _unpacked(old.get("docs")), _unpacked(old.get("lengths"))
+    if not isinstance(ids, str) or docs is None or lengths is None:
         return None
-    if not (isinstance(ids, list) and isinstance(docs, list) and isinstance(lengths, list)
-            and isinstance(paths, list) and len(ids) == len(docs) == len(lengths)
-            and all(type(i) is str for i in ids) and all(type(p) is str for p in paths)
-            and all(type(d) is int and 0 <= d < len(paths) for d in docs)
-            and all(type(n) is int and n > 0 for n in lengths) and type(head) is int
+    ids = ids.split("\n") if ids else []
+    if not (isinstance(paths, list) and len(ids) == len(docs) == len(lengths)
+            and all(type(p) is str for p in paths) and type(head) is int
+            and (not docs or max(docs) < len(paths)) and (not lengths or min(lengths) > 0)
             and ids == sorted(ids)):
         return None
     from ..artifacts.io import read_regular
@@ -637,10 +683,10 @@ def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict] | No
     except OSError:
         return None
     rows = sum(lengths) + max(0, len(lengths) - 1)
-    if hashlib.sha256(data).hexdigest() != old.get("sha256") or \
-            head < 0 or head + rows + len(_JSON_TAIL) != len(data):
+    if head < 0 or head + rows + len(_JSON_TAIL) != len(data) or \
+            hashlib.sha256(data).hexdigest() != old.get("sha256"):
         return None
-    return data, old
+    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths}
 
 
 CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
@@ -673,7 +719,7 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     if base is not None:
         try:
             return splice_recorded(base, made_from.get("layout"), keys, starts,
-                                   lambda row: rows.paths[row] not in changed, encode)
+                                   lambda row: rows.path(row) not in changed, encode)
         except SpliceError:
             pass  # a layout that does not fit the file: every group is encoded
     data = encode(group_ranges(starts, len(keys)))
