@@ -738,3 +738,62 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
             (whole / "build/run_results.json").read_text())["stages"]}["facts"]
         assert copied["fact_groups_copied"] == 0, name  # read whole, written whole
         assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], name
+
+
+def _memo(root: Path, change) -> None:
+    """Change the facts memo in the project's unit store (a damaged or older one)."""
+    from ctxfst.pipeline.units import UnitStore
+
+    store = UnitStore(find_project(root).unit_store)
+    try:
+        change(store)
+        store.save()
+    finally:
+        store.close()
+
+
+def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str) -> None:
+    """Build root, and a copy of it whose memo is emptied (the ledger read whole): the
+    same facts artifacts, and every run recorded once."""
+    whole = tmp_path / f"whole-{name}"
+    shutil.copytree(root, whole, symlinks=True)
+    build(root, capsys)
+    build(whole, capsys)
+    for path in (FACTS, RUNS, DELTA):
+        assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
+    ids = [r["run_id"] for r in runs(root)]
+    assert len(ids) == len(set(ids)), name
+
+
+def test_a_memo_that_does_not_fit_is_not_trusted(tmp_path, capsys, monkeypatch):
+    """A memo of another encoding (an older pyarrow's files) is found out only after the
+    merge: the ledger is read whole then, and the runs are not recorded twice. A failed
+    source whose memo entry is damaged is not taken to support nothing."""
+    from ctxfst.facts.memo import RECORD, SOURCE
+
+    install_extractor(tmp_path, monkeypatch, "boom_memo_extractor", """
+        if "BOOM" in view.text:
+            raise RuntimeError("refusing this source")
+        return []
+    """)
+    root = project(tmp_path / "kb", '[facts]\nextractors = ["boom_memo_extractor:make"]\n')
+    write(root, "content/a.md", doc("note:a", "The xylo sits here.", entities=ENTITY_X))
+    write(root, "content/b.md", doc("note:b", "A Xylophone concert.", entities=ENTITY_X))
+    build(root, capsys)
+
+    def other_encoding(store):
+        record = store.value(RECORD)
+        store.put(RECORD, {**record, "encoding": "0" * 64})
+
+    _memo(root, other_encoding)
+    write(root, "content/b.md", doc("note:b", "A Xylophone concert, again.",
+                                    entities=ENTITY_X))
+    _same_as_a_whole_read(root, tmp_path, capsys, "encoding")
+
+    _memo(root, lambda store: store.put(SOURCE + "content/a.md", "damaged"))
+    write(root, "content/a.md", doc("note:a", "BOOM: the xylo.", entities=ENTITY_X))
+    _same_as_a_whole_read(root, tmp_path, capsys, "failed")
+    (root / "content/a.md").unlink()
+    _same_as_a_whole_read(root, tmp_path, capsys, "deleted")
+    assert not [r for r in facts(root) if r["is_active"] and any(
+        e["source_path"] == "content/a.md" for e in r["evidence"])]

@@ -129,6 +129,16 @@ def test_profiles_match_the_plain_computation(seed):
         reference_profiles(entities, rows), reference_dangling(entities, rows))
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_tag_order_without_packed_keys_is_the_same(seed, monkeypatch):
+    """Where (entity, tag, place) keys would not fit one int64 (millions of tags), they
+    are sorted as separate keys: the same profiles."""
+    monkeypatch.setattr(P, "_PACKED_LIMIT", 0)
+    entities, rows, group_rows = knowledge_base(seed)
+    assert P.build_profiles(entities, parquet(rows, group_rows)) == (
+        reference_profiles(entities, rows), reference_dangling(entities, rows))
+
+
 def test_contexts_far_down_the_ranking_are_found():
     """An entity whose top chunks have no context or content: its profile quotes chunks
     ranked past KEYWORD_CHUNKS, read from other row groups."""

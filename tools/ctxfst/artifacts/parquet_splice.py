@@ -10,9 +10,11 @@ table with the same row groups (a test checks it), so an incremental build and a
 one still agree.
 
 The previous files come from the build itself (a staged file checked by the digest
-recorded when it was written) or from the facts ledger, which pyarrow has read and the
-facts stage checked first; rows are copied only where their keys match what was read.
-Anything unexpected in a footer raises SpliceError, and the caller writes the file whole.
+recorded when it was written) or from the facts ledger (the file whose sha256 the facts
+memo records). Their groups are found by walking the footer, or from the record of the
+groups made when the file was written (file_record, group_record: each checked against
+the file's bytes); rows are copied only where their keys match the recorded ones.
+Anything unexpected raises SpliceError, and the caller writes the file whole.
 """
 
 from __future__ import annotations
@@ -369,6 +371,20 @@ def group_from_record(data: bytes, record: dict) -> Group:
     return Group(data, start, size, rows, entry, patches)
 
 
+def groups_from_records(data: bytes, records: list) -> list[Group]:
+    """The row groups group_record()s describe, which must lie one after the other from
+    the file's start, as pyarrow writes them (SpliceError otherwise)."""
+    if not isinstance(records, list):
+        raise SpliceError("row group records that are not a list")
+    groups = [group_from_record(data, record) for record in records]
+    at = len(MAGIC)
+    for group in groups:
+        if group.start != at:
+            raise SpliceError("row group records that do not follow one another")
+        at += group.size
+    return groups
+
+
 def encoding_of(footer: list[tuple[int, int, bytes]]) -> str:
     """A digest of the footer fields that say how its groups were encoded: groups are
     copied only into a file whose footer has the same."""
@@ -452,12 +468,14 @@ def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
     (neither is read again), and the record of the new file."""
     try:
         encoding = record["encoding"]
+        entries = record["groups"]
+        groups = groups_from_records(previous, [entry["part"] for entry in entries])
         old = {}
-        for entry in record["groups"]:
+        for entry, group in zip(entries, groups):
             first, digest = entry["first"], entry["digest"]
             if type(first) is not str or type(digest) is not str:
                 raise SpliceError("a row group record that is not one")
-            old[first] = (group_from_record(previous, entry["part"]), digest)
+            old[first] = (group, digest)
     except (KeyError, TypeError) as error:
         raise SpliceError(f"a file record that is not one ({error})") from None
     data, groups, encoding = _splice(old, encoding, keys, starts, unchanged, encode)

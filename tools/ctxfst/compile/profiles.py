@@ -47,6 +47,7 @@ def truncate_words(text: str, limit: int = EXCERPT_WORDS) -> str:
 # chunks.parquet columns read whole; _TEXT_COLUMNS are read only from the row groups
 # holding the chunks a profile quotes or takes keywords from.
 _MENTION_COLUMNS = ["chunk_id", "priority", "tags", "entities"]
+_PACKED_LIMIT = 2 ** 62  # keys packed into one int64 must stay below this
 _TEXT_COLUMNS = ["chunk_id", "context", "content"]
 
 
@@ -144,10 +145,15 @@ def _ordered_tags(column, ranked: np.ndarray, owners: np.ndarray,
     encoded = pc.dictionary_encode(pc.list_flatten(lists))
     codes = encoded.indices.to_numpy()[_runs(starts, lengths)]
     owners = np.repeat(owners, lengths)
-    # The first place of each (entity, tag): sort (pair, place) packed in one integer.
+    # The first place of each (entity, tag): sort (pair, place) packed in one integer,
+    # where it fits in 63 bits (else sorted as a pair of keys, slower).
     span = max(len(codes), 1)
-    pair, place = np.divmod(np.sort((owners * len(encoded.dictionary) + codes) * span
-                                    + np.arange(len(codes))), span)
+    pairs = owners * len(encoded.dictionary) + codes
+    if count * max(len(encoded.dictionary), 1) * span < _PACKED_LIMIT:
+        pair, place = np.divmod(np.sort(pairs * span + np.arange(len(codes))), span)
+    else:
+        place = np.lexsort((np.arange(len(codes)), pairs))
+        pair = pairs[place]
     first = place[_run_starts(pair)]
     first.sort()
     return _split(encoded.dictionary.take(codes[first]).to_pylist(),

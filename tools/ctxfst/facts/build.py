@@ -235,9 +235,13 @@ def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
         runs = pq.read_table(pa.BufferReader(runs_data))
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
         if ledger.memo is not None:
-            metadata = pq.ParquetFile(pa.BufferReader(ledger.data)).schema_arrow.metadata
+            file = pq.ParquetFile(pa.BufferReader(ledger.data))
+            metadata = file.schema_arrow.metadata
             ledger.seq = int((metadata or {}).get(b"ctxfst.build_seq", b"0"))
             problem = None  # the very files this toolchain wrote and checked
+            if (file.metadata.num_row_groups, file.metadata.num_rows) != (
+                    len(ledger.memo.keys), sum(k.rows for k in ledger.memo.keys)):
+                return _read_ledger(directory)  # a memo of other groups: read it whole
         else:
             table = pq.read_table(pa.BufferReader(ledger.data))
             ledger.seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
@@ -477,9 +481,11 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     merge = Merge(latest, deleted, extracted, seq, version, new_runs)
     written = None
     if ledger.memo is not None and store is not None:
+        recorded = len(new_runs)
         try:
             written = _merge_by_group(ledger, merge, store, failed)
         except _MemoDoesNotFit:
+            del new_runs[recorded:]  # (the merge recorded its runs: made again below)
             ledger = _read_ledger(ledger_dir)  # read whole, as for a stranger's ledger
     if written is None:
         written = _merge_whole(ledger, merge, present)
@@ -498,7 +504,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         "snapshot": snapshot,
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
     facts_sha = hashlib.sha256(written.facts_file).hexdigest()
-    if store is not None:
+    if store is not None and written.memo is None:
+        store.remove(RECORD)  # (a file the footer walker refused: read whole next time)
+    elif store is not None:
         written.memo.facts_sha = facts_sha
         written.memo.runs_sha = hashlib.sha256(runs_file).hexdigest()
         store.put(RECORD, written.memo.as_data())
@@ -508,7 +516,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             else:
                 store.put(SOURCE + path, entry)
     rows, active = written.size
-    counts.update(fact_groups=len(written.memo.keys), fact_groups_copied=written.copied)
+    counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
+                  fact_groups_copied=written.copied)
     return Outcome(seq, True, _final_counts(counts, rows, active, seq, delta), facts_sha)
 
 
@@ -566,7 +575,7 @@ class Merge:
 class _Written:
     facts_file: bytes
     delta: dict[str, list[dict]]
-    memo: LedgerMemo                       # of the new file (its sha256s filled in later)
+    memo: LedgerMemo | None                # of the new file (its sha256s filled in later)
     entries: dict[str, dict[str, str] | None]  # sources' new digests; None: forget it
     size: tuple[int, int]                  # rows, active rows
     copied: int = 0                        # row groups copied from the previous file
@@ -615,9 +624,12 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
                                           *_untouched_rows(previous, touched)]))
     for path in merge.deleted:
         entries.setdefault(path, None)
-    parts = read_parts(facts_file)
-    memo = LedgerMemo("", "", FACT_GROUP_ROWS, encoding_of(parts.footer),
-                      group_keys(table, starts), parts.groups)
+    try:
+        parts = read_parts(facts_file)
+        memo = LedgerMemo("", "", FACT_GROUP_ROWS, encoding_of(parts.footer),
+                          group_keys(table, starts), parts.groups)
+    except SpliceError:  # a footer this module cannot splice (another pyarrow): no memo
+        memo = None
     return _Written(facts_file, delta, memo, entries, _table_size(table))
 
 
@@ -644,9 +656,12 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     if not memo.keys:
         raise _MemoDoesNotFit  # nothing to splice into
     changed, entries = _changed_facts(merge, store)
-    for path in failed:  # a source that never completed supports no fact yet
+    for path in failed:
         if read_digests(store.value(SOURCE + path)) is None:
-            entries[path] = {}
+            last = merge.latest.get(path)
+            if last is not None and not last["source_deleted"]:
+                raise _MemoDoesNotFit  # it may support facts the memo should know of
+            entries[path] = {}  # a new source that failed supports no fact yet
     placed = {fid: (c.tenant_id, c.entity_type, c.entity_id, c.namespace, c.key,
                     c.value_norm)
               for _, _, found, _ in merge.extracted for fid, c in found if fid in changed}
@@ -667,14 +682,16 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
             facts_schema())
     else:
         region = None
-    # (the memo's first rows must be the file's: it places rows by them)
+    # Each run's first row in the region; the memo's first rows must be the file's (it
+    # places rows by them).
+    first_rows = memo.starts
     offsets, at = [], 0
     for begin, end in runs:
         offsets.append(at)
         at += sum(memo.keys[group].rows for group in range(begin, end))
     if region is not None and (region.num_rows != at or any(
-            region.column("fact_id")[offset + sum(k.rows for k in memo.keys[begin:group])]
-            .as_py() != memo.keys[group].fact_id
+            region.column("fact_id")[offset + first_rows[group] - first_rows[begin]].as_py()
+            != memo.keys[group].fact_id
             for (begin, end), offset in zip(runs, offsets) for group in range(begin, end))):
         raise _MemoDoesNotFit
     touched: list[int] = []
@@ -786,7 +803,6 @@ def _runs(memo: LedgerMemo, groups: set[int]) -> list[tuple[int, int]]:
     return runs
 
 
-# The artifact's row order (fact_sort_key), as column names.
 class _RowKeys:
     """The sort keys of a sorted table's rows, as a sequence bisect can search (one
     row's keys become Python values only when the search looks at it)."""

@@ -28,8 +28,8 @@ from functools import cached_property
 from typing import Any, Iterable
 
 from ..artifacts.io import is_sha256
-from ..artifacts.parquet_splice import (Group, SpliceError, group_from_record, group_ranges,
-                                        group_record)
+from ..artifacts.parquet_splice import (Group, SpliceError, group_ranges, group_record,
+                                        groups_from_records)
 from .model import SORT_COLUMNS, Evidence
 
 RECORD = "facts_file"
@@ -109,19 +109,17 @@ class LedgerMemo:
                 or not is_sha256(value.get("encoding")):
             return None
         try:
-            keys, groups = [], []
-            for entry in value["groups"]:
+            keys = []
+            groups = groups_from_records(facts, [entry["part"] for entry in value["groups"]])
+            for entry, group in zip(value["groups"], groups):
                 first, fact_id, rows, active = (entry[n] for n in ("first", "id", "rows",
                                                                    "active"))
                 if not (isinstance(first, list) and len(first) == len(SORT_COLUMNS) and
                         all(type(part) is str for part in first) and type(fact_id) is str
-                        and type(rows) is int and type(active) is int and 0 <= active <= rows):
-                    return None
-                group = group_from_record(facts, entry["part"])
-                if group.rows != rows:
+                        and type(rows) is int and type(active) is int and 0 <= active <= rows
+                        and group.rows == rows):
                     return None
                 keys.append(GroupKeys(tuple(first), fact_id, rows, active))
-                groups.append(group)
         except (KeyError, TypeError, SpliceError):
             return None
         if [k.first for k in keys] != sorted(k.first for k in keys):

@@ -116,9 +116,10 @@ class IdentityChecker(FileChangedChecker):
         # identity (git's "racily clean" entries): its hash is marked, so the next run
         # compares its content even when its identity is unchanged.
         racy = time.time_ns() - max(info.st_mtime_ns, identity[3]) < RACY_NS
-        # A file a stage of this process wrote has its sha256 already (the staged
-        # artifacts: 150 MB to hash again at 10,000 documents).
-        written = digest_written(dep, info)
+        # A staged file a stage of this process wrote has its sha256 already (150 MB to
+        # hash again at 10,000 documents); staged files are only ever replaced, never
+        # edited in place (see _identity).
+        written = digest_written(dep, info) if _STAGED in str(dep) else None
         content = _SHA256 + written if written else get_file_md5(dep)
         return [*identity, (_RACY if racy else "") + content]
 

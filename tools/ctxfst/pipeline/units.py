@@ -495,15 +495,18 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
             for unit in checked.units}
     documents = {unit.path: [keys[unit.path], unit.relative] for unit in checked.units}
     made_from = store.value("compiled")
-    before = _previous_json(made_from, previous_json)
-    if before is not None:
+    previous = made_from.get("documents") if isinstance(made_from, dict) else None
+    if isinstance(previous, dict):
         # A document's rows are unchanged when its entry is (same rows key, not volatile).
         changed = {unit.path for unit in checked.units if unit.volatile
-                   or made_from["documents"].get(unit.path) != documents[unit.path]}
+                   or previous.get(unit.path) != documents[unit.path]}
     else:
         changed = set(documents)
+    before = _previous_json(made_from, previous_json)
     errors: list[Diagnostic] = []
-    kept, fresh = _unit_rows(checked, store, keys, changed, errors)
+    # (without the previous chunks.json, it is joined from every document's rows)
+    kept, fresh = _unit_rows(checked, store, keys,
+                             changed if before is not None else set(documents), errors)
     if errors:
         raise CompileError(errors)
     wanted = {keys[u.path] for u in checked.units if not u.volatile}
@@ -604,6 +607,12 @@ class _ChunkRows:
     def _copy(self, begin: int, end: int, ids: list[str], docs: list[int], remap: list[int],
               lengths: list[int]) -> None:
         body, starts = self._old
+        # (the layout must fit the block: its first row's start, and a comma or the
+        # rows' end after it; the stage compiles every row again otherwise)
+        if not (bytes(body[starts[begin]:starts[begin] + len(_row_start(ids[begin]))])
+                == _row_start(ids[begin]) and body[starts[end] - 1:starts[end]] in
+                (b",", _JSON_TAIL[:1])):
+            raise ValueError("a chunks.json layout that does not fit the file")
         self._segments.append((len(self.ids), begin, end - begin))
         self.ids.extend(ids[begin:end])
         self.docs.extend(remap[doc] for doc in docs[begin:end])
@@ -723,7 +732,10 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
         except SpliceError:
             pass  # a layout that does not fit the file: every group is encoded
     data = encode(group_ranges(starts, len(keys)))
-    return data, record_of(data, keys, starts)
+    try:
+        return data, record_of(data, keys, starts)
+    except SpliceError:  # a footer this module cannot splice (another pyarrow): no layout
+        return data, None
 
 
 def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
