@@ -701,6 +701,35 @@ def test_a_ledger_out_of_order_is_refused_not_merged(tmp_path, capsys):
     assert "unreadable facts ledger" in said and "out of their order" in said, said
 
 
+def _memo(root: Path, change) -> None:
+    """Change the facts memo in the project's unit store (a damaged or older one)."""
+    from ctxfst.pipeline.units import UnitStore
+
+    store = UnitStore(find_project(root).unit_store)
+    try:
+        change(store)
+        store.save()
+    finally:
+        store.close()
+
+
+def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str
+                          ) -> tuple[dict, dict]:
+    """Build root, and a copy of it whose memo is emptied (the ledger read whole): the
+    same facts artifacts, and every run recorded once. The two facts stage results."""
+    whole = tmp_path / f"whole-{name}"
+    shutil.copytree(root, whole, symlinks=True)
+    build(root, capsys)
+    build(whole, capsys)
+    for path in (FACTS, RUNS, DELTA):
+        assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
+    ids = [r["run_id"] for r in runs(root)]
+    assert len(ids) == len(set(ids)), name
+    return tuple({s["stage"]: s for s in json.loads(
+        (kb / "build/run_results.json").read_text())["stages"]}["facts"]
+        for kb in (root, whole))
+
+
 def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
         tmp_path, capsys, monkeypatch):
     """With the memo of the ledger it wrote, the facts stage reads and encodes only the
@@ -723,46 +752,12 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
         ("delete", lambda: (root / "content/extra/new.md").unlink()),
         ("restore", lambda: target.write_text(original)),
     ]
-    for number, (name, change) in enumerate(steps):
+    for name, change in steps:
         change()
-        whole = tmp_path / f"whole-{number}"
-        shutil.copytree(root, whole, symlinks=True)
-        build(root, capsys)
-        build(whole, capsys)
-        for path in (FACTS, RUNS, DELTA):
-            assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
+        stage, whole = _same_as_a_whole_read(root, tmp_path, capsys, name)
         facts(root)  # and the spliced file is the bytes of writing its rows at once
-        stage = {s["stage"]: s for s in json.loads(
-            (root / "build/run_results.json").read_text())["stages"]}["facts"]
-        copied = {s["stage"]: s for s in json.loads(
-            (whole / "build/run_results.json").read_text())["stages"]}["facts"]
-        assert copied["fact_groups_copied"] == 0, name  # read whole, written whole
+        assert whole["fact_groups_copied"] == 0, name  # read whole, written whole
         assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], name
-
-
-def _memo(root: Path, change) -> None:
-    """Change the facts memo in the project's unit store (a damaged or older one)."""
-    from ctxfst.pipeline.units import UnitStore
-
-    store = UnitStore(find_project(root).unit_store)
-    try:
-        change(store)
-        store.save()
-    finally:
-        store.close()
-
-
-def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str) -> None:
-    """Build root, and a copy of it whose memo is emptied (the ledger read whole): the
-    same facts artifacts, and every run recorded once."""
-    whole = tmp_path / f"whole-{name}"
-    shutil.copytree(root, whole, symlinks=True)
-    build(root, capsys)
-    build(whole, capsys)
-    for path in (FACTS, RUNS, DELTA):
-        assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
-    ids = [r["run_id"] for r in runs(root)]
-    assert len(ids) == len(set(ids)), name
 
 
 def test_a_memo_that_does_not_fit_is_not_trusted(tmp_path, capsys, monkeypatch):
