@@ -32,7 +32,7 @@ from ..parallel import forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
-from ..artifacts.io import parquet_bytes
+from ..artifacts.io import json_bytes, parquet_bytes, write_atomic
 from ..artifacts.parquet_splice import (SpliceError, content_group_starts, encoding_of,
                                         read_parts, replace_runs, starts_group)
 from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
@@ -401,8 +401,6 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     (facts/memo.py), only the row groups that hold them are read and encoded again, and
     the others copied; without it, the ledger is read whole and written whole.
     """
-    from ..artifacts.io import json_bytes, write_atomic
-
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
     sources = collect_sources(root, kb, settings, checked)
@@ -613,7 +611,7 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
     delta, rows = merge.apply(facts)
     changed = rows_table(list(rows.values()), merge.seq, merge.version)
     table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
-    facts_file, starts = facts_bytes(table, with_starts=True)
+    facts_file, starts = _facts_file(table)
     # Every source's digests: with no previous facts, those of the extraction; else of
     # the facts just changed and of the others as they were (a ledger without a memo).
     entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
@@ -684,12 +682,10 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         region = None
     # Each run's first row in the region; the memo's first rows must be the file's (it
     # places rows by them).
-    first_rows = memo.starts
-    offsets, at = [], 0
-    for begin, end in runs:
-        offsets.append(at)
-        at += sum(memo.keys[group].rows for group in range(begin, end))
-    if region is not None and (region.num_rows != at or any(
+    first_rows = [*memo.starts, sum(k.rows for k in memo.keys)]
+    sizes = [first_rows[end] - first_rows[begin] for begin, end in runs]
+    offsets = [sum(sizes[:index]) for index in range(len(runs))]
+    if region is not None and (region.num_rows != sum(sizes) or any(
             region.column("fact_id")[offset + first_rows[group] - first_rows[begin]].as_py()
             != memo.keys[group].fact_id
             for (begin, end), offset in zip(runs, offsets) for group in range(begin, end))):
@@ -710,8 +706,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         group = memo.group_of(tuple(row[name] for name in SORT_COLUMNS))
         by_run[bisect.bisect_right(begins, group) - 1].append(row)
     merged, starts, keys = [], [], []
-    for (begin, end), offset, run_rows in zip(runs, offsets, by_run):
-        size = sum(k.rows for k in memo.keys[begin:end])
+    for offset, size, run_rows in zip(offsets, sizes, by_run):
         in_run = [row - offset for row in touched if offset <= row < offset + size]
         table = merge_sorted(region.slice(offset, size), in_run,
                              rows_table(run_rows, merge.seq, merge.version))
@@ -862,14 +857,16 @@ def merge_sorted(previous, touched: list[int], changed):
 FACT_GROUP_ROWS = 2048  # rows of semantic_facts.parquet per row group, about
 
 
-def facts_bytes(table, with_starts: bool = False):
+def facts_bytes(table) -> bytes:
     """semantic_facts.parquet in row groups cut by fact id (content_group_starts), so an
-    edit re-encodes only the groups of the facts it changes (_merge_by_group); with
-    with_starts, also the groups' first rows."""
-    keys = table.column("fact_id").to_pylist()
-    starts = content_group_starts(keys, FACT_GROUP_ROWS)
-    data = parquet_bytes(table.combine_chunks(), group_starts=starts)
-    return (data, starts) if with_starts else data
+    edit re-encodes only the groups of the facts it changes (_merge_by_group)."""
+    return _facts_file(table)[0]
+
+
+def _facts_file(table) -> tuple[bytes, list[int]]:
+    """facts_bytes(), and the row groups' first rows."""
+    starts = content_group_starts(table.column("fact_id").to_pylist(), FACT_GROUP_ROWS)
+    return parquet_bytes(table.combine_chunks(), group_starts=starts), starts
 
 
 def _sorted_merge(previous, touched: list[int], changed):

@@ -18,6 +18,7 @@ from typing import Any
 
 from doit.dependency import FileChangedChecker, get_file_md5
 
+from ..artifacts.io import digest_written, sha256_file
 from ..artifacts.layout import STAGING
 
 MAX_ROW_BYTES = 256 * 1024 * 1024  # a 1,000,000-file knowledge base needs about 200 MB
@@ -104,7 +105,6 @@ class IdentityChecker(FileChangedChecker):
         return content != _content_hash(file_path, content.startswith(_SHA256))
 
     def get_state(self, dep, current_state):
-        from ..artifacts.io import digest_written
         from ..files import RACY_NS
 
         info = os.stat(dep)
@@ -131,8 +131,6 @@ def _content_hash(path, sha256: bool) -> str:
     """A file's content hash as a state holds it: sha256 (marked) or doit's md5."""
     if not sha256:
         return get_file_md5(path)
-    from ..artifacts.io import sha256_file
-
     return _SHA256 + sha256_file(path)
 
 

@@ -641,8 +641,8 @@ class _ChunkRows:
         compile; None when an id could not be kept in it (a newline)."""
         if any("\n" in chunk_id for chunk_id in self.ids):
             return None
-        body = sum(self.lengths) + max(0, len(self.lengths) - 1)
-        return {"sha256": sha256, "head": len(text) - body - len(_JSON_TAIL),
+        return {"sha256": sha256,
+                "head": len(text) - _body_size(self.lengths) - len(_JSON_TAIL),
                 "paths": self.paths, "ids": "\n".join(self.ids),
                 "docs": _packed(self.docs), "lengths": _packed(self.lengths)}
 
@@ -667,6 +667,11 @@ def _unpacked(text: Any) -> list[int] | None:
 _JSON_TAIL = b"]}\n"  # what chunks_json writes after the rows
 
 
+def _body_size(lengths: list[int]) -> int:
+    """The bytes of rows of these lengths, joined by commas."""
+    return sum(lengths) + max(0, len(lengths) - 1)
+
+
 def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict] | None:
     """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked),
     when it is the file the last compile recorded (by sha256) and the layout fits it;
@@ -685,15 +690,8 @@ def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict] | No
             and (not docs or max(docs) < len(paths)) and (not lengths or min(lengths) > 0)
             and ids == sorted(ids)):
         return None
-    from ..artifacts.io import read_regular
-
-    try:
-        data = read_regular(path, follow_links=False)[0]
-    except OSError:
-        return None
-    rows = sum(lengths) + max(0, len(lengths) - 1)
-    if head < 0 or head + rows + len(_JSON_TAIL) != len(data) or \
-            hashlib.sha256(data).hexdigest() != old.get("sha256"):
+    data = _recorded_file(path, old.get("sha256"))
+    if data is None or head < 0 or head + _body_size(lengths) + len(_JSON_TAIL) != len(data):
         return None
     return data, {**old, "ids": ids, "docs": docs, "lengths": lengths}
 
@@ -741,15 +739,21 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
 def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
     """The previous staged chunks.parquet's bytes, when it is the file the last compile
     recorded (by sha256); else None."""
-    if not (isinstance(made_from, dict) and isinstance(made_from.get("sha256"), str)
-            and isinstance(made_from.get("documents"), dict)
+    if not (isinstance(made_from, dict) and isinstance(made_from.get("documents"), dict)
             and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
                     for v in made_from["documents"].values())):
         return None
+    return _recorded_file(path, made_from.get("sha256"))
+
+
+def _recorded_file(path: Path, sha256: Any) -> bytes | None:
+    """The bytes of a staged file when their sha256 is the one recorded; else None."""
     from ..artifacts.io import read_regular
 
+    if not isinstance(sha256, str):
+        return None
     try:
         data = read_regular(path, follow_links=False)[0]
     except OSError:
         return None
-    return data if hashlib.sha256(data).hexdigest() == made_from["sha256"] else None
+    return data if hashlib.sha256(data).hexdigest() == sha256 else None
