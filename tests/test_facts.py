@@ -653,6 +653,51 @@ def test_changed_facts_are_spliced_into_the_previous_order():
         assert [tuple(r.values()) for r in merged.to_pylist()] == expected, case
 
 
+def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
+    """A first build merges its candidates as Arrow columns (facts/columns.py); for any
+    mix of sources, repeats, ties and dates, the file and each run's count of facts are
+    those the merge of Fact objects (Merge.apply over no facts) gives."""
+    import random
+
+    from ctxfst.facts.build import Merge, Source, _run_id
+    from ctxfst.facts.columns import candidate_batch, fresh_facts, read_batches
+    from ctxfst.facts.model import Candidate, Evidence, rows_table
+
+    rng = random.Random(11)
+    words = ["a", "B", "é", "中文", "zz", "a b"]
+    for case in range(60):
+        sources = []
+        for number in range(rng.randint(0, 6)):
+            path = f"content/{rng.choice('xyz')}{number}.md"
+            found = []
+            for _ in range(rng.choice([0, 3, 40])):
+                excerpt = rng.choice(words)
+                evidence = Evidence(rng.choice(["chunk", "document"]), rng.choice(words),
+                                    rng.choice([path, "content/p.md"]), rng.randint(0, 3),
+                                    rng.randint(3, 6), excerpt, rng.choice(["r1", "r2"]),
+                                    "1", rng.choice([1.0, 0.9, 0.6]),
+                                    rng.choice([None, "", "2024-01-02", "2025-03-04"]))
+                candidate = Candidate("t", rng.choice(["chunk", "entity"]), rng.choice(words),
+                                      "ns", rng.choice(["k", "j"]), excerpt,
+                                      rng.choice(words), rng.choice(["text", "keyword"]),
+                                      evidence)
+                found.append((candidate.fact_id, candidate))
+                if rng.random() < 0.2:
+                    found.append(found[rng.randrange(len(found))])  # a span given twice
+            sources.append((Source(path, "document", Path(path), lambda: None, "t", []),
+                            found))
+        seq, version = rng.randint(1, 3), "v"
+        merge = Merge({}, [], [(s, "create", found, {}) for s, found in sources], seq,
+                      version, [])
+        _, rows = merge.apply({})
+        expected = facts_bytes(rows_table(list(rows.values()), seq, version))
+        stream, supported = candidate_batch([(s.path, _run_id(seq, s.path), found)
+                                             for s, found in sources])
+        made = fresh_facts(read_batches([stream]), seq, version)
+        assert facts_bytes(made) == expected, case
+        assert supported == [run["facts_written"] for run in merge.new_runs], case
+
+
 def test_facts_extracted_in_workers_equal_a_serial_extraction(tmp_path, capsys, monkeypatch):
     """A first build extracts its sources in forked workers; the facts artifacts are the
     bytes a one-process extraction gives."""

@@ -53,13 +53,25 @@ class HashEmbedder:
         self.model_id = f"hash-{dim}"
 
     def encode(self, texts: list[str], batch_size: int = 0, progress: bool = False) -> np.ndarray:
-        matrix = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # Each distinct token is hashed once (a KB repeats its words millions of times),
+        # and the counts are made in one bincount: the same vectors as token by token.
+        signed: dict[str, int] = {}  # token -> bucket * 2 + (1 if it adds, 0 if it subtracts)
+        rows: list[int] = []
+        codes: list[int] = []
         for row, text in enumerate(texts):
-            for token in tokens(text) or [""]:
-                digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
-                value = int.from_bytes(digest, "little")
-                matrix[row, value % self.dim] += 1.0 if value >> 63 else -1.0
-        return _normalise(matrix)
+            found = tokens(text) or [""]
+            for token in found:
+                if token not in signed:
+                    value = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8)
+                                           .digest(), "little")
+                    signed[token] = (value % self.dim) * 2 + (value >> 63)
+            codes.extend(map(signed.__getitem__, found))
+            rows.extend([row] * len(found))
+        code = np.asarray(codes, dtype=np.int64)
+        cells = np.asarray(rows, dtype=np.int64) * self.dim + (code >> 1)
+        counts = np.bincount(cells, weights=(code & 1) * 2.0 - 1.0,
+                             minlength=len(texts) * self.dim)
+        return _normalise(counts.reshape(len(texts), self.dim))
 
     def readable_fraction(self, text: str) -> float:
         return 1.0

@@ -23,8 +23,11 @@ def normalize(text: str) -> str:
 
 def tokens(text: str) -> list[str]:
     """Words for Latin-script text, character bigrams for CJK runs (no segmenter needed)."""
+    folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+    if folded.isascii():  # no CJK run: words only
+        return [t for t in _TOKEN.findall(folded) if len(t) > 1 and t not in _STOPWORDS]
     found: list[str] = []
-    for token in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()):
+    for token in _TOKEN.findall(folded):
         if token[0] > "\u2fff":  # the regex only yields CJK runs above U+3000
             if len(token) == 1:
                 found.append(token)

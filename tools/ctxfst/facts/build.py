@@ -28,20 +28,22 @@ from ..document.ids import DEFAULT_TENANT
 from ..document.rules import passage_file
 from ..artifacts.io import read_regular
 from ..files import project_relative
-from ..parallel import forked_map
+from ..parallel import PARALLEL_THRESHOLD, forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
 from ..artifacts.io import json_bytes, parquet_bytes, write_atomic
 from ..artifacts.parquet_splice import (SpliceError, content_group_starts, encoding_of,
                                         read_parts, replace_runs, starts_group)
+from .columns import candidate_batch, fresh_facts, read_batches
 from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
                    group_keys, read_digests)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, SORT_COLUMNS,
                     Candidate, Evidence, Fact, fact_sort_key, facts_schema, facts_table,
-                    rows_table, runs_schema, runs_table)
+                    rows_table, runs_schema, runs_table, table_metadata)
 
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
+_BATCH = 32  # sources per task of a first build's extraction (one Arrow stream each)
 _ASCENDING = [(name, "ascending") for name in SORT_COLUMNS]  # Arrow's sort of the rows
 
 
@@ -461,10 +463,32 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         except (ExtractionError, OSError) as error:
             return "failed", str(error)
 
+    def extract_batch(batch: list[tuple[Source, str]]) -> tuple[list[tuple[str, Any]], bytes]:
+        """A first build's extraction: the candidates as columns (facts/columns.py), each
+        source's outcome with the facts it supports and its digests in place of them."""
+        outcomes = [extract_one(item) for item in batch]
+        ok = [(source.path, _run_id(seq, source.path), result[0])
+              for (source, _), (status, result) in zip(batch, outcomes) if status == "ok"]
+        stream, supported = candidate_batch(ok)
+        counts = iter(supported)
+        return [(status, (next(counts), result[1]) if status == "ok" else result)
+                for status, result in outcomes], stream
+
     # Sources are extracted independently: in forked workers when there are many (a
     # first build), which inherit the typed records and catalogs.
+    fresh = not ledger.data  # no facts yet: every candidate is new (facts/columns.py)
+    streams: list[bytes] = []
+    if fresh:
+        batches = [work[i:i + _BATCH] for i in range(0, len(work), _BATCH)]
+        outcomes = []
+        for batch_outcomes, stream in forked_map(
+                extract_batch, batches, threshold=max(1, PARALLEL_THRESHOLD // _BATCH)):
+            outcomes.extend(batch_outcomes)
+            streams.append(stream)
+    else:
+        outcomes = forked_map(extract_one, work)
     failed: list[str] = []
-    for (source, trigger), (status, result) in zip(work, forked_map(extract_one, work)):
+    for (source, trigger), (status, result) in zip(work, outcomes):
         if status == "changed":  # its fingerprint would describe bytes never validated
             raise SourceChanged(result)
         if status == "ok":
@@ -478,7 +502,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     counts["extracted"] = len(extracted)
     merge = Merge(latest, deleted, extracted, seq, version, new_runs)
     written = None
-    if ledger.memo is not None and store is not None:
+    if fresh:
+        written = _merge_fresh(merge, streams, present)
+    elif ledger.memo is not None and store is not None:
         recorded = len(new_runs)
         try:
             written = _merge_by_group(ledger, merge, store, failed)
@@ -498,8 +524,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         "schema_version": FACTS_SCHEMA_VERSION, "build_seq": seq,
         "base_build_seq": prior_seq, "extract_version": version,
         "runs": sorted(r["run_id"] for r in new_runs),
-        "counts": {name: len(rows) for name, rows in delta.items()},
-        "snapshot": snapshot,
+        "counts": written.changes, "snapshot": snapshot,
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
     facts_sha = hashlib.sha256(written.facts_file).hexdigest()
     if store is not None and written.memo is None:
@@ -516,7 +541,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     rows, active = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
                   fact_groups_copied=written.copied)
-    return Outcome(seq, True, _final_counts(counts, rows, active, seq, delta), facts_sha)
+    return Outcome(seq, True, _final_counts(counts, rows, active, seq, written.changes),
+                   facts_sha)
 
 
 @dataclass
@@ -565,18 +591,33 @@ class Merge:
                                           self.version))
         return _settle(facts, before, lost, self.seq)
 
+    def record_runs(self) -> None:
+        """The runs of a first build's sources, whose candidates were merged as columns
+        (each extracted item holds the number of facts it supports, not candidates)."""
+        for source, trigger, supported, _ in self.extracted:
+            self.new_runs.append(_run_row(_run_id(self.seq, source.path), self.seq,
+                                          source.tenant, source.kind, source.entity_id,
+                                          source.path, trigger, "completed",
+                                          source.fingerprint, False, supported, None,
+                                          self.version))
+
     def metadata(self):
-        return facts_table([], self.seq, self.version).schema.metadata
+        return table_metadata(self.seq, self.version)
 
 
 @dataclass
 class _Written:
     facts_file: bytes
-    delta: dict[str, list[dict]]
+    delta: dict[str, list[dict]]           # the changed rows (none listed in a snapshot)
     memo: LedgerMemo | None                # of the new file (its sha256s filled in later)
     entries: dict[str, dict[str, str] | None]  # sources' new digests; None: forget it
     size: tuple[int, int]                  # rows, active rows
     copied: int = 0                        # row groups copied from the previous file
+    changes: dict[str, int] = field(default_factory=dict)  # facts added, updated, ...
+
+    def __post_init__(self) -> None:
+        if not self.changes:
+            self.changes = {name: len(rows) for name, rows in self.delta.items()}
 
 
 class _MemoDoesNotFit(Exception):
@@ -597,6 +638,29 @@ def _table_size(table) -> tuple[int, int]:
     if table is None or table.num_rows == 0:
         return 0, 0
     return table.num_rows, pc.sum(table.column("is_active")).as_py() or 0
+
+
+def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Written:
+    """A first build's merge: every candidate is new, so the facts are made as columns
+    from the workers' streams (facts/columns.py), with no Python object per fact."""
+    merge.record_runs()
+    table = fresh_facts(read_batches(streams), merge.seq, merge.version)
+    facts_file, starts = _facts_file(table)
+    entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
+    entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
+    return _Written(facts_file, {"added": [], "updated": [], "invalidated": []},
+                    _memo_of(facts_file, table, starts), entries, _table_size(table),
+                    changes={"added": table.num_rows, "updated": 0, "invalidated": 0})
+
+
+def _memo_of(facts_file: bytes, table, starts: list[int]) -> LedgerMemo | None:
+    """The memo of a semantic_facts.parquet just made (its sha256s filled in later)."""
+    try:
+        parts = read_parts(facts_file)
+        return LedgerMemo("", "", FACT_GROUP_ROWS, encoding_of(parts.footer),
+                          group_keys(table, starts), parts.groups)
+    except SpliceError:  # a footer this module cannot splice (another pyarrow): no memo
+        return None
 
 
 def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
@@ -622,13 +686,8 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
                                           *_untouched_rows(previous, touched)]))
     for path in merge.deleted:
         entries.setdefault(path, None)
-    try:
-        parts = read_parts(facts_file)
-        memo = LedgerMemo("", "", FACT_GROUP_ROWS, encoding_of(parts.footer),
-                          group_keys(table, starts), parts.groups)
-    except SpliceError:  # a footer this module cannot splice (another pyarrow): no memo
-        memo = None
-    return _Written(facts_file, delta, memo, entries, _table_size(table))
+    return _Written(facts_file, delta, _memo_of(facts_file, table, starts), entries,
+                    _table_size(table))
 
 
 def _untouched_rows(previous, touched: list[int]) -> list[dict]:
@@ -881,10 +940,11 @@ def _sorted_merge(previous, touched: list[int], changed):
     return both.take(pc.indices_nonzero(keep).take(order))
 
 
-def _final_counts(counts: dict, rows: int, active: int, seq: int, delta: dict) -> dict:
+def _final_counts(counts: dict, rows: int, active: int, seq: int,
+                  changes: dict[str, int]) -> dict:
     return {**counts, "build_seq": seq, "facts_active": active,
             "facts_inactive": rows - active,
-            **{f"facts_{name}": len(rows) for name, rows in delta.items()}}
+            **{f"facts_{name}": number for name, number in changes.items()}}
 
 
 def _run_row(run_id, seq, tenant, entity_type, entity_id, path, trigger, status, fp, deleted,

@@ -213,8 +213,12 @@ def rows_table(rows: list[dict[str, Any]], build_seq: int, extract_version: str)
     # One struct array: the same table as Table.from_pylist(rows, schema), a third faster.
     rows_array = pa.array(rows, type=pa.struct(list(facts_schema())))
     table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(rows_array)])
-    return table.replace_schema_metadata(_metadata("semantic_facts", build_seq,
-                                                   extract_version))
+    return table.replace_schema_metadata(table_metadata(build_seq, extract_version))
+
+
+def table_metadata(build_seq: int, extract_version: str) -> dict[str, str]:
+    """The schema metadata of semantic_facts.parquet."""
+    return _metadata("semantic_facts", build_seq, extract_version)
 
 
 def runs_table(runs: list[dict[str, Any]], build_seq: int, extract_version: str):
