@@ -660,7 +660,7 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
     import random
 
     from ctxfst.facts.build import Merge, Source, _run_id
-    from ctxfst.facts.columns import candidate_batch, fresh_facts, read_batches
+    from ctxfst.facts.columns import candidate_batch, fresh_facts
     from ctxfst.facts.model import Candidate, Evidence, rows_table
 
     rng = random.Random(11)
@@ -693,7 +693,7 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
         expected = facts_bytes(rows_table(list(rows.values()), seq, version))
         stream, supported = candidate_batch([(s.path, _run_id(seq, s.path), found)
                                              for s, found in sources])
-        made = fresh_facts(read_batches([stream]), seq, version)
+        made = fresh_facts([stream], seq, version)
         assert facts_bytes(made) == expected, case
         assert supported == [run["facts_written"] for run in merge.new_runs], case
 

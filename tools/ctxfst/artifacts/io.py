@@ -11,7 +11,7 @@ import re
 import secrets
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 _written: list[dict[str, dict[str, Any]]] = []  # open recording_writes() scopes
@@ -214,18 +214,26 @@ def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None
     False for columns of unique values (ids, vectors), where it only costs time.
     group_starts: the first row of each row group (else one group), for files updated by
     splicing their row groups (artifacts/parquet_splice.py)."""
+    from .parquet_splice import group_ranges
+
+    starts = [0] if group_starts is None else group_starts
+    return parquet_groups_bytes(table.schema, (
+        table.slice(start, end - start) for start, end in group_ranges(starts, table.num_rows)),
+        dictionary)
+
+
+def parquet_groups_bytes(schema, groups: Iterable[Any], dictionary: bool = True) -> bytes:
+    """parquet_bytes() of the tables `groups` put end to end, each one row group, made
+    one at a time (a file larger than memory allows as one table)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .parquet_splice import group_ranges
-
     sink = pa.BufferOutputStream()
-    starts = [0] if group_starts is None else group_starts
-    with pq.ParquetWriter(sink, table.schema, compression="zstd", compression_level=3,
+    with pq.ParquetWriter(sink, schema, compression="zstd", compression_level=3,
                           use_dictionary=dictionary, write_statistics=True,
                           data_page_version="2.0", version="2.6", store_schema=True) as out:
-        for start, end in group_ranges(starts, table.num_rows):
-            out.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
+        for group in groups:
+            out.write_table(group, row_group_size=max(1, group.num_rows))
     return sink.getvalue().to_pybytes()
 
 

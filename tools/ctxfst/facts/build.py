@@ -32,10 +32,10 @@ from ..parallel import PARALLEL_THRESHOLD, forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
-from ..artifacts.io import json_bytes, parquet_bytes, write_atomic
+from ..artifacts.io import json_bytes, parquet_bytes, parquet_groups_bytes, write_atomic
 from ..artifacts.parquet_splice import (SpliceError, content_group_starts, encoding_of,
-                                        read_parts, replace_runs, starts_group)
-from .columns import candidate_batch, fresh_facts, read_batches
+                                        group_ranges, read_parts, replace_runs, starts_group)
+from .columns import FreshFacts, candidate_batch
 from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
                    group_keys, read_digests)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, SORT_COLUMNS,
@@ -446,8 +446,14 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         return Outcome(prior_seq, False, _final_counts(counts, rows, active, prior_seq, {}),
                        ledger.sha)
     seq = prior_seq + 1
-    if checked is not None:  # typed together (in parallel), not one by one
-        checked.documents([s.key for s, _ in work if s.kind == "document"])
+    fresh = not ledger.data  # no facts yet: every candidate is new (facts/columns.py)
+
+    def type_together(batch: list[tuple[Source, str]]) -> None:
+        if checked is not None:  # (in parallel, with one cache query), not one by one
+            checked.documents([s.key for s, _ in batch if s.kind == "document"])
+
+    if not fresh:
+        type_together(work)
     new_runs: list[dict[str, Any]] = []
     # each candidate with its fact id, computed once, and the source's digests (memo.py)
     extracted: list[tuple[Source, str, list[tuple[str, Candidate]], dict[str, str]]] = []
@@ -466,6 +472,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     def extract_batch(batch: list[tuple[Source, str]]) -> tuple[list[tuple[str, Any]], bytes]:
         """A first build's extraction: the candidates as columns (facts/columns.py), each
         source's outcome with the facts it supports and its digests in place of them."""
+        type_together(batch)  # (in the worker: the parent need not hold them all)
         outcomes = [extract_one(item) for item in batch]
         ok = [(source.path, _run_id(seq, source.path), result[0])
               for (source, _), (status, result) in zip(batch, outcomes) if status == "ok"]
@@ -476,7 +483,6 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
 
     # Sources are extracted independently: in forked workers when there are many (a
     # first build), which inherit the typed records and catalogs.
-    fresh = not ledger.data  # no facts yet: every candidate is new (facts/columns.py)
     streams: list[bytes] = []
     if fresh:
         batches = [work[i:i + _BATCH] for i in range(0, len(work), _BATCH)]
@@ -642,15 +648,19 @@ def _table_size(table) -> tuple[int, int]:
 
 def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Written:
     """A first build's merge: every candidate is new, so the facts are made as columns
-    from the workers' streams (facts/columns.py), with no Python object per fact."""
+    from the workers' streams (facts/columns.py), a row group at a time, with no Python
+    object per fact."""
     merge.record_runs()
-    table = fresh_facts(read_batches(streams), merge.seq, merge.version)
-    facts_file, starts = _facts_file(table)
+    facts = FreshFacts(streams, merge.seq, merge.version)
+    starts = content_group_starts(facts.keys.column("fact_id").to_pylist(), FACT_GROUP_ROWS)
+    facts_file = parquet_groups_bytes(facts_schema().with_metadata(merge.metadata()), (
+        facts.rows(start, end) for start, end in group_ranges(starts, facts.count)))
     entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
     return _Written(facts_file, {"added": [], "updated": [], "invalidated": []},
-                    _memo_of(facts_file, table, starts), entries, _table_size(table),
-                    changes={"added": table.num_rows, "updated": 0, "invalidated": 0})
+                    _memo_of(facts_file, facts.keys, starts), entries,
+                    (facts.count, facts.count),
+                    changes={"added": facts.count, "updated": 0, "invalidated": 0})
 
 
 def _memo_of(facts_file: bytes, table, starts: list[int]) -> LedgerMemo | None:

@@ -254,6 +254,7 @@ def stage_compile(config: Config) -> None:
         write_atomic(staged(config, "chunks.parquet"), compiled.parquet,
                      compiled.made_from["sha256"])
         compiled.record(store)  # what the staged chunks.parquet was made from
+        checked.let_go_typed()  # (the facts stage types what it extracts, in its workers)
     except CompileError as error:
         _show(error.diagnostics, checked.files)
         raise BuildFailed("some chunk content could not be read") from None

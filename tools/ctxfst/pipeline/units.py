@@ -266,6 +266,12 @@ class Checked:
     def document(self, path: str) -> ParsedDocument:
         return self.documents([path])[path]
 
+    def let_go_typed(self) -> None:
+        """Forget the documents typed so far (a first build types every one, some 60 KB
+        each); whatever needs one later loads it again (documents())."""
+        self.typed.clear()
+        self.kb.documents = []
+
     def documents(self, paths: list[str]) -> dict[str, ParsedDocument]:
         """Typed documents, by path (those not typed yet are loaded together, from the
         bytes their units record: a file edited since stops the build)."""
