@@ -195,8 +195,15 @@ def json_bytes(payload: Any, compact: bool = False) -> bytes:
 
     compact uses json's C encoder (indenting forces the slow pure-Python one).
     """
-    layout = {"separators": (",", ":")} if compact else {"indent": 2}
-    return (json.dumps(payload, ensure_ascii=False, allow_nan=False, **layout) + "\n").encode()
+    if compact:
+        return compact_json(payload) + b"\n"
+    return (json.dumps(payload, ensure_ascii=False, allow_nan=False, indent=2) + "\n").encode()
+
+
+def compact_json(value: Any) -> bytes:
+    """JSON with no spaces and no newline, UTF-8: how caches keep values (UnitStore)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
 
 
 def write_json(path: Path, payload: Any, compact: bool = False) -> None:

@@ -32,7 +32,8 @@ from ..parallel import PARALLEL_THRESHOLD, forked_map
 from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
-from ..artifacts.io import json_bytes, parquet_bytes, parquet_groups_bytes, write_atomic
+from ..artifacts.io import (compact_json, json_bytes, parquet_bytes, parquet_groups_bytes,
+                           write_atomic)
 from ..artifacts.parquet_splice import (SpliceError, content_group_starts, encoding_of,
                                         group_ranges, read_parts, replace_runs, starts_group)
 from .columns import FreshFacts, candidate_batch
@@ -471,14 +472,15 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
 
     def extract_batch(batch: list[tuple[Source, str]]) -> tuple[list[tuple[str, Any]], bytes]:
         """A first build's extraction: the candidates as columns (facts/columns.py), each
-        source's outcome with the facts it supports and its digests in place of them."""
+        source's outcome with the facts it supports and its digests, encoded for the
+        store, in place of them."""
         type_together(batch)  # (in the worker: the parent need not hold them all)
         outcomes = [extract_one(item) for item in batch]
         ok = [(source.path, _run_id(seq, source.path), result[0])
               for (source, _), (status, result) in zip(batch, outcomes) if status == "ok"]
         stream, supported = candidate_batch(ok)
         counts = iter(supported)
-        return [(status, (next(counts), result[1]) if status == "ok" else result)
+        return [(status, (next(counts), compact_json(result[1])) if status == "ok" else result)
                 for status, result in outcomes], stream
 
     # Sources are extracted independently: in forked workers when there are many (a
@@ -542,6 +544,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         for path, entry in written.entries.items():
             if entry is None:
                 store.remove(SOURCE + path)
+            elif isinstance(entry, bytes):  # (encoded in a first build's workers)
+                store.put_blob(SOURCE + path, entry)
             else:
                 store.put(SOURCE + path, entry)
     rows, active = written.size
@@ -616,7 +620,8 @@ class _Written:
     facts_file: bytes
     delta: dict[str, list[dict]]           # the changed rows (none listed in a snapshot)
     memo: LedgerMemo | None                # of the new file (its sha256s filled in later)
-    entries: dict[str, dict[str, str] | None]  # sources' new digests; None: forget it
+    # sources' new digests (or their compact_json); None: forget the source
+    entries: dict[str, dict[str, str] | bytes | None]
     size: tuple[int, int]                  # rows, active rows
     copied: int = 0                        # row groups copied from the previous file
     changes: dict[str, int] = field(default_factory=dict)  # facts added, updated, ...
@@ -655,7 +660,7 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
     starts = content_group_starts(facts.keys.column("fact_id").to_pylist(), FACT_GROUP_ROWS)
     facts_file = parquet_groups_bytes(facts_schema().with_metadata(merge.metadata()), (
         facts.rows(start, end) for start, end in group_ranges(starts, facts.count)))
-    entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
+    entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
     return _Written(facts_file, {"added": [], "updated": [], "invalidated": []},
                     _memo_of(facts_file, facts.keys, starts), entries,
@@ -686,14 +691,10 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
     changed = rows_table(list(rows.values()), merge.seq, merge.version)
     table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
     facts_file, starts = _facts_file(table)
-    # Every source's digests: with no previous facts, those of the extraction; else of
-    # the facts just changed and of the others as they were (a ledger without a memo).
+    # Every source's digests: of the facts just changed and of the others as they were
+    # (a ledger without a memo). (No previous facts at all: _merge_fresh.)
     entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
-    if previous is None:
-        entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
-    else:
-        entries.update(digests_by_source([*rows.values(),
-                                          *_untouched_rows(previous, touched)]))
+    entries.update(digests_by_source([*rows.values(), *_untouched_rows(previous, touched)]))
     for path in merge.deleted:
         entries.setdefault(path, None)
     return _Written(facts_file, delta, _memo_of(facts_file, table, starts), entries,

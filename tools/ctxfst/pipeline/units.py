@@ -33,6 +33,7 @@ from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, View, dependency_digest, dump_ok, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
+from ..artifacts.io import compact_json
 
 UNIT_FORMAT = "2"  # 2: declarations kept once ("dump:" rows)
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
@@ -185,8 +186,7 @@ class UnitStore:
         return {key: _loads(blob) for key, blob in self.blobs(keys).items()}
 
     def put(self, key: str, value: Any) -> None:
-        self.put_blob(key, json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                                      allow_nan=False).encode("utf-8"))
+        self.put_blob(key, compact_json(value))
 
     def put_blob(self, key: str, blob: bytes) -> None:
         self.pending[key] = blob
