@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..artifacts.io import compact_json
 from ..diagnostics import Diagnostic, diag
 from .model import ParsedDocument, strip_not
 
@@ -82,18 +83,21 @@ _LISTS = ("aliases", "preconditions", "postconditions", "related_skills")
 
 
 def dump_key(dump: dict) -> str:
-    """A declaration's key: the digest of its canonical JSON."""
-    return hashlib.sha256(json.dumps(dump, sort_keys=True, ensure_ascii=False,
-                                     separators=(",", ":")).encode("utf-8")).hexdigest()[:32]
+    """A declaration's key: the digest of the text it is kept as (compact_json)."""
+    return text_key(compact_json(dump))
 
 
-def dump_ok(key: str, dump: Any) -> bool:
-    """A kept declaration is what summarize() writes: its key, and the fields later
-    stages read with their types."""
+def text_key(text: bytes) -> str:
+    return hashlib.sha256(text).hexdigest()[:32]
+
+
+def dump_ok(key: str, dump: Any, text: bytes) -> bool:
+    """A kept declaration (`dump`, read from `text`) is what summarize() writes: the
+    text its key names, and the fields later stages read with their types."""
     return (isinstance(dump, dict) and all(isinstance(dump.get(name), str)
                                            for name in ("id", "name", "type"))
             and all(_strings(dump.get(name, [])) for name in _LISTS)
-            and dump_key(dump) == key)
+            and text_key(text) == key)
 
 
 def _strings(value: Any) -> bool:

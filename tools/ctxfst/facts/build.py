@@ -202,7 +202,7 @@ _RUN_COLUMNS_SET = ("run_id", "build_seq", "source_path", "source_deleted", "sta
 class _Ledger:
     """The previous build's facts, as the stage starts from them."""
 
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: Any = None       # the extraction runs (an Arrow table in runs_schema), or None
     seq: int = 0
     data: bytes = b""      # semantic_facts.parquet's bytes (b"": no ledger yet)
     sha: str = ""          # their sha256
@@ -258,8 +258,34 @@ def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
     if problem:
         raise ExtractionError(f"{directory}: unreadable facts ledger ({problem}); remove the "
                               "folder to rebuild the facts from scratch")
-    ledger.runs = runs.to_pylist()
+    ledger.runs = runs
     return ledger
+
+
+# What the plan and the merge read of a source's last run.
+_LATEST_COLUMNS = ("source_path", "input_fingerprint", "status", "source_deleted",
+                   "extract_version", "tenant_id", "entity_type", "entity_id")
+
+
+def _latest_runs(runs) -> dict[str, dict]:
+    """Each source's last run (the highest build_seq; of equal ones, the last row), as
+    Python only for those (a ledger keeps every run of every build)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if runs is None or runs.num_rows == 0:
+        return {}
+    order = pc.sort_indices(runs, sort_keys=[("source_path", "ascending"),
+                                             ("build_seq", "ascending")])  # (stable)
+    paths = runs.column("source_path").take(order).combine_chunks()
+    if len(paths) > 1:
+        last = np.append(np.flatnonzero(pc.not_equal(paths.slice(1), paths.slice(
+            0, len(paths) - 1)).to_numpy(zero_copy_only=False)), len(paths) - 1)
+    else:
+        last = np.zeros(1, dtype=np.int64)
+    rows = runs.select(list(_LATEST_COLUMNS)).take(order.take(pa.array(last))).to_pylist()
+    return {row["source_path"]: row for row in rows}
 
 
 def _ledger_problem(table, runs, seq: int) -> str | None:
@@ -430,9 +456,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
     ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None)
     prior_seq = ledger.seq
-    latest: dict[str, dict] = {}
-    for run in ledger.runs:
-        latest[run["source_path"]] = run  # runs are ordered by (build_seq, path)
+    latest = _latest_runs(ledger.runs)
     work = _plan(sources, latest, digests, version)
     present = {s.path for s in sources}
     deleted = sorted(path for path, run in latest.items()
@@ -522,7 +546,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if written is None:
         written = _merge_whole(ledger, merge, present)
     write_atomic(out_dir / FACTS_FILE, written.facts_file)
-    runs_file = parquet_bytes(runs_table([*ledger.runs, *new_runs], seq, version))
+    runs_file = parquet_bytes(runs_table(new_runs, seq, version, ledger.runs))
     write_atomic(out_dir / RUNS_FILE, runs_file)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
     # delta names that instead of repeating the whole table (700 MB at 10,000 documents).

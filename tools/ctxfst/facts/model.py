@@ -221,10 +221,18 @@ def table_metadata(build_seq: int, extract_version: str) -> dict[str, str]:
     return _metadata("semantic_facts", build_seq, extract_version)
 
 
-def runs_table(runs: list[dict[str, Any]], build_seq: int, extract_version: str):
+def runs_table(runs: list[dict[str, Any]], build_seq: int, extract_version: str,
+               previous=None):
+    """The runs table: these runs (dicts) and the previous ones (an Arrow table in
+    runs_schema, or None), ordered by (build_seq, source_path)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    ordered = sorted(runs, key=lambda r: (r["build_seq"], r["source_path"]))
-    table = pa.Table.from_pylist(ordered, schema=runs_schema())
+    table = pa.Table.from_pylist(runs, schema=runs_schema())
+    if previous is not None:
+        table = pa.concat_tables([previous.replace_schema_metadata(None), table])
+    order = pc.sort_indices(table, sort_keys=[("build_seq", "ascending"),
+                                              ("source_path", "ascending")])  # (stable)
+    table = table.take(order).combine_chunks()
     return table.replace_schema_metadata(_metadata("semantic_fact_extraction_runs", build_seq,
                                                    extract_version))

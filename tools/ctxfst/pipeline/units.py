@@ -35,7 +35,7 @@ from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
 from ..artifacts.io import compact_json
 
-UNIT_FORMAT = "2"  # 2: declarations kept once ("dump:" rows)
+UNIT_FORMAT = "3"  # 2: declarations kept once ("dump:" rows); 3: keyed by their text
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
 _MAX_ROW = 64 * 1024 * 1024
 
@@ -142,7 +142,7 @@ class UnitStore:
         for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'dump:' AND "
                                      "key < 'dump;' AND typeof(value) = 'blob'"):
             dump = _loads(value)
-            if dump_ok(key[5:], dump):
+            if dump_ok(key[5:], dump, value):
                 self.dumps[key[5:]] = dump
         found = {}
         for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'doc:' AND "
