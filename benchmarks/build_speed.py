@@ -75,6 +75,7 @@ def scale(docs: int) -> None:
         full, _, peak = doit_measured(root)
         print(f"full build, {docs} documents (hash-256 embedder)      {full:8.2f} s, "
               f"peak RSS {peak / 1024:.0f} MB")
+        print(f"  {' / '.join(STAGE_NAMES)}: {_stages(root)} s")
         noops = sorted(doit(root)[0] for _ in range(5))
         print(f"no-op doit, {docs} documents: median {noops[2]:.3f} s, best {noops[0]:.3f} s")
         target = next((root / "content").rglob("notes-00042.ctxfst.md"))

@@ -283,13 +283,22 @@ def _build(root: Path, capsys, *args: str) -> dict:
     return {s["stage"]: s for s in results["stages"]}
 
 
-def test_cold_and_warm_parses_give_identical_results(tmp_path, capsys, cli):
+def test_cold_and_warm_parses_give_identical_results(tmp_path, capsys, cli, monkeypatch):
     root = project(tmp_path / "kb", tricky=TRICKY, good=GOOD)
     write(root, "content/README.md", "# Plain Markdown\n\nNo frontmatter here.\n")
+    raw = tmp_path / "raw"
+    shutil.copytree(root, raw)
     cold = _build(root, capsys)
     assert cold["validate"]["documents_from_cache"] == 0
     first = {p.name: p.read_bytes() for p in (root / "build").iterdir() if p.is_file()
              and p.name != "run_results.json"}
+    # A cold build takes each parse through its cache row (the worker encodes it); with
+    # no cache at all the documents are used as parsed: the same artifacts.
+    with monkeypatch.context() as env:
+        env.setenv("CTXFST_NO_CACHE", "1")
+        _build(raw, capsys)
+    assert {p.name: p.read_bytes() for p in (raw / "build").iterdir() if p.is_file()
+            and p.name != "run_results.json"} == first
     chunks = {c["id"]: c for c in json.loads(first["chunks.json"])["chunks"]}
     assert chunks["note:tricky"]["extra"] == {"tags": ["shared", "x"], "priority": "high"}
     _build(root, capsys, "clean")

@@ -29,11 +29,21 @@ def inside(root: Path, path) -> bool:
 class Walk:
     """What a walk found, and what it refused (as diagnostics, when asked to collect them)."""
 
-    files: list[Path] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # the files, in Path order
     problems: list = field(default_factory=list)
     # (folder, mtime, ctime, inode) of every folder listed: a listing changes only with
     # them (utime() moves ctime: a put-back mtime is seen)
     folders: list[tuple[str, int, int, int]] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[Path]:
+        # (Paths made when asked: at 100,000 files, making them is most of a walk)
+        return [Path(path) for path in self.paths]
+
+
+def _path_order(path: str) -> list[str]:
+    """The order of Path objects (by their parts), for paths as strings."""
+    return path.split(os.sep)
 
 
 def walk(directory: Path, suffixes: tuple[str, ...] = (".md",),
@@ -101,8 +111,8 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
                     if problems is not None:
                         result.problems.append(_link_out(Path(entry.path)))
                     continue
-                result.files.append(Path(entry.path))
-    result.files.sort()
+                result.paths.append(entry.path)
+    result.paths.sort(key=_path_order)
     return result
 
 
@@ -123,11 +133,11 @@ def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: b
     known = _walks.get(key)
     if known is not None and all(_folder_identity(path) == identity
                                  for path, *identity in known.folders):
-        return Walk(list(known.files), list(known.problems), known.folders)
+        return Walk(list(known.paths), list(known.problems), known.folders)
     found = _walk(directory, suffixes, follow_links, root, [])
     now = time.time_ns()
     if all(now - max(mtime, ctime) > RACY_NS for _, mtime, ctime, _ in found.folders):
-        _walks[key] = Walk(list(found.files), list(found.problems), found.folders)
+        _walks[key] = Walk(list(found.paths), list(found.problems), found.folders)
     else:
         _walks.pop(key, None)
     return found
@@ -227,31 +237,49 @@ def scan_project(config) -> Walk:
     project (the configured folders themselves are checked inside it by the config)."""
     scan = Walk()
     root = config.root
+    content = None
     if config.content_dir.is_dir():
-        found = _remembered_walk(config.content_dir, (".md",), False, root)
-        scan.files.extend(found.files)
-        scan.problems.extend(found.problems)
+        content = _remembered_walk(config.content_dir, (".md",), False, root)
+        scan.paths.extend(content.paths)
+        scan.problems.extend(content.problems)
     if config.skills_dir.is_dir():
         # Skill folders may be links; only those inside the project are read (a skill
         # folder linking out is reported by the skill rules, CTX411).
         found = _remembered_walk(config.skills_dir, (".md",), True, root)
-        scan.files.extend(found.files)
+        scan.paths.extend(found.paths)
         scan.problems.extend(found.problems)
-    if config.content_dir.is_dir():
-        edges = set()
-        for pattern in config.build.extra_edges:  # relative, no "..": checked by the config
-            for path in config.content_dir.glob(pattern):
-                if not path.is_file():
-                    continue
-                if inside(root, path):
-                    edges.add(path)
-                else:
-                    scan.problems.append(_link_out(path))
-        scan.files.extend(sorted(edges))
+    if content is not None:
+        key = (str(config.content_dir), tuple(config.build.extra_edges))
+        known = _edge_globs.get(key)
+        # A remembered walk comes with the very folders list it was made with: the
+        # folders the globs looked in are unchanged too.
+        if known is not None and known[0] is content.folders:
+            edges, problems = known[1], known[2]
+        else:
+            edges, problems = _extra_edge_files(config)
+            _edge_globs[key] = (content.folders, edges, problems)
+        scan.paths.extend(edges)
+        scan.problems.extend(problems)
     runtime_edges = config.runtime_edges
     if runtime_edges.is_file():  # outcomes the agent loop recorded, merged on the next build
-        scan.files.append(runtime_edges)  # .ctxfst links leaving the project: see config
+        scan.paths.append(str(runtime_edges))  # .ctxfst links leaving the project: see config
     return scan
+
+
+_edge_globs: dict[tuple, tuple] = {}  # this process's extra-edge globs, as _walks
+
+
+def _extra_edge_files(config) -> tuple[list[str], list]:
+    edges, problems = set(), []
+    for pattern in config.build.extra_edges:  # relative, no "..": checked by the config
+        for path in config.content_dir.glob(pattern):
+            if not path.is_file():
+                continue
+            if inside(config.root, path):
+                edges.add(path)
+            else:
+                problems.append(_link_out(path))
+    return [str(path) for path in sorted(edges)], problems
 
 
 def project_files(config) -> list[Path]:

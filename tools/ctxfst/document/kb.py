@@ -89,6 +89,19 @@ def _parse_input(item: Input, parsers: Parsers) -> Any:
     return doc
 
 
+def _parse_to_row(job: tuple[Input, int | None], parsers: Parsers) -> Any:
+    """_parse_input, a document given as its parse-cache row when limit is not None and
+    it has one: the worker encodes it, and the parent decodes it as it would a cache
+    hit (cheaper than unpickling the document and encoding it there)."""
+    item, limit = job
+    value = _parse_input(item, parsers)
+    if limit is not None and isinstance(value, ParsedDocument):
+        from . import syntax_cache
+
+        return syntax_cache.encode(value, limit) or value
+    return value
+
+
 def _parse_all(inputs: list[Input], parsers: Parsers) -> list:
     return forked_map(partial(_parse_input, parsers=parsers), inputs)
 
@@ -140,16 +153,19 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
     todo = [index for index, key in enumerate(keys) if key not in hits]
     results: list = [hits.get(key) if key else None for key in keys]
     fresh: dict[str, bytes] = {}
-    for index, value in zip(todo, _parse_all([prepared[i] for i in todo], parsers)):
-        results[index] = value
+    parsed = forked_map(partial(_parse_to_row, parsers=parsers),
+                        [(prepared[i], wanted.get(keys[i]) if keys[i] else None) for i in todo])
+    for index, value in zip(todo, parsed):
         key = keys[index]
-        if key and value is None:
+        if isinstance(value, bytes):  # a row (the syntax pass: typing happens after this)
+            fresh[key] = value
+            value = decode(key, value)
+            if value is None or value is _PLAIN:  # (a row decode refuses: parse it here)
+                del fresh[key]
+                value = _parse_input(prepared[index], parsers)
+        elif key and value is None:
             fresh[key] = _PLAIN_ROW
-        elif key and isinstance(value, ParsedDocument):
-            # The syntax pass only (typing happens after this).
-            row = syntax_cache.encode(value, wanted[key])
-            if row is not None:
-                fresh[key] = row
+        results[index] = value
     cache.put_many(fresh)
     return [None if value is _PLAIN else value for value in results]
 

@@ -23,7 +23,7 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .stages import BuildFailed, describe, recover, run_stage
+from .stages import RACY_STATE, BuildFailed, describe, recover, run_stage
 from .table import PUBLISHED_FILES, STAGE_TABLE, STAGES
 
 
@@ -169,19 +169,20 @@ def _task_maker(config, stage):
         from .. import __version__
 
         file_dep = [str(staged(config, name)) for name in stage.reads]
-        state = ""
+        # Re-run when the settings this stage reads change, or the toolchain does.
+        fingerprint = {"toolchain": __version__,
+                       "settings": config.build.digest(*stage.settings) if stage.settings
+                       else ""}
+        uptodate = [config_changed(fingerprint)]
         if stage.sources is not None:
             files, state = stage.sources(config)
             file_dep = files + file_dep
+            uptodate.append(_sources_unchanged(config, stage, state))
         targets = [str(staged(config, name)) for name in stage.outputs]
         targets.append(str(result_path(config, stage.name)))
-        # Re-run when the settings this stage reads change, or the toolchain does.
-        fingerprint = {"toolchain": __version__, "state": state,
-                       "settings": config.build.digest(*stage.settings) if stage.settings
-                       else ""}
         task = {"doc": stage.doc, "actions": [_action(config, stage)],
                 "file_dep": file_dep, "task_dep": list(stage.after), "targets": targets,
-                "uptodate": [config_changed(fingerprint)], "clean": True, "verbosity": 2}
+                "uptodate": uptodate, "clean": True, "verbosity": 2}
         if stage.final:
             task["targets"] += [str(config.build_dir / name) for name in PUBLISHED_FILES]
             task["clean"] = [lambda: _clean_all(config)]
@@ -190,6 +191,19 @@ def _task_maker(config, stage):
     make_task.__name__ = f"task_{stage.name}"
     make_task.__doc__ = stage.doc
     return make_task
+
+
+def _sources_unchanged(config, stage, state: str):
+    """doit's up-to-date check of a stage's sources state (Stage.sources). A state made
+    while some input had just changed (RACY_STATE: it could change again unseen) never
+    matches; so that a build right after an edit is not followed by one more, the state
+    saved is made again once the stage has run, when it is usually no longer racy."""
+    def uptodate(task, values) -> bool:
+        task.value_savers.append(lambda: {"sources": stage.sources(config)[1]
+                                          if RACY_STATE in state else state})
+        return values.get("sources") == state
+
+    return uptodate
 
 
 def _action(config, stage):
