@@ -41,7 +41,7 @@ class Walk:
         return [Path(path) for path in self.paths]
 
 
-def _path_order(path: str) -> list[str]:
+def path_order(path: str) -> list[str]:
     """The order of Path objects (by their parts), for paths as strings."""
     return path.split(os.sep)
 
@@ -112,7 +112,7 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
                         result.problems.append(_link_out(Path(entry.path)))
                     continue
                 result.paths.append(entry.path)
-    result.paths.sort(key=_path_order)
+    result.paths.sort(key=path_order)
     return result
 
 
@@ -281,7 +281,3 @@ def _extra_edge_files(config) -> tuple[list[str], list]:
                 problems.append(_link_out(path))
     return [str(path) for path in sorted(edges)], problems
 
-
-def project_files(config) -> list[Path]:
-    """Every input of a project (a Config) that may be read: see scan_project."""
-    return scan_project(config).files

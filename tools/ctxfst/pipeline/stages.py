@@ -175,17 +175,18 @@ def input_digests(config: Config):
     return _digests[key]
 
 
-def _inputs(config: Config, files: list[Path], every_input: bool = False
+def _inputs(config: Config, files: list[str], every_input: bool = False
             ) -> list[dict[str, Any]]:
-    """Path, sha256 and size of each file; a file is hashed again only when its identity
-    (size, mtime, inode, ctime) changed since it was last hashed. every_input: files are
-    all the project's inputs, so the digests of others (deleted files) are forgotten."""
-    from ..files import ProjectRelative
+    """Path, sha256 and size of each file (in Path order); a file is hashed again only
+    when its identity (size, mtime, inode, ctime) changed since it was last hashed.
+    every_input: files are all the project's inputs, so the digests of others (deleted
+    files) are forgotten."""
+    from ..files import ProjectRelative, path_order
 
     relative_to_root = ProjectRelative(config.root)
     digests = input_digests(config)
     found = []
-    for path in sorted(files):
+    for path in sorted(files, key=path_order):
         relative = relative_to_root(path)
         digest = digests.sha256(relative, path)
         found.append({"path": relative, "sha256": digest, "bytes": os.stat(path).st_size})
@@ -247,15 +248,15 @@ def stage_validate(config: Config) -> None:
     files = checked.files
     if checked.diagnostics:
         _show(checked.diagnostics, files)
-    from ..files import project_files
+    from ..files import scan_project
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.
     # (Settings are not in it: each stage tracks the settings it reads itself.)
     # content_path files are inputs too, wherever they are (the walk lists content/ only)
-    walked = project_files(config)
+    walked = scan_project(config).paths
     known = set(walked)
-    stamped = walked + [path for path in (config.root / r for r in checked.passages)
-                        if path not in known and path.is_file()]
+    stamped = walked + [str(path) for path in (config.root / r for r in checked.passages)
+                        if str(path) not in known and path.is_file()]
     # Compact, as every internal file: indenting forces JSON's slow pure-Python encoder.
     write_json(staged(config, "validation.json"),
                {"toolchain": __version__, "inputs": _inputs(config, stamped, every_input=True)},
@@ -582,7 +583,8 @@ def stage_manifest(config: Config) -> None:
     validation = read_json(staged(config, "validation.json"))
     inputs = validation["inputs"]
     if config.config_file is not None:
-        inputs = sorted(inputs + _inputs(config, [config.config_file]), key=lambda i: i["path"])
+        inputs = sorted(inputs + _inputs(config, [str(config.config_file)]),
+                        key=lambda i: i["path"])
     edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
         (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []
