@@ -758,6 +758,17 @@ def _memo(root: Path, change) -> None:
         store.close()
 
 
+def _source_digests(root: Path) -> dict[str, dict]:
+    import sqlite3
+
+    db = sqlite3.connect(root / ".ctxfst/cache/units.sqlite")
+    try:
+        return {key: json.loads(value) for key, value in db.execute(
+            "SELECT key, value FROM units WHERE key >= 'facts:' AND key < 'facts;'")}
+    finally:
+        db.close()
+
+
 def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str
                           ) -> tuple[dict, dict]:
     """Build root, and a copy of it whose memo is emptied (the ledger read whole): the
@@ -768,6 +779,9 @@ def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str
     build(whole, capsys)
     for path in (FACTS, RUNS, DELTA):
         assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
+    # and each source's evidence digests, made anew from the whole ledger, are the ones
+    # the memo carried along
+    assert _source_digests(root) == _source_digests(whole), name
     ids = [r["run_id"] for r in runs(root)]
     assert len(ids) == len(set(ids)), name
     return tuple({s["stage"]: s for s in json.loads(
@@ -784,6 +798,7 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
     from ctxfst.mock import mock_document
 
     monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
+    monkeypatch.setattr(facts_build, "_DIGEST_SLICE", 5)  # a whole read's digests in slices
     root = copy_example(tmp_path / "kb")
     build(root, capsys)
     target = next((root / "content").rglob("*.md"))

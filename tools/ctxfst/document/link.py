@@ -63,19 +63,21 @@ class Summary:
         if not (isinstance(path, str) and _strings(refs) and isinstance(entities, list)
                 and isinstance(chunks, list)):
             return None
-        resolved = []
-        for item in entities:
-            dump = dumps.get(item[4]) if isinstance(item, list) and len(item) == 5 \
-                and isinstance(item[4], str) else None
-            if not (dump is not None and type(item[0]) is int
-                    and [dump["id"], dump["name"], dump["type"]] == item[1:4]):
+        keys = []
+        for item in entities:  # each [index, id, name, type, key]: the key becomes its dump
+            if not (type(item) is list and len(item) == 5 and type(item[4]) is str):
                 return None
-            resolved.append([*item[:4], dump])
+            dump = dumps.get(item[4])
+            if not (dump is not None and type(item[0]) is int and dump["id"] == item[1]
+                    and dump["name"] == item[2] and dump["type"] == item[3]):
+                return None
+            keys.append(item[4])
+            item[4] = dump  # (the data was read for this summary alone)
         for item in chunks:
-            if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
-                    and isinstance(item[1], str) and _strings(item[2])):
+            if not (type(item) is list and len(item) == 3 and type(item[0]) is int
+                    and type(item[1]) is str and _strings(item[2])):
                 return None
-        return cls(path, resolved, chunks, refs, [item[4] for item in entities])
+        return cls(path, entities, chunks, refs, keys)
 
 
 _LISTS = ("aliases", "preconditions", "postconditions", "related_skills")

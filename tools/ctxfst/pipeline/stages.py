@@ -8,6 +8,7 @@ or is killed before then leaves the published artifacts and their manifest as th
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -199,7 +200,7 @@ def _inputs(config: Config, files: list[str], every_input: bool = False
 def validate_sources(config: Config) -> tuple[list[str], str]:
     """No file dependencies for doit to check one by one (at 100,000 documents that
     alone took 3 s of a no-op): the state is every input's identity in one digest
-    (_inputs_state), and what the walk refused, so that the stage runs and reports it.
+    (inputs_state), and what the walk refused, so that the stage runs and reports it.
     content_path files the last build read outside the walk (outside content/, or not
     Markdown) are inputs as well."""
     from ..files import inside, plain_relative, scan_project
@@ -215,29 +216,70 @@ def validate_sources(config: Config) -> tuple[list[str], str]:
         path = config.root / relative
         if plain_relative(relative) and inside(config.root, path) and path.is_file():
             passages.add(str(path))
-    return [], "\n".join([_inputs_state(sources + sorted(passages - set(sources))), *refused])
+    return [], inputs_state(sources + sorted(passages - set(sources)), refused)
 
 
-def _inputs_state(paths: list[str]) -> str:
-    """A digest of the paths and their identities (_identity). Any change re-runs
-    validate, which hashes the contents to see what changed. A file changed within a
-    clock tick of now could change again and keep its identity: then the digest is
-    marked with the time, so that it never matches and the next run looks again."""
+def inputs_state(paths: list[str], refused: list[str]) -> str:
+    """The inputs as doit keeps them (JSON): a digest of the paths and their identities
+    (_identity; any change re-runs validate, which hashes again the inputs whose identity
+    changed), what the walk refused, and the sha256 of each file changed within a clock
+    tick of now: it could change again and keep its identity (git's "racily clean"
+    entries), so states_match compares its content next time."""
     import hashlib
 
     from ..files import RACY_NS
 
     digest = hashlib.sha256()
     now = time.time_ns()
-    racy = False
+    racy: dict[str, str] = {}
     for path in paths:
         identity = _identity(path)
         digest.update(f"{path}\0{identity}\n".encode("utf-8", "surrogateescape"))
-        racy = racy or (identity is not None and now - max(identity[1:3]) < RACY_NS)
-    return "inputs " + digest.hexdigest() + (f"{RACY_STATE}{now}" if racy else "")
+        if identity is not None and now - max(identity[1:3]) < RACY_NS:
+            racy[path] = _content_sha256(path)
+    return json.dumps({"inputs": digest.hexdigest(), "refused": refused, "racy": racy},
+                      ensure_ascii=False)
 
 
-RACY_STATE = " racy at "  # in a sources state made while an input had just changed
+def _content_sha256(path: str) -> str:
+    from ..artifacts.io import sha256_file
+
+    try:
+        return sha256_file(Path(path))
+    except OSError:
+        return ""
+
+
+def states_match(saved: Any, current: str) -> bool:
+    """Whether a stage's sources state saved by the last run still holds. Plain states
+    (Stage.sources) must be equal; inputs_state ones must have equal digests, and each
+    file they mark racy the same content now (a file racy now and not then: no)."""
+    if saved == current:
+        return True
+    try:
+        old, new = json.loads(saved), json.loads(current)
+    except (TypeError, ValueError):
+        return False
+    if not (isinstance(old, dict) and isinstance(new, dict) and
+            isinstance(old.get("racy"), dict) and isinstance(new.get("racy"), dict)):
+        return False
+    if (old.get("inputs"), old.get("refused")) != (new["inputs"], new["refused"]) or \
+            not set(new["racy"]) <= set(old["racy"]):
+        return False
+    for path, sha in old["racy"].items():  # (JSON keys: strings)
+        now = new["racy"][path] if path in new["racy"] else _content_sha256(path)
+        if now != sha:
+            return False
+    return True
+
+
+def racy_state(state: str) -> bool:
+    """Whether an inputs_state marks files that had just changed."""
+    try:
+        found = json.loads(state)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and bool(found.get("racy"))
 
 
 def stage_validate(config: Config) -> None:

@@ -23,7 +23,7 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .stages import RACY_STATE, BuildFailed, describe, recover, run_stage
+from .stages import BuildFailed, describe, racy_state, recover, run_stage, states_match
 from .table import PUBLISHED_FILES, STAGE_TABLE, STAGES
 
 
@@ -194,14 +194,13 @@ def _task_maker(config, stage):
 
 
 def _sources_unchanged(config, stage, state: str):
-    """doit's up-to-date check of a stage's sources state (Stage.sources). A state made
-    while some input had just changed (RACY_STATE: it could change again unseen) never
-    matches; so that a build right after an edit is not followed by one more, the state
-    saved is made again once the stage has run, when it is usually no longer racy."""
+    """doit's up-to-date check of a stage's sources state (Stage.sources, states_match).
+    The state saved is made again once the stage has run when it marked files changed a
+    moment before doit looked: by then they have usually settled."""
     def uptodate(task, values) -> bool:
         task.value_savers.append(lambda: {"sources": stage.sources(config)[1]
-                                          if RACY_STATE in state else state})
-        return values.get("sources") == state
+                                          if racy_state(state) else state})
+        return states_match(values.get("sources"), state)
 
     return uptodate
 
