@@ -20,6 +20,7 @@ import bisect
 import hashlib
 import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Callable
 
@@ -185,8 +186,13 @@ def _catalogs(sources: list[Source]) -> tuple[dict[str, Catalog], dict[str, str]
 
 
 def fingerprint(source: Source, catalog_digest: str, version: str) -> str:
-    return _sha(json.dumps([FACTS_SCHEMA_VERSION, version, source.digest, source.tenant,
-                            catalog_digest, source.kind]).encode())
+    parts = [FACTS_SCHEMA_VERSION, version, source.digest, source.tenant, catalog_digest,
+             source.kind]
+    try:  # exactly json.dumps(parts), from json's own C string encoder (10,000 a build)
+        encoded = "[" + ", ".join(map(encode_basestring_ascii, parts)) + "]"
+    except TypeError:  # a part that is no str: json.dumps says how it encodes
+        encoded = json.dumps(parts)
+    return _sha(encoded.encode())
 
 
 # Columns the build reads back as keys, sort keys and flags; only the others may be null.
