@@ -80,7 +80,7 @@ def test_inputs_that_had_just_changed_are_compared_by_content(tmp_path):
     """The validate task's state is one digest of its inputs' identities; a file changed
     within a clock tick of the state could change again and keep its identity, so its
     sha256 is kept and compared next time (git's racily clean entries)."""
-    from ctxfst.pipeline.stages import inputs_state, states_match
+    from ctxfst.pipeline.stages import inputs_state, settled_state, states_match
 
     doc = tmp_path / "a.md"
     doc.write_text("one")
@@ -94,6 +94,14 @@ def test_inputs_that_had_just_changed_are_compared_by_content(tmp_path):
     assert not states_match(settled, inputs_state([str(doc)], ["CTX001 content/x"]))
     assert states_match("v1", "v1") and not states_match("v1", "v2")  # plain states
     assert not states_match(None, settled)
+    # Once the stage has run, a state that only drops the marks is saved; one in which a
+    # file changed meanwhile is not (the state it started from is kept, and not found)
+    doc.write_text("one")
+    loaded = inputs_state([str(doc)], [])
+    assert settled_state(loaded, json.dumps({**json.loads(loaded), "racy": {}})) != loaded
+    doc.write_text("two")  # while the stage ran
+    assert settled_state(loaded, inputs_state([str(doc)], [])) == loaded
+    assert settled_state(loaded, "not json") == loaded
 
 
 def test_full_build_then_noop(tmp_path, capsys):

@@ -282,6 +282,20 @@ def racy_state(state: str) -> bool:
     return isinstance(found, dict) and bool(found.get("racy"))
 
 
+def settled_state(loaded: str, now: str) -> str:
+    """The state to save once a stage has run from `loaded` (an inputs_state that marked
+    racy files): `now` when it only drops marks (the same identities, and the files
+    still racy the same contents), so the next run need not look again; else `loaded`,
+    which the next run will not find (a file that changed while the stage ran is seen)."""
+    try:
+        old, new = json.loads(loaded), json.loads(now)
+        same = ((old["inputs"], old["refused"]) == (new["inputs"], new["refused"])
+                and all(old["racy"].get(path) == sha for path, sha in new["racy"].items()))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return loaded
+    return now if same else loaded
+
+
 def stage_validate(config: Config) -> None:
     started = time.perf_counter()
     counts: dict[str, int] = {}

@@ -23,7 +23,8 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .stages import BuildFailed, describe, racy_state, recover, run_stage, states_match
+from .stages import (BuildFailed, describe, racy_state, recover, run_stage, settled_state,
+                     states_match)
 from .table import PUBLISHED_FILES, STAGE_TABLE, STAGES
 
 
@@ -195,11 +196,15 @@ def _task_maker(config, stage):
 
 def _sources_unchanged(config, stage, state: str):
     """doit's up-to-date check of a stage's sources state (Stage.sources, states_match).
-    The state saved is made again once the stage has run when it marked files changed a
-    moment before doit looked: by then they have usually settled."""
+    When the state marked files changed a moment before doit looked, it is made again
+    once the stage has run (by then they have usually settled: settled_state)."""
+    def saved() -> dict:
+        if not racy_state(state):
+            return {"sources": state}
+        return {"sources": settled_state(state, stage.sources(config)[1])}
+
     def uptodate(task, values) -> bool:
-        task.value_savers.append(lambda: {"sources": stage.sources(config)[1]
-                                          if racy_state(state) else state})
+        task.value_savers.append(saved)
         return states_match(values.get("sources"), state)
 
     return uptodate
