@@ -101,7 +101,11 @@ def test_inputs_that_had_just_changed_are_compared_by_content(tmp_path):
     assert settled_state(loaded, json.dumps({**json.loads(loaded), "racy": {}})) != loaded
     doc.write_text("two")  # while the stage ran
     assert settled_state(loaded, inputs_state([str(doc)], [])) == loaded
+    # ... even within one clock tick (the same identities), and settled by the save
+    assert settled_state(loaded, json.dumps({**json.loads(loaded), "racy": {}})) == loaded
     assert settled_state(loaded, "not json") == loaded
+    deep = "[" * 200_000  # a doit state from a stranger's checkout: no, not a traceback
+    assert not states_match(deep, settled) and settled_state(deep, settled) == deep
 
 
 def test_full_build_then_noop(tmp_path, capsys):

@@ -248,25 +248,14 @@ def scan_project(config) -> Walk:
         found = _remembered_walk(config.skills_dir, (".md",), True, root)
         scan.paths.extend(found.paths)
         scan.problems.extend(found.problems)
-    if content is not None:
-        key = (str(config.content_dir), tuple(config.build.extra_edges))
-        known = _edge_globs.get(key)
-        # A remembered walk comes with the very folders list it was made with: the
-        # folders the globs looked in are unchanged too.
-        if known is not None and known[0] is content.folders:
-            edges, problems = known[1], known[2]
-        else:
-            edges, problems = _extra_edge_files(config)
-            _edge_globs[key] = (content.folders, edges, problems)
+    if content is not None:  # (globbed anew: a pattern may reach folders the walk skips)
+        edges, problems = _extra_edge_files(config)
         scan.paths.extend(edges)
         scan.problems.extend(problems)
     runtime_edges = config.runtime_edges
     if runtime_edges.is_file():  # outcomes the agent loop recorded, merged on the next build
         scan.paths.append(str(runtime_edges))  # .ctxfst links leaving the project: see config
     return scan
-
-
-_edge_globs: dict[tuple, tuple] = {}  # this process's extra-edge globs, as _walks
 
 
 def _extra_edge_files(config) -> tuple[list[str], list]:

@@ -28,10 +28,12 @@ def _run_one(index: int) -> Any:
 
 
 def forked_map(function: Callable[[Any], Any], items: Sequence[Any],
-               threshold: int = PARALLEL_THRESHOLD) -> list[Any]:
+               threshold: int = PARALLEL_THRESHOLD, chunksize: int | None = None
+               ) -> list[Any]:
     """[function(item) for item in items], in forked workers when there are enough
     items and cores (Linux). function must not rely on changes it makes to the parent's
-    state: they stay in the child."""
+    state: they stay in the child. chunksize: items handed to a worker at a time (by
+    default a quarter of each worker's share, at least 16)."""
     global _job
     workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                   else os.cpu_count() or 1, 8)
@@ -46,7 +48,7 @@ def forked_map(function: Callable[[Any], Any], items: Sequence[Any],
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
                 as pool:
             return list(pool.map(_run_one, range(len(items)),
-                                 chunksize=max(16, len(items) // (workers * 4))))
+                                 chunksize=chunksize or max(16, len(items) // (workers * 4))))
     except BrokenProcessPool:
         raise WorkerDied("a worker process ended without an answer (out of memory, or "
                          "killed); run the build again, or with fewer documents") from None

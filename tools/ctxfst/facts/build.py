@@ -439,6 +439,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
     sources = collect_sources(root, kb, settings, checked)
+    if checked is not None:  # (their passages are found from the typed record: together)
+        checked.documents([s.key for s in sources if s.kind == "document" and s.passages])
     for source in sources:
         try:
             if not source.file_sha:  # (a unit knows the sha256 its validation saw)
@@ -520,7 +522,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         batches = [work[i:i + _BATCH] for i in range(0, len(work), _BATCH)]
         outcomes = []
         for batch_outcomes, stream in forked_map(
-                extract_batch, batches, threshold=max(1, PARALLEL_THRESHOLD // _BATCH)):
+                extract_batch, batches, threshold=max(1, PARALLEL_THRESHOLD // _BATCH),
+                chunksize=1):  # (a batch is already many sources)
             outcomes.extend(batch_outcomes)
             streams.append(stream)
     else:

@@ -256,9 +256,11 @@ def states_match(saved: Any, current: str) -> bool:
     file they mark racy the same content now (a file racy now and not then: no)."""
     if saved == current:
         return True
+    if type(saved) is not str:  # (doit's state comes with a checkout too)
+        return False
     try:
         old, new = json.loads(saved), json.loads(current)
-    except (TypeError, ValueError):
+    except (ValueError, RecursionError):
         return False
     if not (isinstance(old, dict) and isinstance(new, dict) and
             isinstance(old.get("racy"), dict) and isinstance(new.get("racy"), dict)):
@@ -277,7 +279,7 @@ def racy_state(state: str) -> bool:
     """Whether an inputs_state marks files that had just changed."""
     try:
         found = json.loads(state)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(found, dict) and bool(found.get("racy"))
 
@@ -290,8 +292,11 @@ def settled_state(loaded: str, now: str) -> str:
     try:
         old, new = json.loads(loaded), json.loads(now)
         same = ((old["inputs"], old["refused"]) == (new["inputs"], new["refused"])
-                and all(old["racy"].get(path) == sha for path, sha in new["racy"].items()))
-    except (ValueError, TypeError, KeyError, AttributeError):
+                and all(old["racy"].get(path) == sha for path, sha in new["racy"].items())
+                # a file settled since: its content still the one hashed then
+                and all(_content_sha256(path) == sha for path, sha in old["racy"].items()
+                        if path not in new["racy"]))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return loaded
     return now if same else loaded
 
