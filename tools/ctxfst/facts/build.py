@@ -628,21 +628,21 @@ class Merge:
             run_id = _run_id(self.seq, source.path)
             _drop_evidence(facts, by_source, source.path, run_id, "no_longer_extracted", lost)
             written = _add_candidates(facts, candidates, source.path, run_id, self.seq, only)
-            self.new_runs.append(_run_row(run_id, self.seq, source.tenant, source.kind,
-                                          source.entity_id, source.path, trigger, "completed",
-                                          source.fingerprint, False, written, None,
-                                          self.version))
+            self._completed(source, trigger, written)
         return _settle(facts, before, lost, self.seq)
 
     def record_runs(self) -> None:
         """The runs of a first build's sources, whose candidates were merged as columns
         (each extracted item holds the number of facts it supports, not candidates)."""
         for source, trigger, supported, _ in self.extracted:
-            self.new_runs.append(_run_row(_run_id(self.seq, source.path), self.seq,
-                                          source.tenant, source.kind, source.entity_id,
-                                          source.path, trigger, "completed",
-                                          source.fingerprint, False, supported, None,
-                                          self.version))
+            self._completed(source, trigger, supported)
+
+    def _completed(self, source: Source, trigger: str, supported: int) -> None:
+        """Record an extracted source's run, supporting that many facts."""
+        self.new_runs.append(_run_row(_run_id(self.seq, source.path), self.seq,
+                                      source.tenant, source.kind, source.entity_id,
+                                      source.path, trigger, "completed", source.fingerprint,
+                                      False, supported, None, self.version))
 
     def metadata(self):
         return table_metadata(self.seq, self.version)
