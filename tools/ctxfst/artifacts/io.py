@@ -205,7 +205,76 @@ def json_bytes(payload: Any, compact: bool = False) -> bytes:
     """
     if compact:
         return compact_json(payload) + b"\n"
-    return (json.dumps(payload, ensure_ascii=False, allow_nan=False, indent=2) + "\n").encode()
+    return (indented_json(payload) + "\n").encode("utf-8")
+
+
+def indented_json(value: Any) -> str:
+    """Exactly json.dumps(value, ensure_ascii=False, allow_nan=False, indent=2), some 5x
+    faster: the strings go through json's own C encoder, the nesting is joined here
+    (json indents in pure Python, a generator per level: a 10,000-document manifest took
+    a quarter of a second)."""
+    from json.encoder import encode_basestring
+
+    parts: list[str] = []
+    add = parts.append
+
+    def key_text(key: Any) -> str:
+        if isinstance(key, str):
+            return encode_basestring(key)
+        if isinstance(key, float) or key is True or key is False or key is None \
+                or isinstance(key, int):
+            return encode_basestring(json.dumps(key, allow_nan=False))
+        raise TypeError(f"keys must be str, int, float, bool or None, not "
+                        f"{key.__class__.__name__}")
+
+    def encode(item: Any, indent: str) -> None:
+        if isinstance(item, str):
+            add(encode_basestring(item))
+        elif item is None:
+            add("null")
+        elif item is True:
+            add("true")
+        elif item is False:
+            add("false")
+        elif isinstance(item, int):
+            add(int.__repr__(item))
+        elif isinstance(item, float):
+            add(json.dumps(item, allow_nan=False))  # (json's rules: nan is refused)
+        elif isinstance(item, (list, tuple)):
+            if not item:
+                add("[]")
+                return
+            inner = indent + "  "
+            if all(type(member) is str for member in item):  # (ids: most of the lists)
+                add("[" + inner + ("," + inner).join(map(encode_basestring, item)) + indent
+                    + "]")
+                return
+            opening = "[" + inner
+            for member in item:
+                add(opening)
+                opening = "," + inner
+                encode(member, inner)
+            add(indent + "]")
+        elif isinstance(item, dict):
+            if not item:
+                add("{}")
+                return
+            inner = indent + "  "
+            opening = "{" + inner
+            for key, member in item.items():
+                if type(member) is str:
+                    add(opening + key_text(key) + ": " + encode_basestring(member))
+                else:
+                    add(opening + key_text(key) + ": ")
+                    encode(member, inner)
+                opening = "," + inner
+            add(indent + "}")
+        else:
+            json.dumps(item)  # raises json's TypeError for what it cannot encode
+            raise TypeError(f"{item.__class__.__name__} is not JSON serializable")
+
+    encode(value, "\n")
+    return "".join(parts)
 
 
 def compact_json(value: Any) -> bytes:
