@@ -644,6 +644,7 @@ def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
         old = time.time_ns() - 10 * RACY_NS
         for folder in (root / "content", root / "content/sub"):
             os.utime(folder, ns=(old, old))
+        time.sleep(RACY_NS / 1e9 * 1.5)  # utime() moves ctime, which cannot be set back
 
     def names() -> list[str]:
         return [p.relative_to(root).as_posix() for p in scan_project(config).files]
@@ -660,6 +661,54 @@ def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
     names()
     (root / "content/sub/b.md").unlink()
     assert names() == ["content/sub/c.md"]
+
+
+def test_a_remembered_extra_edge_glob_sees_every_change_a_fresh_one_does(tmp_path):
+    """The extra-edge globs ("**" patterns) are remembered within a process while no
+    folder below content/ changed, hidden and skipped ones included (a glob reads them
+    where the walk does not); a matched link is looked at again every time."""
+    from ctxfst.files import RACY_NS, scan_project
+
+    root = project(tmp_path / "kb")
+    write(root, "content/a.md", "x")
+    write(root, "content/.hidden/deep/one.edges.json", "[]")
+    config = find_project(root)
+
+    def age() -> None:
+        old = time.time_ns() - 10 * RACY_NS
+        for folder in [root / "content", *(p for p in (root / "content").rglob("*")
+                                           if p.is_dir() and not p.is_symlink())]:
+            os.utime(folder, ns=(old, old))
+        time.sleep(RACY_NS / 1e9 * 1.5)  # utime() moves ctime, which cannot be set back
+
+    def edges() -> list[str]:
+        return [p.relative_to(root).as_posix() for p in scan_project(config).files
+                if p.name.endswith(".edges.json")]
+
+    def fresh() -> list[str]:
+        return sorted(p.relative_to(root).as_posix() for p in
+                      (root / "content").glob("**/*.edges.json") if p.is_file())
+
+    age()
+    assert edges() == fresh() == ["content/.hidden/deep/one.edges.json"]
+    write(root, "content/.hidden/deep/two.edges.json", "[]")  # a folder the walk skips
+    assert edges() == fresh()
+    age()
+    (root / "content/node_modules/x").mkdir(parents=True)
+    age()
+    assert edges() == fresh()
+    write(root, "content/node_modules/x/three.edges.json", "[]")
+    assert edges() == fresh() and len(fresh()) == 3
+    age()
+    (root / "content/.hidden/deep/one.edges.json").unlink()
+    assert edges() == fresh()
+    # a link to an edges file: its target can go with no folder below content/ changing
+    write(root, "elsewhere/real.json", "[]")
+    (root / "content/linked.edges.json").symlink_to(root / "elsewhere/real.json")
+    age()
+    assert "content/linked.edges.json" in edges()
+    (root / "elsewhere/real.json").unlink()
+    assert edges() == fresh() and "content/linked.edges.json" not in edges()
 
 
 def _diagnostic_lines(text: str) -> list[str]:

@@ -261,12 +261,64 @@ def scan_project(config) -> Walk:
 def _extra_edge_files(config) -> tuple[list[str], list]:
     edges, problems = set(), []
     for pattern in config.build.extra_edges:  # relative, no "..": checked by the config
-        for path in config.content_dir.glob(pattern):
-            if not path.is_file():
-                continue
-            if inside(config.root, path):
-                edges.add(path)
-            else:
-                problems.append(_link_out(path))
+        found, refused = _remembered_glob(config.content_dir, pattern, config.root)
+        edges.update(found)
+        problems.extend(refused)
     return [str(path) for path in sorted(edges)], problems
+
+
+# This process's last globs of a recursive pattern: (folder, pattern, root) ->
+# (every folder below the folder with its identity, the files found, what was refused)
+_globs: dict[tuple, tuple[list, list[Path], list]] = {}
+
+
+def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path], list]:
+    """The files below folder matching pattern (links leaving root refused). A "**"
+    pattern reads every folder below, the hidden and skipped ones too, so its answer is
+    remembered while none of those folders has changed and it matched no link (a link's
+    target can change with no folder changing)."""
+    import time
+
+    key = (str(folder), pattern, str(root))
+    known = _globs.get(key)
+    if known is not None and all(_folder_identity(path) == identity
+                                 for path, *identity in known[0]):
+        return list(known[1]), list(known[2])  # (an unchanged folder has the same children)
+    folders = _real_folders(folder) if "**" in pattern else None
+    found, refused, linked = [], [], False
+    for path in folder.glob(pattern):
+        if path.is_symlink():
+            linked = True
+        if not path.is_file():
+            continue
+        if inside(root, path):
+            found.append(path)
+        else:
+            refused.append(_link_out(path))
+    now = time.time_ns()
+    if folders is not None and not linked and all(now - max(identity[1:3]) > RACY_NS
+                                                  for identity in folders):
+        _globs[key] = (folders, list(found), list(refused))
+    else:
+        _globs.pop(key, None)
+    return found, refused
+
+
+def _real_folders(folder: Path) -> list[tuple[str, int, int, int]]:
+    """Every folder a "**" glob lists below folder (folder links are not followed), with
+    its mtime, ctime and inode, in a stable order."""
+    found, pending = [], [str(folder)]
+    while pending:
+        current = pending.pop()
+        try:
+            info = os.stat(current)
+            with os.scandir(current) as listing:
+                children = [entry.path for entry in listing
+                            if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            found.append((current, -1, -1, -1))  # unreadable or gone: never the same
+            continue
+        found.append((current, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+        pending.extend(sorted(children, reverse=True))
+    return found
 
