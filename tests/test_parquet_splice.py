@@ -9,7 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctxfst.artifacts.io import parquet_bytes
-from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, read_parts,
+from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, group_spans,
+                                              read_parts,
                                              record_of, relative_starts, splice,
                                              splice_recorded)
 
@@ -113,6 +114,22 @@ def test_bytes_that_are_no_such_file_are_refused():
                                           "part": {**part, "patches": [[0, 1, "shift", 5]]}}]}):
         with pytest.raises(SpliceError):  # a record that does not describe the file
             splice_recorded(good, broken, ["a"], [0], lambda i: True, lambda r: good)
+
+
+def test_group_spans_are_the_walked_footers_groups():
+    """pyarrow's reading of the footer gives each group where the walk does; bytes that
+    are no Parquet file, or truncated, are refused as the walk refuses them."""
+    rng = random.Random(7)
+    for size in (1, 40, 300):
+        rows = [(f"id{i:04d}", "t" * rng.randrange(0, 90), ["a"] * rng.randrange(3))
+                for i in range(size)]
+        data = whole(rows, 16)
+        assert group_spans(data) == [(g.start, g.size, g.rows) for g in read_parts(data).groups]
+    good = whole([("a", "x", [])], 4)
+    for bad in (b"", b"PAR1PAR1", good[:-8] + b"\xff\xff\xff\x7fPAR1", b"x" + good[1:],
+                good[:20] + good[-8:]):
+        with pytest.raises(SpliceError):
+            group_spans(bad)
 
 
 def test_a_previous_file_written_otherwise_is_not_spliced():

@@ -243,15 +243,19 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
                  [(s - at, e - at, what, value) for s, e, what, value in patches]), end
 
 
+def _footer_start(data: bytes) -> int:
+    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+        raise SpliceError("not Parquet")
+    start = len(data) - 8 - struct.unpack("<I", data[-8:-4])[0]
+    if start < 4:
+        raise SpliceError("footer length out of range")
+    return start
+
+
 def read_parts(data: bytes) -> ParquetParts:
     """The footer fields and row groups of Parquet bytes (SpliceError unless every row
     group's column chunks lie one after the other, as pyarrow writes them)."""
-    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
-        raise SpliceError("not Parquet")
-    length = struct.unpack("<I", data[-8:-4])[0]
-    start = len(data) - 8 - length
-    if start < 4:
-        raise SpliceError("footer length out of range")
+    start = _footer_start(data)
     footer: list[tuple[int, int, bytes]] = []
     groups: list[Group] = []
 
@@ -274,6 +278,36 @@ def read_parts(data: bytes) -> ParquetParts:
     if not any(field_id == _FILE_ROW_GROUPS for field_id, _, _ in footer):
         raise SpliceError("no row groups in the footer")
     return ParquetParts(footer, groups)
+
+
+def group_spans(data: bytes) -> list[tuple[int, int, int]]:
+    """(start, size, rows) of each row group of Parquet bytes, from pyarrow's reading of
+    the footer (a tenth of the time of walking it here; enough where the groups are only
+    looked at, not moved). SpliceError unless each group's column chunks lie together
+    inside the data."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    footer_start = _footer_start(data)
+    try:
+        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    except (OSError, ValueError, pa.ArrowException) as error:
+        raise SpliceError(f"not Parquet ({error})") from None
+    spans = []
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        begin = end = None
+        for column in (group.column(j) for j in range(group.num_columns)):
+            first = column.dictionary_page_offset if column.has_dictionary_page else \
+                column.data_page_offset
+            if end is not None and first != end:
+                raise SpliceError("column chunks of a row group are not contiguous")
+            begin = first if begin is None else begin
+            end = first + column.total_compressed_size
+        if begin is None or not 4 <= begin <= end <= footer_start or group.num_rows < 0:
+            raise SpliceError("row group outside the data")
+        spans.append((begin, end - begin, group.num_rows))
+    return spans
 
 
 def _moved_entry(group: Group, delta: int, ordinal: int

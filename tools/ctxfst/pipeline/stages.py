@@ -463,23 +463,24 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
     import numpy as np
 
     from ..artifacts.io import parquet_bytes, read_regular
-    from ..artifacts.parquet_splice import SpliceError, assemble, read_parts
+    from ..artifacts.parquet_splice import SpliceError, assemble, group_spans, read_parts
     from ..artifacts.vectors import vectors_table
     from ..compile.embed import chunk_text, embed_texts, model_id_of
 
     settings = config.build
     try:
         data = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
-        groups = read_parts(data).groups
+        spans = group_spans(data)
     except (OSError, SpliceError) as error:
         raise BuildFailed(f"{staged(config, 'chunks.parquet')}: {error}; run `doit clean`, "
                           "then `doit`") from None
-    digests = [hashlib.sha256(data[g.start:g.start + g.size]).hexdigest() for g in groups]
+    digests = [hashlib.sha256(data[start:start + size]).hexdigest()
+               for start, size, _ in spans]
     model_id = model_id_of(settings.embedding_model)
     made_by = [__version__, pa.__version__, model_id]
     kept, dim = _previous_vector_groups(config, made_by, recorded)
     # a kept group must hold as many rows as the chunks group it is filed under
-    rows_of = {digest: group.rows for digest, group in zip(digests, groups)}
+    rows_of = {digest: rows for digest, (_, _, rows) in zip(digests, spans)}
     kept = {digest: group for digest, group in kept.items()
             if rows_of.get(digest) == group.rows}
     chunks = pq.ParquetFile(pa.BufferReader(data))
