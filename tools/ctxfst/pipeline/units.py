@@ -636,11 +636,23 @@ class _ChunkRows:
         """Row `index` of the new order, parsed from its text."""
         if index in self._read:
             return json.loads(self._read[index])
+        row = self.old_row(index)
+        body, starts = self._old
+        return json.loads(bytes(body[starts[row]:starts[row + 1] - 1]))
+
+    @property
+    def old_count(self) -> int:
+        """The rows of the previous chunks.json (0 without one)."""
+        return len(self._old[1]) - 1 if self._old is not None else 0
+
+    def old_row(self, index: int) -> int | None:
+        """Where row `index` of the new order lay in the previous chunks.json (None for a
+        row read now)."""
+        if index in self._read:
+            return None
         place = bisect.bisect_right(self._segments, (index, len(self._old[1]))) - 1
         first, old_row, count = self._segments[place]
-        body, starts = self._old
-        row = old_row + index - first
-        return json.loads(bytes(body[starts[row]:starts[row + 1] - 1]))
+        return old_row + index - first
 
     def layout(self, text: bytes, sha256: str) -> dict[str, Any] | None:
         """Where each row lies in chunks.json (`text`, of this sha256), for the next
@@ -714,21 +726,29 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     file's layout (parquet_splice.file_record), for the next build to splice it by."""
     from ..artifacts.io import parquet_bytes
     from ..artifacts.parquet_splice import (SpliceError, content_group_starts, group_ranges,
-                                            record_of, splice_recorded)
+                                            record_of, relative_starts, splice_recorded)
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
     starts = content_group_starts(keys, CHUNK_GROUP_ROWS)
     compiled = {row["id"]: row for document in fresh.values() for row in document}
+    base = _previous_chunks(made_from, previous)
+    copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
+        else None
 
     def encode(ranges: list[tuple[int, int]]) -> bytes:
-        picked, group_starts = [], []
-        for start, end in ranges:
-            group_starts.append(len(picked))
-            picked.extend(compiled.get(keys[i]) or rows.row(i) for i in range(start, end))
-        return parquet_bytes(chunks_table(picked), group_starts=group_starts)
+        indexes = [i for start, end in ranges for i in range(start, end)]
+        # Rows copied from the previous chunks.json are taken from the previous
+        # chunks.parquet as Arrow (parsing their JSON was most of an edit's compile).
+        old = {i: rows.old_row(i) for i in indexes if keys[i] not in compiled} \
+            if copied is not None else {}
+        taken = [i for i in indexes if old.get(i) is not None]
+        made = [i for i in indexes if old.get(i) is None]
+        table = chunks_table([compiled.get(keys[i]) or rows.row(i) for i in made])
+        if taken:
+            table = copied.combined([old[i] for i in taken], table, taken, made)
+        return parquet_bytes(table, group_starts=relative_starts(ranges))
 
-    base = _previous_chunks(made_from, previous)
     if base is not None:
         try:
             return splice_recorded(base, made_from.get("layout"), keys, starts,
@@ -740,6 +760,47 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
         return data, record_of(data, keys, starts)
     except SpliceError:  # a footer this module cannot splice (another pyarrow): no layout
         return data, None
+
+
+class _CopiedRows:
+    """Rows of the previous chunks.parquet, read as Arrow a row group at a time."""
+
+    def __init__(self, file, starts: list[int]) -> None:
+        self.file = file
+        self.starts = starts  # each group's first row, and the rows in all
+
+    @classmethod
+    def of(cls, data: bytes, rows: int) -> _CopiedRows | None:
+        """The previous file's rows, when it holds as many as the previous chunks.json
+        (the file the last compile recorded: both hold the same rows, in id order)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            file = pq.ParquetFile(pa.BufferReader(data))
+        except (OSError, ValueError):
+            return None
+        starts = [0]
+        for index in range(file.metadata.num_row_groups):
+            starts.append(starts[-1] + file.metadata.row_group(index).num_rows)
+        return cls(file, starts) if starts[-1] == rows else None
+
+    def combined(self, old_rows: list[int], made, taken: list[int], made_at: list[int]):
+        """The table of rows old_rows (of the previous file) and `made` (a table), put
+        in the order of their places (taken and made_at: the rows' new indexes)."""
+        import pyarrow as pa
+
+        groups = sorted({bisect.bisect_right(self.starts, row) - 1 for row in old_rows})
+        first = {group: sum(self.starts[g + 1] - self.starts[g] for g in groups[:n])
+                 for n, group in enumerate(groups)}
+        read = self.file.read_row_groups(groups)
+        picked = read.take([first[group] + row - self.starts[group] for row, group in
+                            ((row, bisect.bisect_right(self.starts, row) - 1)
+                             for row in old_rows)])
+        # (read back, a list's item is named "element": cast to the schema written)
+        both = pa.concat_tables([picked.cast(made.schema), made])
+        place = {index: n for n, index in enumerate([*taken, *made_at])}
+        return both.take([place[index] for index in sorted(place)])
 
 
 def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
