@@ -765,6 +765,68 @@ def test_an_incremental_validation_reports_what_a_full_one_does(tmp_path, capsys
                    for line in _diagnostic_lines(out)), out
 
 
+def _chain_document(name: str, needs: list[str], also: str = "",
+                    also_needs: tuple[str, ...] = ()) -> str:
+    """A document declaring chunk note:<name> that depends on needs (and note:<also>,
+    that depends on also_needs)."""
+    chunks = f"""
+          - id: note:{name}
+            context: One link of a chain.
+            dependencies: [{", ".join(needs)}]"""
+    bodies = f'<Chunk id="note:{name}">The {name} step.</Chunk>'
+    if also:
+        chunks += f"""
+          - id: note:{also}
+            context: A second chunk.
+            dependencies: [{", ".join(also_needs)}]"""
+        bodies += f'\n        <Chunk id="note:{also}">The {also} step.</Chunk>'
+    return f"""
+        ---
+        title: {name}
+        chunks:{chunks}
+        ---
+        {bodies}
+        """
+
+
+def test_dependency_cycles_an_edit_closes_or_opens_are_reported_as_validate_does(
+        tmp_path, capsys, cli):
+    """The build looks for new cycles from the chunks that changed alone (the last
+    build had none); whatever edit, add, delete or unshadowed duplicate closes one, it
+    reports what `ctxfst validate` reports, and a fixed cycle is gone."""
+    root = project(tmp_path)
+    for name, needs in (("a", ["note:b"]), ("b", ["note:c"]), ("c", []), ("d", ["note:a"])):
+        write(root, f"content/{name}.ctxfst.md", _chain_document(name, needs))
+    assert build(root, capsys)[0] == 0
+    steps = [
+        # an edit in one document closes a -> b -> c -> a: reported, though a, b unchanged
+        ("content/c.ctxfst.md", _chain_document("c", ["note:a"])),
+        ("content/c.ctxfst.md", _chain_document("c", [])),  # fixed
+        # an added document declares the chunk c's edge waits for: c -> e -> d -> a -> .. c
+        ("content/c.ctxfst.md", _chain_document("c", ["note:e"])),
+        ("content/e.ctxfst.md", _chain_document("e", ["note:d"])),
+        ("content/e.ctxfst.md", None),  # deleted: the cycle goes with it
+        # a duplicate of note:c that would close a cycle, shadowed by the first
+        # declaration (z sorts after c); the first one deleted, the second one's edges
+        # count: the cycle appears with no document but the deleted one changed
+        ("content/z.ctxfst.md", _chain_document("z", [], also="c", also_needs=("note:a",))),
+        ("content/c.ctxfst.md", None),
+        ("content/z.ctxfst.md", _chain_document("z", [], also="c")),
+    ]
+    verdicts = []
+    for path, text in steps:
+        if text is None:
+            (root / path).unlink()
+        else:
+            write(root, path, text)
+        code, out = build(root, capsys)
+        full = cli("validate", cwd=root)
+        assert _diagnostic_lines(out) == _diagnostic_lines(full.out), out
+        assert (code == 0) == (full.code == 0)
+        verdicts.append(any("CTX207" in line for line in _diagnostic_lines(out)))
+    assert verdicts == [True, False, False, True, False, False, True, False]
+
+
 def test_a_linked_document_is_reported_as_validate_reports_it(tmp_path, capsys, cli):
     """A link inside content/ to another document is an input of its own: the build
     reports its duplicate chunk ids where `ctxfst validate` does."""

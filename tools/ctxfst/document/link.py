@@ -203,8 +203,12 @@ Position = Callable[[str, tuple], tuple[int, int]]  # (path, key path) -> (line,
 
 
 def link(summaries: list[Summary], position: Position,
-         cycles: Callable[[], list[Diagnostic]] | None = None) -> Link:
-    """Merge the summaries (in the knowledge base's order: the first declaration wins)."""
+         touched: set[str] | None = None) -> Link:
+    """Merge the summaries (in the knowledge base's order: the first declaration wins).
+    touched: the knowledge base had no dependency cycle before, and only these chunk
+    ids were declared, dropped or declared otherwise since: a new cycle passes through
+    one of them (its new edge leaves one, or enters one that is new), so the cycles are
+    looked for from them alone, and everywhere only when one is found."""
     out: list[Diagnostic] = []
     first: dict[str, tuple[Summary, list]] = {}
     declarations: dict[str, list[Declaration]] = {}
@@ -251,8 +255,9 @@ def link(summaries: list[Summary], position: Position,
         by_tail.setdefault(entity_id.split(":")[-1], entity_id)
     view = View({entity_id: item[1][3] for entity_id, item in first.items()},
                 set(chunk_places), by_tail)
-    out.extend(cycles() if cycles is not None else
-               find_cycles(dependencies, chunk_places, position))
+    if touched is None or find_cycles(dependencies, chunk_places, lambda path, key: (0, 0),
+                                      touched):
+        out.extend(find_cycles(dependencies, chunk_places, position))  # (in full: its order)
     merged = {entity_id: _merged(found) for entity_id, found in dumps.items()}
     return Link(view, declarations, merged, chunk_places, out)
 
@@ -280,20 +285,13 @@ def _merged(dumps: list[dict]) -> dict:
     return merged.model_dump(mode="json", exclude_none=True)
 
 
-def dependency_digest(summaries: list[Summary]) -> str:
-    """What the cycle check depends on: every chunk id and its dependencies, in order."""
-    digest = hashlib.sha256()
-    for summary in summaries:  # (repr of plain lists and strings: 5x faster than JSON)
-        digest.update(repr((summary.path, summary.chunks)).encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
-
-
 def find_cycles(dependencies: dict[str, list[str]], places: dict[str, Declaration],
-                position: Position) -> list[Diagnostic]:
-    """Each dependency cycle once (iterative DFS; knowledge bases can be deep)."""
+                position: Position, starts: set[str] | None = None) -> list[Diagnostic]:
+    """Each dependency cycle once (iterative DFS; knowledge bases can be deep); with
+    starts, those reachable from these chunk ids."""
     out: list[Diagnostic] = []
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
-    for start in sorted(dependencies):
+    for start in sorted(dependencies if starts is None else starts & dependencies.keys()):
         if start in state:
             continue
         stack = [(start, iter(dependencies[start]))]

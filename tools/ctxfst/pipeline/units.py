@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
-from ..document.link import Summary, View, dependency_digest, dump_ok, link, summarize
+from ..document.link import Summary, View, dump_ok, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
 from ..artifacts.io import compact_json
@@ -38,6 +38,7 @@ from ..artifacts.io import compact_json
 UNIT_FORMAT = "3"  # 2: declarations kept once ("dump:" rows); 3: keyed by their text
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
 _MAX_ROW = 64 * 1024 * 1024
+_ACYCLIC = "acyclic"  # true: the units saved with it have no dependency cycle
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _tenant(value: Any) -> Any:
 
 class UnitStore:
     """The units of one project, keyed "doc:<path>", plus the build's link records
-    ("view", "skills", "cycles", "compiled") and chunk rows ("rows:<unit key>")."""
+    ("view", "skills", "acyclic", "compiled") and chunk rows ("rows:<unit key>")."""
 
     def __init__(self, path: Path) -> None:
         self.db = connect(path, _SCHEMA)
@@ -374,9 +375,13 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         return pos.line, pos.column
 
     summaries = [unit.summary for unit in live]
-    dependencies = dependency_digest(summaries)
-    no_cycles = store.value("cycles") == dependencies
-    linked = link(summaries, position, cycles=(lambda: []) if no_cycles else None)
+    touched = None  # (see link(): with the last build acyclic, only changed ids matter)
+    if store.value(_ACYCLIC) is True:
+        touched = {chunk[1] for path in [*changed, *(set(previous) - set(units))]
+                   for unit in (previous.get(path), units.get(path))
+                   if unit is not None and unit.summary is not None
+                   for chunk in unit.summary.chunks}
+    linked = link(summaries, position, touched)
     names = skill_names(kb.skills)
     old_view = View.from_data(store.value("view"))
     old_skills = store.value("skills")
@@ -415,8 +420,10 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     store.put(PASSAGES, passages)
     store.put("view", linked.view.as_data())
     store.put("skills", {"names": sorted(names) if names is not None else None})
-    if not any(d.code == "CTX207" for d in linked.diagnostics):
-        store.put("cycles", dependencies)
+    if any(d.code == "CTX207" for d in linked.diagnostics):  # saved with the units
+        store.remove(_ACYCLIC)
+    else:
+        store.put(_ACYCLIC, True)
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
