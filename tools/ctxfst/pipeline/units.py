@@ -392,10 +392,12 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     else:
         ids, tails = linked.view.changed_since(old_view)
         ids |= set(old_skills["names"] or ()) ^ (names or set())
-        if ids or tails:
+        if tails:
             for unit in live:
                 if any(ref in ids or ref.split(":")[-1] in tails for ref in unit.summary.refs):
                     recheck.add(unit.path)
+        elif ids:  # (an added or deleted document's chunk ids: in C, not ref by ref)
+            recheck.update(unit.path for unit in live if not ids.isdisjoint(unit.summary.refs))
     missing = [unit.path for unit in live if unit.path in recheck and unit.path not in typed]
     if missing:  # typed together: in parallel, with one cache query
         typed.update(load(missing))
