@@ -42,6 +42,9 @@ def _normalise(matrix: np.ndarray) -> np.ndarray:
     return (matrix / norms).astype(np.float32)
 
 
+_HASH_PARALLEL_TEXTS = 4000  # fewer: forking costs more than it saves
+
+
 class HashEmbedder:
     """Feature hashing of words and CJK bigrams: fast, deterministic, no model.
 
@@ -53,6 +56,18 @@ class HashEmbedder:
         self.model_id = f"hash-{dim}"
 
     def encode(self, texts: list[str], batch_size: int = 0, progress: bool = False) -> np.ndarray:
+        """Rows are independent: many texts are encoded in forked workers, in slices
+        (the same vectors: each row's sums are made in the same order)."""
+        from ..parallel import forked_map
+
+        if len(texts) < _HASH_PARALLEL_TEXTS:
+            return self._encode(texts)
+        step = -(-len(texts) // 8)
+        return np.vstack(forked_map(self._encode, [texts[i:i + step] for i in
+                                                   range(0, len(texts), step)],
+                                    threshold=2, chunksize=1))
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         # Each distinct token is hashed once (a KB repeats its words millions of times),
         # and the counts are made in one bincount: the same vectors as token by token.
         signed: dict[str, int] = {}  # token -> bucket * 2 + (1 if it adds, 0 if it subtracts)
