@@ -1,0 +1,82 @@
+"""Compare the edit, add and delete costs of two checkouts on one knowledge base, in
+alternating runs (this machine's speed drifts by a third within an hour, so two whole
+benchmark runs an hour apart say little).
+
+    .venv/bin/python benchmarks/edit_ab.py --against /tmp/old [--docs 10000] [--rounds 4]
+
+`--against` is another checkout of ctxfst (for example `git archive <rev> | tar -x -C
+/tmp/old`); its `tools/` is put on `PYTHONPATH` for its runs, this checkout's for the
+others. Each run follows a fresh change of its own kind, made after the other side's run,
+so both sides start from the state the other left (both must read the same caches).
+Prints every pair's whole-process wall times and each side's median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from build_speed import _edit_once, make_project
+
+HERE = Path(__file__).resolve().parents[1] / "tools"
+
+
+def _doit(root: Path, tools: Path) -> float:
+    doit_bin = Path(sys.executable).with_name("doit")
+    started = time.perf_counter()
+    proc = subprocess.run([str(doit_bin)], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tools)})
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        sys.exit(f"doit ({tools}) failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", type=Path, required=True)
+    parser.add_argument("--docs", type=int, default=10000)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    other = args.against.resolve() / "tools"
+    if not (other / "ctxfst").is_dir():
+        sys.exit(f"{args.against}: no tools/ctxfst there")
+    root = Path(tempfile.mkdtemp(prefix="ctxfst-ab-"))
+    try:
+        make_project(root, args.docs, "hash-256")
+        _doit(root, HERE)
+        _doit(root, HERE)  # (settled: the first no-op after a build may still hash)
+        target = next((root / "content").rglob("notes-00042.ctxfst.md"))
+        print(f"{args.docs} documents; A = {args.against}, B = this checkout")
+        for kind in ("edit", "add", "delete"):
+            times: dict[str, list[float]] = {"A": [], "B": []}
+            for round_ in range(args.rounds):
+                pair = []
+                for side, tools in (("A", other), ("B", HERE)):
+                    added = target.with_name(f"notes-ab-{round_}-{side}.ctxfst.md")
+                    if kind == "edit":
+                        _edit_once(target, f"Edit{round_}{side}")
+                    elif kind == "add":
+                        name = f"nab{round_}{side.lower()}"  # (ids are lowercase)
+                        added.write_text(target.read_text().replace("n00042", name))
+                    else:
+                        added.unlink()
+                    time.sleep(0.2)  # (past the racy window: both sides hash alike)
+                    times[side].append(_doit(root, tools))
+                    pair.append(f"{side} {times[side][-1]:.2f} s")
+                print(f"  {kind} {round_ + 1}: " + ", ".join(pair))
+            print(f"{kind}: median A {statistics.median(times['A']):.2f} s, "
+                  f"B {statistics.median(times['B']):.2f} s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
