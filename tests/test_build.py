@@ -709,6 +709,16 @@ def test_a_remembered_extra_edge_glob_sees_every_change_a_fresh_one_does(tmp_pat
     assert "content/linked.edges.json" in edges()
     (root / "elsewhere/real.json").unlink()
     assert edges() == fresh() and "content/linked.edges.json" not in edges()
+    # a pattern whose "*" component follows a folder link out of content/
+    (root / "content/linked.edges.json").unlink()
+    write(root, "shared/one.edges.json", "[]")
+    (root / "content/to-shared").symlink_to(root / "shared")
+    project(root, extra_edges=["**/*/*.edges.json"])
+    config = find_project(root)
+    age()
+    assert "content/to-shared/one.edges.json" in edges()
+    write(root, "shared/two.edges.json", "[]")  # no folder below content/ changed
+    assert "content/to-shared/two.edges.json" in edges()
 
 
 def _diagnostic_lines(text: str) -> list[str]:
@@ -825,6 +835,47 @@ def test_dependency_cycles_an_edit_closes_or_opens_are_reported_as_validate_does
         assert (code == 0) == (full.code == 0)
         verdicts.append(any("CTX207" in line for line in _diagnostic_lines(out)))
     assert verdicts == [True, False, False, True, False, False, True, False]
+
+
+def test_a_cycle_is_found_after_units_the_acyclic_mark_does_not_describe(
+        tmp_path, capsys, cli, monkeypatch):
+    """The cycle check trusts "no cycle before" only for the very units it was saved
+    with: units written since by a toolchain that does not keep the mark, or a unit
+    that cannot be read back, send it through the whole graph."""
+    import sqlite3
+
+    import ctxfst.pipeline.units as units
+
+    root = project(tmp_path)
+    for name, needs in (("a", ["note:b"]), ("b", ["note:c"]), ("c", []), ("d", [])):
+        write(root, f"content/{name}.ctxfst.md", _chain_document(name, needs))
+    assert build(root, capsys)[0] == 0
+    # another toolchain closes a cycle and leaves the mark as it was
+    monkeypatch.setattr(units, "_ACYCLIC", "a mark it does not keep")
+    write(root, "content/c.ctxfst.md", _chain_document("c", ["note:a"]))
+    assert build(root, capsys)[0] != 0
+    monkeypatch.undo()
+    write(root, "content/d.ctxfst.md", _chain_document("d", [], also="e"))  # elsewhere
+    code, out = build(root, capsys)
+    full = cli("validate", cwd=root)
+    assert code != 0 and any("CTX207" in line for line in _diagnostic_lines(out))
+    assert _diagnostic_lines(out) == _diagnostic_lines(full.out)
+
+    # a unit that cannot be read back: its old chunk ids are not known to be touched
+    root = project(tmp_path / "second")
+    write(root, "content/a.ctxfst.md", _chain_document("a", ["note:u"]))
+    write(root, "content/b.ctxfst.md", _chain_document("b", [], also="u"))
+    write(root, "content/z.ctxfst.md", _chain_document("z", [], also="u",
+                                                       also_needs=("note:a",)))
+    assert build(root, capsys)[0] != 0  # note:u twice (CTX203), and no cycle
+    with sqlite3.connect(root / ".ctxfst/cache/units.sqlite") as db:
+        assert db.execute("UPDATE units SET value = CAST('{}' AS BLOB) WHERE key = ?",
+                          ("doc:content/b.ctxfst.md",)).rowcount == 1
+    write(root, "content/b.ctxfst.md", _chain_document("b", []))  # z's note:u now counts
+    code, out = build(root, capsys)
+    full = cli("validate", cwd=root)
+    assert code != 0 and any("CTX207" in line for line in _diagnostic_lines(out))
+    assert _diagnostic_lines(out) == _diagnostic_lines(full.out)
 
 
 def test_a_linked_document_is_reported_as_validate_reports_it(tmp_path, capsys, cli):

@@ -286,8 +286,11 @@ def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path]
         return list(known[1]), list(known[2])  # (an unchanged folder has the same children)
     folders = _real_folders(folder) if "**" in pattern else None
     found, refused, linked = [], [], False
+    real_folder = os.path.realpath(folder)
     for path in folder.glob(pattern):
-        if path.is_symlink():
+        # a match that is a link, or reached through a folder link (a component other
+        # than "**" follows one): its target can change with no folder here changing
+        if os.path.realpath(path) != os.path.join(real_folder, os.path.relpath(path, folder)):
             linked = True
         if not path.is_file():
             continue

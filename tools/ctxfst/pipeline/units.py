@@ -38,7 +38,9 @@ from ..artifacts.io import compact_json
 UNIT_FORMAT = "3"  # 2: declarations kept once ("dump:" rows); 3: keyed by their text
 _SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
 _MAX_ROW = 64 * 1024 * 1024
-_ACYCLIC = "acyclic"  # true: the units saved with it have no dependency cycle
+# The units_digest of units with no dependency cycle, saved with them (a store written
+# since by a toolchain that does not keep it, or with a unit now unreadable, differs).
+_ACYCLIC = "acyclic"
 
 
 @dataclass
@@ -376,7 +378,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
 
     summaries = [unit.summary for unit in live]
     touched = None  # (see link(): with the last build acyclic, only changed ids matter)
-    if store.value(_ACYCLIC) is True:
+    if store.value(_ACYCLIC) == units_digest(previous.values()):
         touched = {chunk[1] for path in [*changed, *(set(previous) - set(units))]
                    for unit in (previous.get(path), units.get(path))
                    if unit is not None and unit.summary is not None
@@ -425,11 +427,18 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     if any(d.code == "CTX207" for d in linked.diagnostics):  # saved with the units
         store.remove(_ACYCLIC)
     else:
-        store.put(_ACYCLIC, True)
+        store.put(_ACYCLIC, units_digest(units.values()))
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
                     "documents_typed": len(typed)})
+
+
+def units_digest(units) -> str:
+    """Which units these are: each one's path and the sha256 of its bytes, in path order
+    (a unit's summary is a function of them)."""
+    text = "\n".join(sorted(f"{unit.path}\0{unit.sha256}" for unit in units))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _passages(root: Path, docs: list[ParsedDocument]) -> list[str]:
@@ -736,6 +745,8 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     from ..artifacts.io import parquet_bytes
     from ..artifacts.parquet_splice import (SpliceError, content_group_starts, group_ranges,
                                             record_of, relative_starts, splice_recorded)
+    import pyarrow as pa
+
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
@@ -755,7 +766,11 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
         made = [i for i in indexes if old.get(i) is None]
         table = chunks_table([compiled.get(keys[i]) or rows.row(i) for i in made])
         if taken:
-            table = copied.combined([old[i] for i in taken], table, taken, made)
+            try:
+                table = copied.combined([old[i] for i in taken], table, taken, made)
+            except pa.ArrowException:  # (a previous file of another schema: from JSON)
+                table = chunks_table([compiled.get(keys[i]) or rows.row(i)
+                                      for i in indexes])
         return parquet_bytes(table, group_starts=relative_starts(ranges))
 
     if base is not None:
@@ -809,7 +824,8 @@ class _CopiedRows:
         # (read back, a list's item is named "element": cast to the schema written)
         both = pa.concat_tables([picked.cast(made.schema), made])
         place = {index: n for n, index in enumerate([*taken, *made_at])}
-        return both.take([place[index] for index in sorted(place)])
+        # (one chunk per column, as a table made from rows: chunking changes the pages)
+        return both.take([place[index] for index in sorted(place)]).combine_chunks()
 
 
 def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
