@@ -127,20 +127,31 @@ def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: b
                      root: Path) -> Walk:
     """_walk with diagnostics, remembered while no folder it listed has changed (like
     git's untracked cache: an added, removed or renamed entry changes its folder's mtime)."""
-    import time
-
     key = (str(directory), suffixes, follow_links, str(root))
     known = _walks.get(key)
-    if known is not None and all(_folder_identity(path) == identity
-                                 for path, *identity in known.folders):
+    if known is not None and _unchanged(known.folders):
         return Walk(list(known.paths), list(known.problems), known.folders)
     found = _walk(directory, suffixes, follow_links, root, [])
-    now = time.time_ns()
-    if all(now - max(mtime, ctime) > RACY_NS for _, mtime, ctime, _ in found.folders):
+    if _settled(found.folders):
         _walks[key] = Walk(list(found.paths), list(found.problems), found.folders)
     else:
         _walks.pop(key, None)
     return found
+
+
+def _unchanged(folders: list[tuple[str, int, int, int]]) -> bool:
+    """Whether every folder still has the (path, mtime, ctime, inode) it was listed with
+    (an unchanged folder has the same entries)."""
+    return all(_folder_identity(path) == identity for path, *identity in folders)
+
+
+def _settled(folders: list[tuple[str, int, int, int]]) -> bool:
+    """Whether no folder changed within a clock tick of now (else a listing of it is not
+    remembered: it could change again and keep its mtime)."""
+    import time
+
+    now = time.time_ns()
+    return all(now - max(mtime, ctime) > RACY_NS for _, mtime, ctime, _ in folders)
 
 
 def _folder_identity(path: str) -> list[int] | None:
@@ -277,13 +288,10 @@ def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path]
     pattern reads every folder below, the hidden and skipped ones too, so its answer is
     remembered while none of those folders has changed and it matched no link (a link's
     target can change with no folder changing)."""
-    import time
-
     key = (str(folder), pattern, str(root))
     known = _globs.get(key)
-    if known is not None and all(_folder_identity(path) == identity
-                                 for path, *identity in known[0]):
-        return list(known[1]), list(known[2])  # (an unchanged folder has the same children)
+    if known is not None and _unchanged(known[0]):
+        return list(known[1]), list(known[2])
     folders = _real_folders(folder) if "**" in pattern else None
     found, refused, linked = [], [], False
     real_folder = os.path.realpath(folder)
@@ -298,9 +306,7 @@ def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path]
             found.append(path)
         else:
             refused.append(_link_out(path))
-    now = time.time_ns()
-    if folders is not None and not linked and all(now - max(identity[1:3]) > RACY_NS
-                                                  for identity in folders):
+    if folders is not None and not linked and _settled(folders):
         _globs[key] = (folders, list(found), list(refused))
     else:
         _globs.pop(key, None)

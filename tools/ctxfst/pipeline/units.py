@@ -743,10 +743,10 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     when there is no usable previous file. The bytes are the same either way. Also the
     file's layout (parquet_splice.file_record), for the next build to splice it by."""
     from ..artifacts.io import parquet_bytes
-    from ..artifacts.parquet_splice import (SpliceError, content_group_starts, group_ranges,
-                                            record_of, relative_starts, splice_recorded)
     import pyarrow as pa
 
+    from ..artifacts.parquet_splice import (SpliceError, content_group_starts, group_ranges,
+                                            record_of, relative_starts, splice_recorded)
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
@@ -756,6 +756,9 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
 
+    def row(index: int) -> dict[str, Any]:
+        return compiled.get(keys[index]) or rows.row(index)
+
     def encode(ranges: list[tuple[int, int]]) -> bytes:
         indexes = [i for start, end in ranges for i in range(start, end)]
         # Rows copied from the previous chunks.json are taken from the previous
@@ -764,13 +767,12 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
             if copied is not None else {}
         taken = [i for i in indexes if old.get(i) is not None]
         made = [i for i in indexes if old.get(i) is None]
-        table = chunks_table([compiled.get(keys[i]) or rows.row(i) for i in made])
+        table = chunks_table([row(i) for i in made])
         if taken:
             try:
                 table = copied.combined([old[i] for i in taken], table, taken, made)
             except pa.ArrowException:  # (a previous file of another schema: from JSON)
-                table = chunks_table([compiled.get(keys[i]) or rows.row(i)
-                                      for i in indexes])
+                table = chunks_table([row(i) for i in indexes])
         return parquet_bytes(table, group_starts=relative_starts(ranges))
 
     if base is not None:
@@ -814,13 +816,15 @@ class _CopiedRows:
         in the order of their places (taken and made_at: the rows' new indexes)."""
         import pyarrow as pa
 
-        groups = sorted({bisect.bisect_right(self.starts, row) - 1 for row in old_rows})
-        first = {group: sum(self.starts[g + 1] - self.starts[g] for g in groups[:n])
-                 for n, group in enumerate(groups)}
-        read = self.file.read_row_groups(groups)
-        picked = read.take([first[group] + row - self.starts[group] for row, group in
-                            ((row, bisect.bisect_right(self.starts, row) - 1)
-                             for row in old_rows)])
+        group_of = [bisect.bisect_right(self.starts, row) - 1 for row in old_rows]
+        groups = sorted(set(group_of))
+        at, read_from = 0, {}  # each group's first row in the groups read, end to end
+        for group in groups:
+            read_from[group] = at
+            at += self.starts[group + 1] - self.starts[group]
+        picked = self.file.read_row_groups(groups).take(
+            [read_from[group] + row - self.starts[group]
+             for row, group in zip(old_rows, group_of)])
         # (read back, a list's item is named "element": cast to the schema written)
         both = pa.concat_tables([picked.cast(made.schema), made])
         place = {index: n for n, index in enumerate([*taken, *made_at])}
