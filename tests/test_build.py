@@ -799,6 +799,21 @@ def _chain_document(name: str, needs: list[str], also: str = "",
         """
 
 
+def _change_and_compare(root: Path, capsys, cli, path: str, text: str | None
+                        ) -> tuple[int, str]:
+    """Write (or, for None, delete) one document and build: the build reports what
+    `ctxfst validate` reports, and fails when it fails."""
+    if text is None:
+        (root / path).unlink()
+    else:
+        write(root, path, text)
+    code, out = build(root, capsys)
+    full = cli("validate", cwd=root)
+    assert _diagnostic_lines(out) == _diagnostic_lines(full.out), (path, out)
+    assert (code == 0) == (full.code == 0), path
+    return code, out
+
+
 def test_dependency_cycles_an_edit_closes_or_opens_are_reported_as_validate_does(
         tmp_path, capsys, cli):
     """The build looks for new cycles from the chunks that changed alone (the last
@@ -825,23 +840,86 @@ def test_dependency_cycles_an_edit_closes_or_opens_are_reported_as_validate_does
     ]
     verdicts = []
     for path, text in steps:
-        if text is None:
-            (root / path).unlink()
-        else:
-            write(root, path, text)
-        code, out = build(root, capsys)
-        full = cli("validate", cwd=root)
-        assert _diagnostic_lines(out) == _diagnostic_lines(full.out), out
-        assert (code == 0) == (full.code == 0)
+        out = _change_and_compare(root, capsys, cli, path, text)[1]
         verdicts.append(any("CTX207" in line for line in _diagnostic_lines(out)))
     assert verdicts == [True, False, False, True, False, False, True, False]
 
 
-def test_a_cycle_is_found_after_units_the_acyclic_mark_does_not_describe(
+def _declaring_document(name: str, declares: list[tuple[str, str, str, list[str]]],
+                        mentions: list[str]) -> str:
+    """A document with chunk note:<name> mentioning `mentions`, declaring (id, name, type,
+    aliases) each."""
+    entities = "".join(f"""
+          - id: {entity_id}
+            name: {label}
+            type: {kind}
+            aliases: [{", ".join(aliases)}]""" for entity_id, label, kind, aliases in declares)
+    return f"""
+        ---
+        title: {name}
+        entities:{entities or " []"}
+        chunks:
+          - id: note:{name}
+            context: A chunk.
+            entities: [{", ".join(mentions)}]
+        ---
+        <Chunk id="note:{name}">The {name} chunk.</Chunk>
+        """
+
+
+def test_declarations_an_edit_changes_are_linked_as_a_clean_build_links_them(
+        tmp_path, capsys, cli):
+    """The link step answers from the ids an edit touches (pipeline.link_index): the
+    first declaration moving to another document, merged aliases, a conflicting
+    declaration, a suggestion that appears for an unchanged document, a type change that
+    makes an unchanged document's reference good or bad. After each step the build
+    reports what `ctxfst validate` reports, and its catalog is a clean build's."""
+    root = project(tmp_path / "kb")
+    x_in_a = ("entity:x", "X", "concept", ["ex"])
+    write(root, "content/a.ctxfst.md", _declaring_document("a", [x_in_a], ["entity:x"]))
+    write(root, "content/b.ctxfst.md", _declaring_document("b", [], ["entity:x"]))
+    write(root, "content/c.ctxfst.md", _declaring_document(
+        "c", [("entity:x", "X", "concept", ["why"])], []))
+    assert build(root, capsys)[0] == 0
+    steps = [
+        ("content/a.ctxfst.md", None),  # the first declaration goes: c's is first now
+        ("content/a0.ctxfst.md", _declaring_document(  # sorts first: its aliases lead
+            "a0", [("entity:x", "X", "concept", ["zero"])], [])),
+        ("content/c.ctxfst.md", _declaring_document(  # declared otherwise: CTX202
+            "c", [("entity:x", "Other", "concept", [])], [])),
+        ("content/c.ctxfst.md", _declaring_document(
+            "c", [("entity:x", "X", "concept", ["why", "more"])], [])),
+        ("content/b.ctxfst.md", _declaring_document("b", [], ["entity:x", "entity:y"])),
+        # b unchanged: its dangling entity:y now gets a suggestion, then is declared
+        ("content/d.ctxfst.md", _declaring_document("d", [("state:y", "Y", "state", [])], [])),
+        ("content/d.ctxfst.md", _declaring_document("d", [("entity:y", "Y", "concept", [])],
+                                                    [])),
+        ("content/d.ctxfst.md", None),  # and gone again
+        ("content/b.ctxfst.md", _declaring_document("b", [], ["entity:x"])),
+        ("content/a.ctxfst.md", _declaring_document("a", [x_in_a], ["entity:x"])),
+    ]
+    verdicts = []
+    for number, (path, text) in enumerate(steps):
+        code = _change_and_compare(root, capsys, cli, path, text)[0]
+        verdicts.append(code == 0)
+        if code == 0:
+            clean = tmp_path / f"clean-{number}"
+            shutil.copytree(root / "content", clean / "content")
+            shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")
+            assert build(clean, capsys)[0] == 0
+            for name in ("chunks.json", "entity-profiles.json", "entities.parquet"):
+                assert (root / "build" / name).read_bytes() == (
+                    clean / "build" / name).read_bytes(), (number, name)
+    assert verdicts == [True, True, False, True, False, False, True, False, True, True]
+    entities = json.loads((root / "build/chunks.json").read_text())["entities"]
+    assert [e["aliases"] for e in entities] == [["ex", "zero", "why", "more"]]
+
+
+def test_what_spans_documents_is_found_after_units_the_mark_does_not_describe(
         tmp_path, capsys, cli, monkeypatch):
-    """The cycle check trusts "no cycle before" only for the very units it was saved
-    with: units written since by a toolchain that does not keep the mark, or a unit
-    that cannot be read back, send it through the whole graph."""
+    """The link step trusts "nothing spanned documents before" only for the very units
+    it was saved with: units written since by a toolchain that does not keep the mark,
+    or a unit that cannot be read back, send it through the whole graph."""
     import sqlite3
 
     import ctxfst.pipeline.units as units
@@ -851,7 +929,7 @@ def test_a_cycle_is_found_after_units_the_acyclic_mark_does_not_describe(
         write(root, f"content/{name}.ctxfst.md", _chain_document(name, needs))
     assert build(root, capsys)[0] == 0
     # another toolchain closes a cycle and leaves the mark as it was
-    monkeypatch.setattr(units, "_ACYCLIC", "a mark it does not keep")
+    monkeypatch.setattr(units, "_LINKED", "a mark it does not keep")
     write(root, "content/c.ctxfst.md", _chain_document("c", ["note:a"]))
     assert build(root, capsys)[0] != 0
     monkeypatch.undo()
@@ -869,8 +947,8 @@ def test_a_cycle_is_found_after_units_the_acyclic_mark_does_not_describe(
                                                        also_needs=("note:a",)))
     assert build(root, capsys)[0] != 0  # note:u twice (CTX203), and no cycle
     with sqlite3.connect(root / ".ctxfst/cache/units.sqlite") as db:
-        assert db.execute("UPDATE units SET value = CAST('{}' AS BLOB) WHERE key = ?",
-                          ("doc:content/b.ctxfst.md",)).rowcount == 1
+        assert db.execute("UPDATE unit_docs SET volatile = 7 WHERE path = ?",
+                          ("content/b.ctxfst.md",)).rowcount == 1
     write(root, "content/b.ctxfst.md", _chain_document("b", []))  # z's note:u now counts
     code, out = build(root, capsys)
     full = cli("validate", cwd=root)
@@ -927,28 +1005,38 @@ def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
     traceback: the build starts the units over from the sources."""
     import sqlite3
 
+    damages = {
+        "skills": "UPDATE units SET value = CAST('{\"names\": 5}' AS BLOB) WHERE key = "
+                  "'skills'",
+        "a declaration": "UPDATE link_dumps SET text = CAST(replace(CAST(text AS TEXT), "
+                         "'\"aliases\":[', '\"aliases\":7,\"x\":[') AS BLOB)",
+        "diagnostics": "UPDATE unit_docs SET diagnostics = '[[1' WHERE path IN (SELECT path "
+                       "FROM unit_docs LIMIT 2)",
+        "dependencies": "UPDATE link_chunks SET needs = '{\"a\": 1}'",
+        "a catalog row": "UPDATE link_catalog SET row = '[]' WHERE rowid IN (SELECT rowid "
+                         "FROM link_catalog LIMIT 1)",
+        "a catalog row's id": "UPDATE link_catalog SET row = replace(row, '\"id\":', "
+                              "'\"di\":')",
+        "the mark": "UPDATE units SET value = CAST('{\"clean\": 1}' AS BLOB) WHERE key = "
+                    "'linked'",
+    }
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     before = artifact_bytes(root)
-    db = sqlite3.connect(root / ".ctxfst/cache/units.sqlite")
-    with db:
-        db.execute("UPDATE units SET value = ? WHERE key = 'skills'", (b'{"names": 5}',))
-        db.execute("UPDATE units SET value = CAST(replace(CAST(value AS TEXT), "
-                   "'\"aliases\":[', '\"aliases\":7,\"x\":[') AS BLOB) WHERE key LIKE 'dump:%'")
-        db.execute("UPDATE units SET value = substr(value, 1, 40) WHERE key IN (SELECT key "
-                   "FROM units WHERE key LIKE 'doc:%' LIMIT 2)")
-        db.execute("UPDATE units SET value = ? WHERE key = 'view'", (b'{"types": 1}',))
-    db.close()
     edit = root / "content/backend-frameworks.ctxfst.md"
     text = edit.read_text()
-    edit.write_text(text.replace("Goroutines made", "Goroutines kept"))
-    code, out = build(root, capsys)
-    assert code == 0 and "Traceback" not in out, out
-    edit.write_text(text)
-    assert build(root, capsys)[0] == 0
-    now = artifact_bytes(root)
-    assert {n for n in now if now[n] != before[n]} <= {
-        n for n, (s, _) in ARTIFACTS.items() if s == "facts"} | {"manifest.json"}
+    for name, damage in damages.items():
+        with sqlite3.connect(root / ".ctxfst/cache/units.sqlite") as db:
+            assert db.execute(damage).rowcount > 0, name
+        db.close()
+        edit.write_text(text.replace("Goroutines made", "Goroutines kept"))
+        code, out = build(root, capsys)
+        assert code == 0 and "Traceback" not in out, (name, out)
+        edit.write_text(text)
+        assert build(root, capsys)[0] == 0
+        now = artifact_bytes(root)
+        assert {n for n in now if now[n] != before[n]} <= {
+            n for n, (s, _) in ARTIFACTS.items() if s == "facts"} | {"manifest.json"}, name
 
 
 def _passages_project(root: Path) -> Path:

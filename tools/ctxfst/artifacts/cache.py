@@ -39,7 +39,7 @@ def _schema_objects(schema: str) -> list:
     """What sqlite_master holds in a database that `schema` alone created."""
     if schema not in _expected_objects:
         fresh = sqlite3.connect(":memory:")
-        fresh.execute(schema)
+        fresh.executescript(schema)
         _expected_objects[schema] = _objects(fresh)
         fresh.close()
     return _expected_objects[schema]
@@ -47,7 +47,7 @@ def _schema_objects(schema: str) -> list:
 
 def _in_memory(schema: str) -> sqlite3.Connection:
     db = sqlite3.connect(":memory:")
-    db.execute(schema)
+    db.executescript(schema)
     return db
 
 
@@ -66,7 +66,7 @@ def connect(path: Path, schema: str) -> sqlite3.Connection:
             try:
                 db.execute("PRAGMA trusted_schema=OFF")
                 db.execute("PRAGMA journal_mode=WAL")
-                db.execute(schema)
+                db.executescript(schema)  # (one statement or many)
                 if _objects(db) == _schema_objects(schema):
                     return db
                 problem = "not a ctxfst cache"

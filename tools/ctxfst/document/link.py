@@ -6,8 +6,9 @@ summaries into the catalog view every document is checked against (entity types,
 ids, the id suggestions) and finds what no single document shows: conflicting entity
 declarations (CTX202), chunk ids used twice (CTX203) and dependency cycles (CTX207).
 
-Summaries are plain data (JSON-ready), so a build keeps them between runs and links a
-10,000-document knowledge base without typing its documents again. A diagnostic the
+Summaries are plain data, so a build keeps them between runs (as rows indexed by id:
+pipeline.link_index) and links a 10,000-document knowledge base without typing its
+documents again, from the ids an edit touches. A diagnostic the
 link step raises needs a position inside a document; `position` gives it (and loads that
 document when only its summary is at hand: only for errors, which stop a build).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 from ..artifacts.io import compact_json
 from ..diagnostics import Diagnostic, diag
@@ -42,42 +43,8 @@ class Summary:
             self.keys = [dump_key(item[4]) for item in self.entities]
         return self.keys
 
-    def as_data(self) -> dict[str, Any]:
-        """JSON-ready, each declaration by the key of its dump (declarations repeat across
-        documents: they are kept once, see dumps())."""
-        return {"path": self.path, "entities": [[*item[:4], key] for item, key in
-                                                zip(self.entities, self.dump_keys())],
-                "chunks": self.chunks, "refs": self.refs}
-
     def dumps(self) -> dict[str, dict]:
         return {key: item[4] for item, key in zip(self.entities, self.dump_keys())}
-
-    @classmethod
-    def from_data(cls, data: Any, dumps: dict[str, dict]) -> Summary | None:
-        """A summary read back from a cache, its declarations from dumps (key -> dump,
-        each checked by dump_ok); None for anything of another shape."""
-        if not isinstance(data, dict) or set(data) != {"path", "entities", "chunks", "refs"}:
-            return None
-        path, entities, chunks, refs = (data["path"], data["entities"], data["chunks"],
-                                        data["refs"])
-        if not (isinstance(path, str) and _strings(refs) and isinstance(entities, list)
-                and isinstance(chunks, list)):
-            return None
-        keys = []
-        for item in entities:  # each [index, id, name, type, key]: the key becomes its dump
-            if not (type(item) is list and len(item) == 5 and type(item[4]) is str):
-                return None
-            dump = dumps.get(item[4])
-            if not (dump is not None and type(item[0]) is int and dump["id"] == item[1]
-                    and dump["name"] == item[2] and dump["type"] == item[3]):
-                return None
-            keys.append(item[4])
-            item[4] = dump  # (the data was read for this summary alone)
-        for item in chunks:
-            if not (type(item) is list and len(item) == 3 and type(item[0]) is int
-                    and type(item[1]) is str and _strings(item[2])):
-                return None
-        return cls(path, entities, chunks, refs, keys)
 
 
 _LISTS = ("aliases", "preconditions", "postconditions", "related_skills")
@@ -162,44 +129,80 @@ class View:
             return ""
         return f"; did you mean '{candidate}'?"
 
-    def as_data(self) -> dict[str, Any]:
-        return {"types": self.types, "chunk_ids": sorted(self.chunk_ids),
-                "by_tail": self.by_tail}
 
-    @classmethod
-    def from_data(cls, data: Any) -> View | None:
-        if not isinstance(data, dict) or set(data) != {"types", "chunk_ids", "by_tail"}:
-            return None
-        types, chunk_ids, by_tail = data["types"], data["chunk_ids"], data["by_tail"]
-        if not (_string_map(types) and _strings(chunk_ids) and _string_map(by_tail)):
-            return None
-        return cls(types, set(chunk_ids), by_tail)
-
-    def changed_since(self, other: View) -> tuple[set[str], set[str]]:
-        """Ids whose standing differs between the two views (declared or not, another
-        type, a chunk or not), and id tails whose suggestion differs."""
-        ids = {key for key in self.types.keys() | other.types.keys()
-               if self.types.get(key) != other.types.get(key)}
-        ids |= self.chunk_ids ^ other.chunk_ids
-        tails = {key for key in self.by_tail.keys() | other.by_tail.keys()
-                 if self.by_tail.get(key) != other.by_tail.get(key)}
-        return ids, tails
-
-
-def _string_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-
-
-@dataclass
 class Link:
-    view: View
-    declarations: dict[str, list[Declaration]]   # entity id -> its kept declarations
-    merged: dict[str, dict]                     # entity id -> the merged declaration
-    chunk_places: dict[str, Declaration]        # chunk id -> its first declaration
-    diagnostics: list[Diagnostic] = field(default_factory=list)
+    """What the link step found: the view, its diagnostics, where each chunk id is first
+    declared, and (made when first asked for: compile needs them, validation does not)
+    each entity's kept declarations and its merged declaration."""
+
+    def __init__(self, view: View, diagnostics: list[Diagnostic],
+                 chunk_places: Mapping[str, Declaration],
+                 catalog: Callable[[], tuple[dict[str, list[Declaration]], dict[str, dict]]]
+                 ) -> None:
+        self.view = view
+        self.diagnostics = diagnostics
+        self.chunk_places = chunk_places
+        self._catalog = catalog
+        self._made: tuple | None = None
+
+    @property
+    def declarations(self) -> dict[str, list[Declaration]]:
+        """entity id -> its kept declarations, in the knowledge base's order."""
+        return self._catalog_made()[0]
+
+    @property
+    def merged(self) -> dict[str, dict]:
+        """entity id -> its declarations merged (the first one when all are the same)."""
+        return self._catalog_made()[1]
+
+    def _catalog_made(self) -> tuple[dict[str, list[Declaration]], dict[str, dict]]:
+        if self._made is None:
+            self._made = self._catalog()
+        return self._made
 
 
 Position = Callable[[str, tuple], tuple[int, int]]  # (path, key path) -> (line, column)
+# One entity declaration as the link step reads it: (path, index, id, name, type, dump);
+# `dump` is the declaration itself, or anything that names it (see declared()).
+DeclarationRow = tuple[str, int, str, str, str, Any]
+
+
+def declared(rows: Iterable[DeclarationRow], position: Position
+             ) -> tuple[dict[str, tuple[str, str]], dict[str, list[Declaration]],
+                        dict[str, list[Any]], list[Diagnostic]]:
+    """The entity declarations, in the knowledge base's order: each id's first (name,
+    type), its kept declarations and their dumps, and the conflicting ones (CTX202). A
+    repeat within one document is skipped (CTX201, a per-document rule)."""
+    out: list[Diagnostic] = []
+    first: dict[str, tuple[str, int, str, str]] = {}
+    declarations: dict[str, list[Declaration]] = {}
+    dumps: dict[str, list[Any]] = {}
+    seen_here: set[str] = set()
+    here = None
+    for path, index, entity_id, name, entity_type, dump in rows:
+        if path != here:
+            here, seen_here = path, set()
+        if entity_id in seen_here:
+            continue
+        seen_here.add(entity_id)
+        known = first.get(entity_id)
+        if known is None:
+            first[entity_id] = (path, index, name, entity_type)
+            declarations[entity_id] = [Declaration(path, index)]
+            dumps[entity_id] = [dump]
+            continue
+        where, known_index, known_name, known_type = known
+        if known_name != name or known_type != entity_type:
+            first_at = _where(where, position, ("entities", known_index, "id"))
+            out.append(_at(path, position, ("entities", index, "id"), "CTX202",
+                           f"entity '{entity_id}' is declared here as {name!r} "
+                           f"({entity_type}) but as {known_name!r} ({known_type}) at "
+                           f"{first_at}"))
+            continue
+        declarations[entity_id].append(Declaration(path, index))
+        dumps[entity_id].append(dump)
+    return ({entity_id: (item[2], item[3]) for entity_id, item in first.items()},
+            declarations, dumps, out)
 
 
 def link(summaries: list[Summary], position: Position,
@@ -209,57 +212,42 @@ def link(summaries: list[Summary], position: Position,
     ids were declared, dropped or declared otherwise since: a new cycle passes through
     one of them (its new edge leaves one, or enters one that is new), so the cycles are
     looked for from them alone, and everywhere only when one is found."""
-    out: list[Diagnostic] = []
-    first: dict[str, tuple[Summary, list]] = {}
-    declarations: dict[str, list[Declaration]] = {}
-    dumps: dict[str, list[dict]] = {}
-    for summary in summaries:
-        seen_here: set[str] = set()
-        for index, entity_id, name, entity_type, dump in summary.entities:
-            if entity_id in seen_here:
-                continue  # twice in one document: CTX201, a per-document rule
-            seen_here.add(entity_id)
-            known = first.get(entity_id)
-            if known is None:
-                first[entity_id] = (summary, [index, entity_id, name, entity_type])
-                declarations[entity_id] = [Declaration(summary.path, index)]
-                dumps[entity_id] = [dump]
-                continue
-            where, (known_index, _, known_name, known_type) = known
-            if known_name != name or known_type != entity_type:
-                first_at = _where(where.path, position, ("entities", known_index, "id"))
-                out.append(_at(summary.path, position, ("entities", index, "id"), "CTX202",
-                               f"entity '{entity_id}' is declared here as {name!r} "
-                               f"({entity_type}) but as {known_name!r} ({known_type}) at "
-                               f"{first_at}"))
-                continue
-            declarations[entity_id].append(Declaration(summary.path, index))
-            dumps[entity_id].append(dump)
+    first, declarations, dumps, out = declared(
+        ((summary.path, *item) for summary in summaries for item in summary.entities),
+        position)
     chunk_places: dict[str, Declaration] = {}
     dependencies: dict[str, list[str]] = {}
     for summary in summaries:
         for index, chunk_id, needs in summary.chunks:
             if chunk_id in chunk_places:
-                known = chunk_places[chunk_id]
-                first_at = _where(known.path, position, ("chunks", known.index, "id"))
-                where = "in this document" if known.path == summary.path else \
-                    "in the knowledge base"
-                out.append(_at(summary.path, position, ("chunks", index, "id"), "CTX203",
-                               f"chunk id '{chunk_id}' is used twice {where} "
-                               f"(first at {first_at})"))
+                out.append(_twice(chunk_id, chunk_places[chunk_id], summary.path, index,
+                                  position))
                 continue
             chunk_places[chunk_id] = Declaration(summary.path, index)
             dependencies[chunk_id] = needs
-    by_tail: dict[str, str] = {}
-    for entity_id in first:  # the first declared wins, in declaration order
-        by_tail.setdefault(entity_id.split(":")[-1], entity_id)
-    view = View({entity_id: item[1][3] for entity_id, item in first.items()},
-                set(chunk_places), by_tail)
+    view = View({entity_id: item[1] for entity_id, item in first.items()},
+                set(chunk_places), first_by_tail(first))
     if touched is None or find_cycles(dependencies, chunk_places, lambda path, key: (0, 0),
                                       touched):
         out.extend(find_cycles(dependencies, chunk_places, position))  # (in full: its order)
-    merged = {entity_id: _merged(found) for entity_id, found in dumps.items()}
-    return Link(view, declarations, merged, chunk_places, out)
+    merged = {entity_id: merged_declaration(found) for entity_id, found in dumps.items()}
+    return Link(view, out, chunk_places, lambda: (declarations, merged))
+
+
+def first_by_tail(ids: Iterable[str]) -> dict[str, str]:
+    """Each id tail (its last part) -> the first of these ids with it."""
+    by_tail: dict[str, str] = {}
+    for entity_id in ids:
+        by_tail.setdefault(entity_id.split(":")[-1], entity_id)
+    return by_tail
+
+
+def _twice(chunk_id: str, known: Declaration, path: str, index: int,
+           position: Position) -> Diagnostic:
+    first_at = _where(known.path, position, ("chunks", known.index, "id"))
+    where = "in this document" if known.path == path else "in the knowledge base"
+    return _at(path, position, ("chunks", index, "id"), "CTX203",
+               f"chunk id '{chunk_id}' is used twice {where} (first at {first_at})")
 
 
 def _where(path: str, position: Position, key: tuple) -> str:
@@ -272,7 +260,7 @@ def _at(path: str, position: Position, key: tuple, code: str, message: str) -> D
     return diag(code, message, path, line, column)
 
 
-def _merged(dumps: list[dict]) -> dict:
+def merged_declaration(dumps: list[dict]) -> dict:
     first = dumps[0]
     others = [dump for dump in dumps[1:] if dump != first]
     if not others:
@@ -291,7 +279,8 @@ def find_cycles(dependencies: dict[str, list[str]], places: dict[str, Declaratio
     starts, those reachable from these chunk ids."""
     out: list[Diagnostic] = []
     state: dict[str, int] = {}  # 1 = on the stack, 2 = done
-    for start in sorted(dependencies if starts is None else starts & dependencies.keys()):
+    for start in sorted(dependencies if starts is None else
+                        {start for start in starts if start in dependencies}):
         if start in state:
             continue
         stack = [(start, iter(dependencies[start]))]

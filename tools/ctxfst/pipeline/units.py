@@ -30,60 +30,82 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
-from ..document.link import Summary, View, dump_ok, link, summarize
+from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
 from ..artifacts.io import compact_json
+from .link_index import TABLES as LINK_TABLES, LinkIndex
 
-UNIT_FORMAT = "3"  # 2: declarations kept once ("dump:" rows); 3: keyed by their text
-_SCHEMA = "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL)"
+UNIT_FORMAT = "4"  # 3: declarations keyed by their text; 4: units and link step as tables
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS unit_docs (path TEXT PRIMARY KEY, place BLOB NOT NULL,
+  relative TEXT NOT NULL, sha256 TEXT NOT NULL, volatile INTEGER NOT NULL,
+  tenant TEXT NOT NULL, ctxfst INTEGER NOT NULL, diagnostics TEXT) STRICT;
+""" + LINK_TABLES
 _MAX_ROW = 64 * 1024 * 1024
-# The units_digest of units with no dependency cycle, saved with them (a store written
-# since by a toolchain that does not keep it, or with a unit now unreadable, differs).
-_ACYCLIC = "acyclic"
+# Whether the last link step found nothing that spans documents (no CTX202, CTX203 or
+# CTX207), saved with the units: then only the ids an edit touches can give one. It is
+# trusted for the units it names alone (units_digest): a store written since by a
+# toolchain that does not keep it, or a unit that no longer reads back, sends the link
+# step through every summary.
+_LINKED = "linked"
 
 
-@dataclass
 class DocumentUnit:
     """One document as the last build checked it, keyed by its path as diagnostics show
-    it (a link inside content/ to another document is an input of its own)."""
+    it (a link inside content/ to another document is an input of its own). A unit read
+    from the store has its summary read when asked for (UnitStore.load_summaries)."""
 
-    path: str                # the input's path (the unit's key)
-    relative: str            # project-relative POSIX path, links resolved (its `source`)
-    sha256: str              # of its bytes
-    summary: Summary | None  # None: plain Markdown found beside the documents
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    volatile: bool = False   # content_path passages: other files, so always checked
-    tenant: Any = None       # its frontmatter's `tenant:` value, when it has one
+    def __init__(self, path: str, relative: str, sha256: str, summary: Summary | None,
+                 diagnostics: list[Diagnostic] | None = None, volatile: bool = False,
+                 tenant: Any = None, place: bytes = b"", ctxfst: bool | None = None
+                 ) -> None:
+        self.path = path            # the input's path (the unit's key)
+        self.relative = relative    # project-relative POSIX path, links resolved
+        self.sha256 = sha256        # of its bytes
+        self.diagnostics = diagnostics if diagnostics is not None else []
+        self.volatile = volatile    # content_path passages: other files, always checked
+        self.tenant = tenant        # its frontmatter's `tenant:` value, when it has one
+        self.place = place          # its place in the knowledge base's order (_places)
+        # False: plain Markdown found beside the documents (no summary)
+        self.ctxfst = summary is not None if ctxfst is None else ctxfst
+        self._summary = summary
 
-    def as_data(self) -> dict[str, Any]:
-        return {"relative": self.relative, "sha256": self.sha256,
-                "summary": self.summary.as_data() if self.summary
-                else None, "diagnostics": [[d.path, d.line, d.column, d.code, d.message,
-                                             d.severity.value] for d in self.diagnostics],
-                "volatile": self.volatile, "tenant": self.tenant}
+    @property
+    def summary(self) -> Summary | None:
+        if self._summary is None and self.ctxfst:
+            raise RuntimeError(f"{self.path}: its summary was not read (load_summaries)")
+        return self._summary
+
+    @summary.setter
+    def summary(self, summary: Summary) -> None:
+        self._summary = summary
+
+    @property
+    def loaded(self) -> bool:
+        return self._summary is not None or not self.ctxfst
+
+    def as_row(self) -> tuple:
+        diagnostics = [[d.path, d.line, d.column, d.code, d.message, d.severity.value]
+                       for d in self.diagnostics]
+        return (self.path, self.place, self.relative, self.sha256, int(self.volatile),
+                compact_json(self.tenant).decode("utf-8"), int(self.ctxfst),
+                compact_json(diagnostics).decode("utf-8") if diagnostics else None)
 
     @classmethod
-    def from_data(cls, path: str, data: Any, dumps: dict[str, dict]) -> DocumentUnit | None:
-        if not isinstance(data, dict) or set(data) != {"relative", "sha256", "summary",
-                                                       "diagnostics", "volatile", "tenant"}:
+    def from_row(cls, row: tuple) -> DocumentUnit | None:
+        path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics = row
+        tenant = _loads(tenant)
+        if volatile not in (0, 1) or ctxfst not in (0, 1) or tenant is not _tenant(tenant):
             return None
-        summary = None
-        if data["summary"] is not None:
-            summary = Summary.from_data(data["summary"], dumps)
-            if summary is None or summary.path != path:
+        found = []
+        if diagnostics is not None:
+            found = diagnostics_from_rows(_loads(diagnostics))
+            if found is None:
                 return None
-        if not (isinstance(data["sha256"], str) and isinstance(data["relative"], str)
-                and type(data["volatile"]) is bool
-                and data["tenant"] is _tenant(data["tenant"])):
-            return None
-        if not isinstance(data["diagnostics"], list):
-            return None
-        diagnostics = diagnostics_from_rows(data["diagnostics"])
-        if diagnostics is None:
-            return None
-        return cls(path, data["relative"], data["sha256"], summary, diagnostics,
-                   data["volatile"], data["tenant"])
+        return cls(path, relative, sha256, None, found, bool(volatile), tenant, place,
+                   bool(ctxfst))
 
 
 def _tenant(value: Any) -> Any:
@@ -92,15 +114,33 @@ def _tenant(value: Any) -> Any:
     return value if value is None or isinstance(value, str) else False
 
 
+def _places(items: list[tuple[str, str]]) -> dict[str, bytes]:
+    """Each document's place in the knowledge base's order ((path, file path) pairs in
+    that order): its file path's parts as bytes that sort as the parts do, after a count
+    of the times the order starts over (the skills folder's documents follow content/'s)."""
+    from ..files import path_order
+
+    places: dict[str, bytes] = {}
+    turn, last = 0, b""
+    for path, fs_path in items:
+        key = "\0".join(path_order(os.fspath(fs_path))).encode("utf-8", "surrogatepass")
+        if last and key <= last:
+            turn += 1
+        last = key
+        places[path] = turn.to_bytes(4, "big") + key
+    return places
+
+
 class UnitStore:
-    """The units of one project, keyed "doc:<path>", plus the build's link records
-    ("view", "skills", "acyclic", "compiled") and chunk rows ("rows:<unit key>")."""
+    """The units of one project (table unit_docs, and the link step's tables:
+    pipeline.link_index), plus the build's records ("skills", "linked", "compiled"...)
+    and chunk rows ("rows:<unit key>") as keys and values."""
 
     def __init__(self, path: Path) -> None:
         self.db = connect(path, _SCHEMA)
+        self.index = LinkIndex(self.db)
         self.pending: dict[str, bytes] = {}
         self.removed: set[str] = set()
-        self.dumps: dict[str, dict] = {}
         # Units are kept for this toolchain (a release may change a rule's wording or
         # verdict) and for this very file: one copied in with a checkout (its inode and
         # device differ) is emptied, never obeyed. Row texts are spliced into artifacts
@@ -125,8 +165,11 @@ class UnitStore:
         self.pending.clear()
         self.removed.clear()
         try:
+            self.db.rollback()  # (link rows written since the last save, too)
             with self.db:
                 self.db.execute("DELETE FROM units")
+                self.db.execute("DELETE FROM unit_docs")
+                self.index.clear()
         except sqlite3.Error:
             pass
         if self.owner is not None:
@@ -140,36 +183,55 @@ class UnitStore:
         except sqlite3.Error:
             return []  # damaged pages: everything is recomputed
 
-    def documents(self) -> dict[str, DocumentUnit]:
-        self.dumps = {}  # the declarations units name, each kept once ("dump:<key>")
-        for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'dump:' AND "
-                                     "key < 'dump;' AND typeof(value) = 'blob'"):
-            dump = _loads(value)
-            if dump_ok(key[5:], dump, value):
-                self.dumps[key[5:]] = dump
-        found = {}
-        for key, value in self._rows("SELECT key, value FROM units WHERE key >= 'doc:' AND "
-                                     "key < 'doc;' AND typeof(value) = 'blob'"):
-            unit = DocumentUnit.from_data(key[4:], _loads(value), self.dumps)
+    def documents(self) -> tuple[dict[str, DocumentUnit], set[str]]:
+        """The units that read back as this module writes them, and the paths of every
+        unit row (one that does not read back is checked again and its rows replaced)."""
+        found: dict[str, DocumentUnit] = {}
+        listed: set[str] = set()
+        for row in self.db.execute("SELECT path, place, relative, sha256, volatile, tenant, "
+                                   "ctxfst, diagnostics FROM unit_docs"):
+            listed.add(row[0])
+            unit = DocumentUnit.from_row(row)
             if unit is not None:
                 found[unit.path] = unit
-        return found
+        return found, listed
+
+    def load_summaries(self, units: list[DocumentUnit]) -> None:
+        """Read the summaries of these units that have none yet (all at once)."""
+        wanted = [unit for unit in units if not unit.loaded]
+        if wanted:
+            everything = len(wanted) > 2000  # (a scan beats thousands of lookups)
+            found = self.index.summaries(None if everything else [u.path for u in wanted])
+            for unit in wanted:
+                unit.summary = found.get(unit.path) or Summary(unit.path)
 
     def put_unit(self, unit: DocumentUnit) -> None:
-        if unit.summary is not None:
-            for key, dump in unit.summary.dumps().items():
-                if key not in self.dumps:
-                    self.dumps[key] = dump
-                    self.put(f"dump:{key}", dump)
-        self.put(f"doc:{unit.path}", unit.as_data())
+        """Keep the unit, its link rows in place of those of its path (written now, in
+        the transaction save() commits)."""
+        self.db.execute("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        unit.as_row())
+        self.index.replace(unit.path, unit.place, unit.summary)
 
-    def keep_dumps(self, units: list[DocumentUnit]) -> None:
-        """Forget the declarations no unit names any more."""
-        named = {key for unit in units if unit.summary is not None
-                 for key in unit.summary.dump_keys()}
-        for key in set(self.dumps) - named:
-            del self.dumps[key]
-            self.remove(f"dump:{key}")
+    def put_diagnostics(self, unit: DocumentUnit) -> None:
+        self.db.execute("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
+                        (unit.as_row()[7], unit.path))
+
+    def remove_unit(self, path: str) -> None:
+        self.db.execute("DELETE FROM unit_docs WHERE path = ?", (path,))
+        self.index.replace(path, b"", None)
+
+    def entity_labels(self) -> dict[str, list[tuple[str, list[str]]]]:
+        """Each document's entities as (id, [name, *aliases]), in its entities[] order."""
+        labels: dict[str, list[tuple[str, list[str]]]] = {}
+        made: dict[str, tuple[str, list[str]]] = {}  # dump key -> its label (shared)
+        for path, key in self.db.execute("SELECT path, dump FROM link_entities "
+                                         "ORDER BY path, pos"):
+            label = made.get(key)
+            if label is None:
+                dump = self.index.dump(key)
+                label = made[key] = (dump["id"], [dump["name"], *dump.get("aliases", [])])
+            labels.setdefault(path, []).append(label)
+        return labels
 
     def value(self, key: str) -> Any:
         rows = self._rows("SELECT key, value FROM units WHERE key = ? AND "
@@ -220,7 +282,7 @@ class UnitStore:
         self.removed.clear()
 
     def close(self) -> None:
-        self.db.close()
+        self.db.close()  # (what save() did not commit is rolled back)
 
 
 def _loads(blob: bytes) -> Any:
@@ -297,11 +359,12 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
 
     root = config.root
     relative_to_root = ProjectRelative(root)
-    previous = store.documents()
+    previous, listed = store.documents()
     documents, others = [], []
     for item in inputs:
         name = os.path.basename(item.source.path)
         (others if name == SKILL_FILE or not name.endswith(".md") else documents).append(item)
+    places = _places([(item.source.path, item.source.fs_path) for item in documents])
     found: dict[str, tuple[Any, str, str | None]] = {}  # path -> (input, relative, sha256)
     changed: list[str] = []
     for item in documents:
@@ -311,7 +374,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         found[path] = (item, relative, sha)
         unit = previous.get(path)
         if (sha is None or unit is None or unit.sha256 != sha or unit.relative != relative
-                or unit.volatile):
+                or unit.volatile or unit.place != places[path]):
             changed.append(path)
     order = list(found)
 
@@ -360,12 +423,12 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         _, relative, sha = found[path]
         if doc is not None:
             units[path] = DocumentUnit(path, relative, sha or "", summarize(doc), [],
-                                       is_volatile(doc), declared_tenant(doc))
+                                       is_volatile(doc), declared_tenant(doc), places[path])
         elif path in changed:  # plain Markdown beside the documents
-            units[path] = DocumentUnit(path, relative, sha or "", None)
+            units[path] = DocumentUnit(path, relative, sha or "", None, place=places[path])
         else:
             units[path] = previous[path]
-    live = [units[path] for path in order if units[path].summary is not None]
+    live = [units[path] for path in order if units[path].ctxfst]
 
     def document(path: str) -> ParsedDocument:
         if path not in typed:
@@ -376,30 +439,60 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         pos = document(path).source_map.value(key)
         return pos.line, pos.column
 
-    summaries = [unit.summary for unit in live]
-    touched = None  # (see link(): with the last build acyclic, only changed ids matter)
-    if store.value(_ACYCLIC) == units_digest(previous.values()):
-        touched = {chunk[1] for path in [*changed, *(set(previous) - set(units))]
-                   for unit in (previous.get(path), units.get(path))
-                   if unit is not None and unit.summary is not None
-                   for chunk in unit.summary.chunks}
-    linked = link(summaries, position, touched)
+    # What the changed and removed documents declared before, and declare now: only
+    # these ids' standing in the view can change, and only they can make a conflict or
+    # close a cycle that spans documents.
+    removed = sorted(listed - set(units))
+    touched_paths = [*changed, *removed]
+    before_units = [previous[path] for path in touched_paths if path in previous]
+    old_summaries = store.index.summaries(
+        [path for path in touched_paths if path in listed])
+    entity_ids: set[str] = set()
+    chunk_ids: set[str] = set()
+    for summary in [*old_summaries.values(),
+                    *(units[p].summary for p in changed if units[p].ctxfst)]:
+        entity_ids.update(item[1] for item in summary.entities)
+        chunk_ids.update(item[1] for item in summary.chunks)
     names = skill_names(kb.skills)
-    old_view = View.from_data(store.value("view"))
     old_skills = store.value("skills")
     recheck = set(changed)
-    if (old_view is None or not _names_record(old_skills)
-            or (old_skills["names"] is None) != (names is None)):
+    everything = (not before_units and len(changed) == len(order)) or not _names_record(
+        old_skills) or (old_skills["names"] is None) != (names is None)
+    standing = None if everything else store.index.standing(entity_ids, chunk_ids)
+    for path in changed:
+        store.put_unit(units[path])
+    for path in removed:
+        store.remove_unit(path)
+    if everything:
         recheck.update(order)  # nothing known to compare with: check everything
     else:
-        ids, tails = linked.view.changed_since(old_view)
+        now = store.index.standing(entity_ids, chunk_ids)
+        ids = {i for i in entity_ids if standing[0].get(i) != now[0].get(i)}
+        ids |= standing[2] ^ now[2]
         ids |= set(old_skills["names"] or ()) ^ (names or set())
-        if tails:
-            for unit in live:
-                if any(ref in ids or ref.split(":")[-1] in tails for ref in unit.summary.refs):
-                    recheck.add(unit.path)
-        elif ids:  # (an added or deleted document's chunk ids: in C, not ref by ref)
-            recheck.update(unit.path for unit in live if not ids.isdisjoint(unit.summary.refs))
+        tails = {t for t in standing[1].keys() | now[1].keys()
+                 if standing[1].get(t) != now[1].get(t)}
+        recheck |= store.index.referring(ids, tails) & set(order)
+    linked_before = store.value(_LINKED)
+    relative_of = {path: unit.relative for path, unit in units.items()}
+    if (isinstance(linked_before, dict) and linked_before.get("clean") is True
+            and linked_before.get("units") == units_digest(previous.values())
+            and store.index.catalog_complete()
+            and not store.index.conflicted(entity_ids, chunk_ids)
+            and not store.index.cycles_through(chunk_ids)):
+        linked = store.index.link([], position)
+        # the catalog rows of the entities whose declarations changed (kept, the others)
+        redeclared = _redeclared(changed, removed, previous, old_summaries, units)
+        if redeclared:
+            rows = _catalog_rows(*store.index.catalog_of(redeclared, position), relative_of)
+            store.index.put_catalog({entity_id: rows.get(entity_id)
+                                     for entity_id in redeclared})
+    else:  # in full, from every summary: the diagnostics in `ctxfst validate`'s order
+        store.load_summaries(live)
+        linked = link([unit.summary for unit in live], position)
+        store.index.clear_catalog()
+        store.index.put_catalog(_catalog_rows(linked.declarations, linked.merged,
+                                              relative_of))
     missing = [unit.path for unit in live if unit.path in recheck and unit.path not in typed]
     if missing:  # typed together: in parallel, with one cache query
         typed.update(load(missing))
@@ -410,28 +503,51 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         if unit.path in recheck:
             doc = typed[unit.path]
             unit.diagnostics = doc.diagnostics + check_document(doc, linked.view, names, root)
-            store.put_unit(unit)
+            store.put_diagnostics(unit)
         out.extend(unit.diagnostics)
-    for path in changed:
-        if units[path].summary is None:
-            store.put_unit(units[path])
-    store.keep_dumps(live)
-    for path in set(previous) - set(units):
-        store.remove(f"doc:{path}")
     wide, edges = check_kb_wide(kb, linked.view)
     out.extend(wide)
     passages = _passages(root, [typed[u.path] for u in live if u.volatile])
     store.put(PASSAGES, passages)
-    store.put("view", linked.view.as_data())
     store.put("skills", {"names": sorted(names) if names is not None else None})
-    if any(d.code == "CTX207" for d in linked.diagnostics):  # saved with the units
-        store.remove(_ACYCLIC)
-    else:
-        store.put(_ACYCLIC, units_digest(units.values()))
+    store.put(_LINKED, {"clean": not linked.diagnostics,
+                        "units": units_digest(units[path] for path in order)})
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
                     "documents_typed": len(typed)})
+
+
+def _redeclared(changed: list[str], removed: list[str], previous: dict[str, DocumentUnit],
+                old: dict[str, Summary], units: dict[str, DocumentUnit]) -> set[str]:
+    """The entity ids whose catalog rows these changes can change: those a changed
+    document declared, or declares, otherwise than before (another declaration, place
+    in entities[], or project-relative path), and those a removed document declared."""
+    def declarations(summary: Summary | None) -> list[tuple]:
+        if summary is None:
+            return []
+        return [(item[0], item[1], key) for item, key in
+                zip(summary.entities, summary.dump_keys())]
+
+    found: set[str] = set()
+    for path in [*changed, *removed]:
+        unit = units.get(path)
+        before = declarations(old.get(path))
+        now = declarations(unit.summary if unit is not None and unit.ctxfst else None)
+        was = previous.get(path)
+        if before != now or unit is None or was is None or was.relative != unit.relative:
+            found.update(item[1] for item in [*before, *now])
+    return found
+
+
+def _catalog_rows(declarations: dict, merged: dict[str, dict],
+                  relative_of: dict[str, str]) -> dict[str, dict]:
+    """The catalog rows (compile.chunks.entity_rows) of these entities, by id."""
+    from ..compile.chunks import entity_rows
+
+    declared_in = {entity_id: [relative_of[place.path] for place in places]
+                   for entity_id, places in declarations.items()}
+    return {row["id"]: row for row in entity_rows(merged, declared_in)}
 
 
 def units_digest(units) -> str:
@@ -513,7 +629,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     the last compile recorded), only the changed documents' rows are read: the others'
     texts are copied from it; without it, chunks.json is joined from every document's
     kept rows. chunks.parquet splices the changed documents' rows into the previous one."""
-    from ..compile.chunks import CompileError, chunks_json, entity_rows
+    from ..compile.chunks import CompileError, chunks_json
 
     keys = {unit.path: "rows:" + unit_key(unit.relative, unit.sha256)
             for unit in checked.units}
@@ -538,10 +654,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         store.remove(key)
     store.save()
     rows = _ChunkRows(kept, before, set(documents) - changed)
-    relative_of = {unit.path: unit.relative for unit in checked.units}
-    declared_in = {entity_id: [relative_of[place.path] for place in places]
-                   for entity_id, places in checked.link.declarations.items()}
-    entities = entity_rows(checked.link.merged, declared_in)
+    entities = _catalog(checked, store)
     parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed)
     text = chunks_json(entities, rows.texts())
     text_sha256 = hashlib.sha256(text).hexdigest()
@@ -549,6 +662,26 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
                  "layout": layout, "json": rows.layout(text, text_sha256)}
     return Compiled(text, parquet, len(rows.ids), entities, len(fresh), made_from,
                     rows.copied, text_sha256)
+
+
+def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
+    """The entity catalog the link step kept; made again from the declaration rows when
+    a kept row does not read back (and kept again)."""
+    try:
+        return store.index.catalog()
+    except ValueError:
+        relative_of = {unit.path: unit.relative for unit in checked.units}
+        ids = set(store.index.view().types)
+        rows = _catalog_rows(*store.index.catalog_of(ids, _no_position), relative_of)
+        store.index.clear_catalog()
+        store.index.put_catalog(rows)
+        store.save()
+        return [rows[entity_id] for entity_id in sorted(rows)]
+
+
+def _no_position(path: str, key: tuple) -> tuple[int, int]:
+    # (a validated knowledge base declares nothing otherwise: no diagnostic is made)
+    return 0, 0
 
 
 def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: set[str],
@@ -560,6 +693,7 @@ def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: 
 
     root = checked.root.resolve()
     units = [unit for unit in checked.units if unit.path in paths]
+    store.load_summaries(units)  # (each kept row is checked against its chunk id)
     cached = store.blobs([keys[u.path] for u in units if not u.volatile])
     kept = {unit.path: None if unit.volatile else
             _kept_rows(cached.get(keys[unit.path]), unit.summary) for unit in units}
