@@ -1013,6 +1013,7 @@ def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
         "diagnostics": "UPDATE unit_docs SET diagnostics = '[[1' WHERE path IN (SELECT path "
                        "FROM unit_docs LIMIT 2)",
         "dependencies": "UPDATE link_chunks SET needs = '{\"a\": 1}'",
+        "declarations named": "UPDATE unit_docs SET declares = 'nope' WHERE declares != ''",
         "a catalog row": "UPDATE link_catalog SET row = '[]' WHERE rowid IN (SELECT rowid "
                          "FROM link_catalog LIMIT 1)",
         "a catalog row's id": "UPDATE link_catalog SET row = replace(row, '\"id\":', "

@@ -99,7 +99,7 @@ def document_tenant(frontmatter: dict | None, relative: str, settings) -> str | 
     return settings.tenant_for(relative) or DEFAULT_TENANT
 
 
-def collect_sources(root: Path, kb, settings, checked=None, store=None) -> list[Source]:
+def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
     """Every document and skill of a validated knowledge base, with its tenant (the
     documents from a build's units when `checked` is given: nothing is typed for them).
     Fails closed: a source whose tenant cannot be decided, or a [facts] tenants folder
@@ -112,10 +112,9 @@ def collect_sources(root: Path, kb, settings, checked=None, store=None) -> list[
     found: list[tuple] = []  # (kind, relative, fs_path, typed, frontmatter, labels, ...)
     if checked is not None:
         root_text = os.fspath(checked.root)
-        checked_labels = store.entity_labels()  # (the build's unit store: its link rows)
         for unit in checked.units:
             frontmatter = {} if unit.tenant is None else {"tenant": unit.tenant}
-            labels = checked_labels.get(unit.path, [])
+            labels = checked.labels[unit.path]
             found.append(("document", unit.relative, os.path.join(root_text, unit.relative),
                           _loader(checked, unit.path), frontmatter, labels,
                           unit.volatile, unit.sha256, unit.path))
@@ -441,7 +440,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     """
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
-    sources = collect_sources(root, kb, settings, checked, store)
+    sources = collect_sources(root, kb, settings, checked)
     if checked is not None:  # (their passages are found from the typed record: together)
         checked.documents([s.key for s in sources if s.kind == "document" and s.passages])
     for source in sources:

@@ -96,9 +96,16 @@ class LinkIndex:
 
     def dump(self, key: str) -> dict:
         """A kept declaration by its key, checked (dump_ok)."""
-        if key not in self._dumps:
-            self._load_dumps([key])
+        self.load_dumps([key])
         return self._dumps[key]
+
+    def load_dumps(self, keys: Iterable[str]) -> None:
+        """Read these kept declarations (ValueError for one not kept, or not as kept)."""
+        keys = set(keys)
+        self._load_dumps(keys)
+        missing = keys - self._dumps.keys()
+        if missing:
+            raise ValueError(f"a declaration that is not kept: {sorted(missing)[0]}")
 
     def _load_dumps(self, keys: Iterable[str] | None) -> None:
         if keys is None:

@@ -41,7 +41,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS unit_docs (path TEXT PRIMARY KEY, place BLOB NOT NULL,
   relative TEXT NOT NULL, sha256 TEXT NOT NULL, volatile INTEGER NOT NULL,
-  tenant TEXT NOT NULL, ctxfst INTEGER NOT NULL, diagnostics TEXT) STRICT;
+  tenant TEXT NOT NULL, ctxfst INTEGER NOT NULL, diagnostics TEXT,
+  declares TEXT NOT NULL) STRICT;
 """ + LINK_TABLES
 _MAX_ROW = 64 * 1024 * 1024
 # Whether the last link step found nothing that spans documents (no CTX202, CTX203 or
@@ -59,8 +60,8 @@ class DocumentUnit:
 
     def __init__(self, path: str, relative: str, sha256: str, summary: Summary | None,
                  diagnostics: list[Diagnostic] | None = None, volatile: bool = False,
-                 tenant: Any = None, place: bytes = b"", ctxfst: bool | None = None
-                 ) -> None:
+                 tenant: Any = None, place: bytes = b"", ctxfst: bool | None = None,
+                 declares: list[str] | None = None) -> None:
         self.path = path            # the input's path (the unit's key)
         self.relative = relative    # project-relative POSIX path, links resolved
         self.sha256 = sha256        # of its bytes
@@ -71,6 +72,8 @@ class DocumentUnit:
         # False: plain Markdown found beside the documents (no summary)
         self.ctxfst = summary is not None if ctxfst is None else ctxfst
         self._summary = summary
+        # the keys of its entity declarations, in entities[] order (link_index's dumps)
+        self.declares = summary.dump_keys() if summary is not None else declares or []
 
     @property
     def summary(self) -> Summary | None:
@@ -91,11 +94,12 @@ class DocumentUnit:
                        for d in self.diagnostics]
         return (self.path, self.place, self.relative, self.sha256, int(self.volatile),
                 compact_json(self.tenant).decode("utf-8"), int(self.ctxfst),
-                compact_json(diagnostics).decode("utf-8") if diagnostics else None)
+                compact_json(diagnostics).decode("utf-8") if diagnostics else None,
+                " ".join(self.declares))
 
     @classmethod
     def from_row(cls, row: tuple) -> DocumentUnit | None:
-        path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics = row
+        path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics, declares = row
         tenant = _loads(tenant)
         if volatile not in (0, 1) or ctxfst not in (0, 1) or tenant is not _tenant(tenant):
             return None
@@ -105,7 +109,7 @@ class DocumentUnit:
             if found is None:
                 return None
         return cls(path, relative, sha256, None, found, bool(volatile), tenant, place,
-                   bool(ctxfst))
+                   bool(ctxfst), declares.split(" ") if declares else [])
 
 
 def _tenant(value: Any) -> Any:
@@ -189,7 +193,7 @@ class UnitStore:
         found: dict[str, DocumentUnit] = {}
         listed: set[str] = set()
         for row in self.db.execute("SELECT path, place, relative, sha256, volatile, tenant, "
-                                   "ctxfst, diagnostics FROM unit_docs"):
+                                   "ctxfst, diagnostics, declares FROM unit_docs"):
             listed.add(row[0])
             unit = DocumentUnit.from_row(row)
             if unit is not None:
@@ -208,7 +212,7 @@ class UnitStore:
     def put_unit(self, unit: DocumentUnit) -> None:
         """Keep the unit, its link rows in place of those of its path (written now, in
         the transaction save() commits)."""
-        self.db.execute("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        self.db.execute("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         unit.as_row())
         self.index.replace(unit.path, unit.place, unit.summary)
 
@@ -220,18 +224,16 @@ class UnitStore:
         self.db.execute("DELETE FROM unit_docs WHERE path = ?", (path,))
         self.index.replace(path, b"", None)
 
-    def entity_labels(self) -> dict[str, list[tuple[str, list[str]]]]:
-        """Each document's entities as (id, [name, *aliases]), in its entities[] order."""
-        labels: dict[str, list[tuple[str, list[str]]]] = {}
-        made: dict[str, tuple[str, list[str]]] = {}  # dump key -> its label (shared)
-        for path, key in self.db.execute("SELECT path, dump FROM link_entities "
-                                         "ORDER BY path, pos"):
-            label = made.get(key)
-            if label is None:
-                dump = self.index.dump(key)
-                label = made[key] = (dump["id"], [dump["name"], *dump.get("aliases", [])])
-            labels.setdefault(path, []).append(label)
-        return labels
+    def entity_labels(self, units: list[DocumentUnit]) -> dict[str, list[tuple[str, list[str]]]]:
+        """Each unit's entities as (id, [name, *aliases]), in its entities[] order, from
+        the declarations it names (a key with no kept declaration raises ValueError)."""
+        keys = {key for unit in units for key in unit.declares}
+        self.index.load_dumps(keys)
+        made: dict[str, tuple[str, list[str]]] = {}  # key -> its label (shared)
+        for key in keys:
+            dump = self.index.dump(key)
+            made[key] = (dump["id"], [dump["name"], *dump.get("aliases", [])])
+        return {unit.path: [made[key] for key in unit.declares] for unit in units}
 
     def value(self, key: str) -> Any:
         rows = self._rows("SELECT key, value FROM units WHERE key = ? AND "
@@ -322,6 +324,8 @@ class Checked:
     load: Callable[[list[str]], dict[str, ParsedDocument]]  # paths -> typed
     passages: list[str] = field(default_factory=list)  # content_path files (relative)
     counts: dict[str, int] = field(default_factory=dict)
+    # each document's entities as (id, [name, *aliases]), by path (the facts catalogs)
+    labels: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
@@ -510,12 +514,13 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     passages = _passages(root, [typed[u.path] for u in live if u.volatile])
     store.put(PASSAGES, passages)
     store.put("skills", {"names": sorted(names) if names is not None else None})
+    labels = store.entity_labels(live)  # (the facts catalogs)
     store.put(_LINKED, {"clean": not linked.diagnostics,
                         "units": units_digest(units[path] for path in order)})
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
-                    "documents_typed": len(typed)})
+                    "documents_typed": len(typed)}, labels)
 
 
 def _redeclared(changed: list[str], removed: list[str], previous: dict[str, DocumentUnit],
