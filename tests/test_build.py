@@ -845,15 +845,21 @@ def test_dependency_cycles_an_edit_closes_or_opens_are_reported_as_validate_does
     assert verdicts == [True, False, False, True, False, False, True, False]
 
 
-def _declaring_document(name: str, declares: list[tuple[str, str, str, list[str]]],
-                        mentions: list[str]) -> str:
-    """A document with chunk note:<name> mentioning `mentions`, declaring (id, name, type,
-    aliases) each."""
-    entities = "".join(f"""
+def entities_yaml(declares: list[tuple[str, str, str, list[str]]]) -> str:
+    """entities[] items declaring (id, name, type, aliases) each, as the documents below
+    indent them."""
+    return "".join(f"""
           - id: {entity_id}
             name: {label}
             type: {kind}
             aliases: [{", ".join(aliases)}]""" for entity_id, label, kind, aliases in declares)
+
+
+def _declaring_document(name: str, declares: list[tuple[str, str, str, list[str]]],
+                        mentions: list[str]) -> str:
+    """A document with chunk note:<name> mentioning `mentions`, declaring (id, name, type,
+    aliases) each."""
+    entities = entities_yaml(declares)
     return f"""
         ---
         title: {name}

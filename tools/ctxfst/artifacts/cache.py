@@ -75,11 +75,16 @@ def connect(path: Path, schema: str) -> sqlite3.Connection:
             db.close()
             if attempt == 2:
                 raise sqlite3.DatabaseError(problem)
-            for suffix in ("", *_SQLITE_SIDE_FILES):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            discard(path)
     except (OSError, sqlite3.Error) as error:  # a read-only or full disk, say
         return _without(path, schema, str(error))
     raise AssertionError("unreachable")
+
+
+def discard(path: Path) -> None:
+    """Delete a cache database and its side files (it is computed again)."""
+    for suffix in ("", *_SQLITE_SIDE_FILES):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _without(path: Path, schema: str, why: str) -> sqlite3.Connection:

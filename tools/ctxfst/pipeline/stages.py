@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -142,6 +143,14 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
             # copied one is emptied on open): start over from the sources alone. A
             # failure then is a real one, and is raised.
             store.clear()
+            checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
+                                          store)
+        except sqlite3.DatabaseError:  # damaged pages: a fresh file, computed again
+            from ..artifacts.cache import discard
+
+            store.close()
+            discard(config.unit_store)
+            store = unit_store(config)
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
                                           store)
     finally:

@@ -127,6 +127,8 @@ def _places(items: list[tuple[str, str]]) -> dict[str, bytes]:
     places: dict[str, bytes] = {}
     turn, last = 0, b""
     for path, fs_path in items:
+        if path in places:
+            continue  # (walked twice: one unit, at its first place, as `found` keeps it)
         key = "\0".join(path_order(os.fspath(fs_path))).encode("utf-8", "surrogatepass")
         if last and key <= last:
             turn += 1
@@ -326,6 +328,7 @@ class Checked:
     counts: dict[str, int] = field(default_factory=dict)
     # each document's entities as (id, [name, *aliases]), by path (the facts catalogs)
     labels: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+    mark: str = ""  # the units digest its link step was saved with (_LINKED)
 
     @property
     def files(self) -> int:
@@ -463,6 +466,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     everything = (not before_units and len(changed) == len(order)) or not _names_record(
         old_skills) or (old_skills["names"] is None) != (names is None)
     standing = None if everything else store.index.standing(entity_ids, chunk_ids)
+    catalog_complete = store.index.catalog_complete()  # (of the rows before this edit)
     for path in changed:
         store.put_unit(units[path])
     for path in removed:
@@ -481,7 +485,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     relative_of = {path: unit.relative for path, unit in units.items()}
     if (isinstance(linked_before, dict) and linked_before.get("clean") is True
             and linked_before.get("units") == units_digest(previous.values())
-            and store.index.catalog_complete()
+            and catalog_complete
             and not store.index.conflicted(entity_ids, chunk_ids)
             and not store.index.cycles_through(chunk_ids)):
         linked = store.index.link([], position)
@@ -515,12 +519,12 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     store.put(PASSAGES, passages)
     store.put("skills", {"names": sorted(names) if names is not None else None})
     labels = store.entity_labels(live)  # (the facts catalogs)
-    store.put(_LINKED, {"clean": not linked.diagnostics,
-                        "units": units_digest(units[path] for path in order)})
+    mark = units_digest(units[path] for path in order)
+    store.put(_LINKED, {"clean": not linked.diagnostics, "units": mark})
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
-                    "documents_typed": len(typed)}, labels)
+                    "documents_typed": len(typed)}, labels, mark)
 
 
 def _redeclared(changed: list[str], removed: list[str], previous: dict[str, DocumentUnit],
@@ -671,7 +675,16 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
     """The entity catalog the link step kept; made again from the declaration rows when
-    a kept row does not read back (and kept again)."""
+    a kept row does not read back (and kept again); from every summary when the store
+    does not hold what validation linked (caches off, or its save failed)."""
+    saved = store.value(_LINKED)
+    if not (isinstance(saved, dict) and saved.get("units") == checked.mark
+            and store.index.catalog_complete()):
+        store.load_summaries(checked.units)
+        linked = link([unit.summary for unit in checked.units], _no_position)
+        rows = _catalog_rows(linked.declarations, linked.merged,
+                             {unit.path: unit.relative for unit in checked.units})
+        return [rows[entity_id] for entity_id in sorted(rows)]
     try:
         return store.index.catalog()
     except ValueError:
