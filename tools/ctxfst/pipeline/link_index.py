@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from json.encoder import encode_basestring
 from collections.abc import Mapping
 from typing import Any, Iterable, Iterator
 
@@ -25,16 +26,16 @@ from ..document.link import (Declaration, Link, Position, Summary, View, declare
 TABLES = """
 CREATE TABLE IF NOT EXISTS link_entities (path TEXT NOT NULL, pos INTEGER NOT NULL,
   place BLOB NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL,
-  type TEXT NOT NULL, tail TEXT NOT NULL, dump TEXT NOT NULL, PRIMARY KEY (path, pos)) STRICT;
+  type TEXT NOT NULL, tail TEXT NOT NULL, dump TEXT NOT NULL, PRIMARY KEY (path, pos)) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS link_entities_id ON link_entities (id, place, pos);
 CREATE INDEX IF NOT EXISTS link_entities_tail ON link_entities (tail, place, pos);
 CREATE INDEX IF NOT EXISTS link_entities_dump ON link_entities (dump);
 CREATE TABLE IF NOT EXISTS link_chunks (path TEXT NOT NULL, pos INTEGER NOT NULL,
   place BLOB NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, needs TEXT NOT NULL,
-  PRIMARY KEY (path, pos)) STRICT;
+  PRIMARY KEY (path, pos)) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS link_chunks_id ON link_chunks (id, place, pos);
 CREATE TABLE IF NOT EXISTS link_refs (path TEXT NOT NULL, ref TEXT NOT NULL,
-  tail TEXT NOT NULL, PRIMARY KEY (path, ref)) STRICT;
+  tail TEXT NOT NULL, PRIMARY KEY (path, ref)) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS link_refs_ref ON link_refs (ref);
 CREATE INDEX IF NOT EXISTS link_refs_tail ON link_refs (tail);
 CREATE TABLE IF NOT EXISTS link_dumps (key TEXT PRIMARY KEY, text BLOB NOT NULL) STRICT;
@@ -67,29 +68,37 @@ class LinkIndex:
             self.db.execute(f"DELETE FROM {name}")
         self._dumps.clear()
 
-    def replace(self, path: str, place: bytes, summary: Summary | None) -> None:
-        """Put path's rows for this summary in place of its old ones (None: it has none)."""
-        old_keys = {key for (key,) in self.db.execute(
-            "SELECT dump FROM link_entities WHERE path = ?", (path,))}
-        for name in _TABLE_NAMES[:3]:
-            self.db.execute(f"DELETE FROM {name} WHERE path = ?", (path,))
-        if summary is not None:
-            keys = summary.dump_keys()
-            self.db.executemany(
-                "INSERT INTO link_entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(path, pos, place, item[0], item[1], item[2], item[3], tail(item[1]), key)
-                 for pos, (item, key) in enumerate(zip(summary.entities, keys))])
-            self.db.executemany(
-                "INSERT OR IGNORE INTO link_dumps VALUES (?, ?)",
-                [(key, compact_json(dump)) for key, dump in summary.dumps().items()])
-            self.db.executemany(
-                "INSERT INTO link_chunks VALUES (?, ?, ?, ?, ?, ?)",
-                [(path, pos, place, index, chunk_id, compact_json(needs).decode("utf-8"))
-                 for pos, (index, chunk_id, needs) in enumerate(summary.chunks)])
-            self.db.executemany("INSERT INTO link_refs VALUES (?, ?, ?)",
-                                [(path, ref, tail(ref)) for ref in summary.refs])
-            old_keys -= set(keys)
-        for key in sorted(old_keys):  # a declaration no document makes any more
+    def replace(self, items: list[tuple[str, bytes, Summary | None]], known: set[str]
+                ) -> None:
+        """Put each (path, place, summary)'s rows in place of the path's old ones (a
+        summary None: it has none); only paths in `known` can have old rows (a first
+        build deletes nothing), and the rows are written together."""
+        old_keys: set[str] = set()
+        for path, _, _ in items:
+            if path in known:
+                old_keys.update(key for (key,) in self.db.execute(
+                    "SELECT dump FROM link_entities WHERE path = ?", (path,)))
+                for name in _TABLE_NAMES[:3]:
+                    self.db.execute(f"DELETE FROM {name} WHERE path = ?", (path,))
+        written = [(path, place, summary) for path, place, summary in items
+                   if summary is not None]
+        self.db.executemany(
+            "INSERT INTO link_entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(path, pos, place, item[0], item[1], item[2], item[3], tail(item[1]), key)
+             for path, place, summary in written
+             for pos, (item, key) in enumerate(zip(summary.entities, summary.dump_keys()))])
+        dumps = {key: dump for _, _, summary in written for key, dump in summary.dumps().items()}
+        self.db.executemany("INSERT OR IGNORE INTO link_dumps VALUES (?, ?)",
+                            [(key, compact_json(dump)) for key, dump in sorted(dumps.items())])
+        self.db.executemany(
+            "INSERT INTO link_chunks VALUES (?, ?, ?, ?, ?, ?)",
+            [(path, pos, place, index, chunk_id, _ids_json(needs))
+             for path, place, summary in written
+             for pos, (index, chunk_id, needs) in enumerate(summary.chunks)])
+        self.db.executemany("INSERT INTO link_refs VALUES (?, ?, ?)",
+                            [(path, ref, tail(ref)) for path, _, summary in written
+                             for ref in summary.refs])
+        for key in sorted(old_keys - dumps.keys()):  # a declaration no document makes now
             self.db.execute("DELETE FROM link_dumps WHERE key = ? AND NOT EXISTS (SELECT 1 "
                             "FROM link_entities WHERE dump = ?)", (key, key))
             self._dumps.pop(key, None)
@@ -278,6 +287,12 @@ class LinkIndex:
             return self.catalog_of(set(_FirstDeclared(self, "type", "id")), position)
 
         return Link(self.view(), diagnostics, _FirstChunks(self), catalog)
+
+
+def _ids_json(ids: list[str]) -> str:
+    """compact_json(ids) as text, from json's own string encoder (70,000 lists, most of
+    them empty, in a first build)."""
+    return "[" + ",".join(map(encode_basestring, ids)) + "]"
 
 
 def _json(text: Any) -> Any:

@@ -211,20 +211,22 @@ class UnitStore:
             for unit in wanted:
                 unit.summary = found.get(unit.path) or Summary(unit.path)
 
-    def put_unit(self, unit: DocumentUnit) -> None:
-        """Keep the unit, its link rows in place of those of its path (written now, in
-        the transaction save() commits)."""
-        self.db.execute("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        unit.as_row())
-        self.index.replace(unit.path, unit.place, unit.summary)
+    def put_units(self, units: list[DocumentUnit], removed: list[str], known: set[str]
+                  ) -> None:
+        """Keep these units and forget the removed paths' ones; their link rows replace
+        those of their paths (only paths in `known` have rows). Written now, in the
+        transaction save() commits."""
+        self.db.executemany("DELETE FROM unit_docs WHERE path = ?",
+                            [(path,) for path in removed])
+        self.db.executemany("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [unit.as_row() for unit in units])
+        self.index.replace([(unit.path, unit.place, unit.summary if unit.ctxfst else None)
+                            for unit in units] + [(path, b"", None) for path in removed],
+                           known)
 
     def put_diagnostics(self, unit: DocumentUnit) -> None:
         self.db.execute("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
                         (unit.as_row()[7], unit.path))
-
-    def remove_unit(self, path: str) -> None:
-        self.db.execute("DELETE FROM unit_docs WHERE path = ?", (path,))
-        self.index.replace(path, b"", None)
 
     def entity_labels(self, units: list[DocumentUnit]) -> dict[str, list[tuple[str, list[str]]]]:
         """Each unit's entities as (id, [name, *aliases]), in its entities[] order, from
@@ -376,6 +378,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     changed: list[str] = []
     for item in documents:
         path = item.source.path
+        if path in found:
+            continue  # (walked twice: the skills folder inside content/): one unit
         relative = relative_to_root(item.source.fs_path, path)
         sha = digests(item.source.fs_path, relative)
         found[path] = (item, relative, sha)
@@ -467,10 +471,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         old_skills) or (old_skills["names"] is None) != (names is None)
     standing = None if everything else store.index.standing(entity_ids, chunk_ids)
     catalog_complete = store.index.catalog_complete()  # (of the rows before this edit)
-    for path in changed:
-        store.put_unit(units[path])
-    for path in removed:
-        store.remove_unit(path)
+    store.put_units([units[path] for path in changed], removed, listed)
     if everything:
         recheck.update(order)  # nothing known to compare with: check everything
     else:
