@@ -107,6 +107,10 @@ class DigestCache:
     def sha256(self, key: str, path: Path) -> str:
         """path's sha256, hashed only when its identity changed since it last was (a file
         that changes while it is hashed is not remembered)."""
+        return self.sha256_and_size(key, path)[0]
+
+    def sha256_and_size(self, key: str, path: Path) -> tuple[str, int]:
+        """sha256(), and the size the file had when its identity was taken."""
         from .io import sha256_file
 
         info = os.stat(path)
@@ -115,7 +119,7 @@ class DigestCache:
             digest = sha256_file(path)
             if self.identity(os.stat(path)) == self.identity(info):
                 self.put(key, info, digest)
-        return digest
+        return digest, info.st_size
 
     def keep_only(self, keys: set[str]) -> None:
         self.entries = {key: value for key, value in self.entries.items() if key in keys}

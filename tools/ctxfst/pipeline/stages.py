@@ -198,8 +198,8 @@ def _inputs(config: Config, files: list[str], every_input: bool = False
     found = []
     for path in sorted(files, key=path_order):
         relative = relative_to_root(path)
-        digest = digests.sha256(relative, path)
-        found.append({"path": relative, "sha256": digest, "bytes": os.stat(path).st_size})
+        digest, size = digests.sha256_and_size(relative, path)
+        found.append({"path": relative, "sha256": digest, "bytes": size})
     if every_input:
         digests.keep_only({item["path"] for item in found})
     digests.save()
