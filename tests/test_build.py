@@ -1024,6 +1024,8 @@ def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
                          "FROM link_catalog LIMIT 1)",
         "a catalog row's id": "UPDATE link_catalog SET row = replace(row, '\"id\":', "
                               "'\"di\":')",
+        "a catalog row gone": "DELETE FROM link_catalog WHERE rowid IN (SELECT rowid FROM "
+                              "link_catalog LIMIT 1)",
         "the mark": "UPDATE units SET value = CAST('{\"clean\": 1}' AS BLOB) WHERE key = "
                     "'linked'",
     }

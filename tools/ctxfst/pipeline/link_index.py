@@ -259,12 +259,9 @@ class LinkIndex:
                             [(entity_id, compact_json(row).decode("utf-8"))
                              for entity_id, row in sorted(rows.items()) if row is not None])
 
-    def catalog_complete(self) -> bool:
-        """Whether the catalog has a row for each declared id and for no other."""
-        return self.db.execute(
-            "SELECT (SELECT COUNT(*) FROM link_catalog) = (SELECT COUNT(*) FROM (SELECT "
-            "DISTINCT id FROM link_entities)) AND NOT EXISTS (SELECT 1 FROM link_catalog "
-            "WHERE id NOT IN (SELECT id FROM link_entities))").fetchone()[0] == 1
+    def catalog_count(self) -> int:
+        """The kept catalog rows (the link step's mark records how many it left)."""
+        return self.db.execute("SELECT COUNT(*) FROM link_catalog").fetchone()[0]
 
     def clear_catalog(self) -> None:
         self.db.execute("DELETE FROM link_catalog")

@@ -49,7 +49,7 @@ _MAX_ROW = 64 * 1024 * 1024
 # CTX207), saved with the units: then only the ids an edit touches can give one. It is
 # trusted for the units it names alone (units_digest): a store written since by a
 # toolchain that does not keep it, or a unit that no longer reads back, sends the link
-# step through every summary.
+# step through every summary. It also records how many catalog rows it left.
 _LINKED = "linked"
 
 
@@ -470,7 +470,9 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     everything = (not before_units and len(changed) == len(order)) or not _names_record(
         old_skills) or (old_skills["names"] is None) != (names is None)
     standing = None if everything else store.index.standing(entity_ids, chunk_ids)
-    catalog_complete = store.index.catalog_complete()  # (of the rows before this edit)
+    linked_before = store.value(_LINKED)
+    catalog_complete = (isinstance(linked_before, dict) and  # (as the last link left it)
+                        linked_before.get("entities") == store.index.catalog_count())
     store.put_units([units[path] for path in changed], removed, listed)
     if everything:
         recheck.update(order)  # nothing known to compare with: check everything
@@ -482,7 +484,6 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         tails = {t for t in standing[1].keys() | now[1].keys()
                  if standing[1].get(t) != now[1].get(t)}
         recheck |= store.index.referring(ids, tails) & set(order)
-    linked_before = store.value(_LINKED)
     relative_of = {path: unit.relative for path, unit in units.items()}
     if (isinstance(linked_before, dict) and linked_before.get("clean") is True
             and linked_before.get("units") == units_digest(previous.values())
@@ -521,7 +522,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     store.put("skills", {"names": sorted(names) if names is not None else None})
     labels = store.entity_labels(live)  # (the facts catalogs)
     mark = units_digest(units[path] for path in order)
-    store.put(_LINKED, {"clean": not linked.diagnostics, "units": mark})
+    store.put(_LINKED, {"clean": not linked.diagnostics, "units": mark,
+                        "entities": store.index.catalog_count()})
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
@@ -680,7 +682,7 @@ def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
     does not hold what validation linked (caches off, or its save failed)."""
     saved = store.value(_LINKED)
     if not (isinstance(saved, dict) and saved.get("units") == checked.mark
-            and store.index.catalog_complete()):
+            and saved.get("entities") == store.index.catalog_count()):
         store.load_summaries(checked.units)
         linked = link([unit.summary for unit in checked.units], _no_position)
         rows = _catalog_rows(linked.declarations, linked.merged,
