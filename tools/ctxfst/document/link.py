@@ -124,7 +124,7 @@ class View:
     def suggest(self, reference: str) -> str:
         """A hint when an unknown id differs from a declared one only by its type prefix
         (state: vs entity:)."""
-        candidate = self.by_tail.get(reference.split(":")[-1])
+        candidate = self.by_tail.get(tail(reference))
         if candidate is None or candidate == reference:
             return ""
         return f"; did you mean '{candidate}'?"
@@ -205,13 +205,9 @@ def declared(rows: Iterable[DeclarationRow], position: Position
             declarations, dumps, out)
 
 
-def link(summaries: list[Summary], position: Position,
-         touched: set[str] | None = None) -> Link:
+def link(summaries: list[Summary], position: Position) -> Link:
     """Merge the summaries (in the knowledge base's order: the first declaration wins).
-    touched: the knowledge base had no dependency cycle before, and only these chunk
-    ids were declared, dropped or declared otherwise since: a new cycle passes through
-    one of them (its new edge leaves one, or enters one that is new), so the cycles are
-    looked for from them alone, and everywhere only when one is found."""
+    (A build asks pipeline.link_index about the ids an edit touched instead.)"""
     first, declarations, dumps, out = declared(
         ((summary.path, *item) for summary in summaries for item in summary.entities),
         position)
@@ -227,9 +223,7 @@ def link(summaries: list[Summary], position: Position,
             dependencies[chunk_id] = needs
     view = View({entity_id: item[1] for entity_id, item in first.items()},
                 set(chunk_places), first_by_tail(first))
-    if touched is None or find_cycles(dependencies, chunk_places, lambda path, key: (0, 0),
-                                      touched):
-        out.extend(find_cycles(dependencies, chunk_places, position))  # (in full: its order)
+    out.extend(find_cycles(dependencies, chunk_places, position))
     merged = {entity_id: merged_declaration(found) for entity_id, found in dumps.items()}
     return Link(view, out, chunk_places, lambda: (declarations, merged))
 
@@ -238,8 +232,13 @@ def first_by_tail(ids: Iterable[str]) -> dict[str, str]:
     """Each id tail (its last part) -> the first of these ids with it."""
     by_tail: dict[str, str] = {}
     for entity_id in ids:
-        by_tail.setdefault(entity_id.split(":")[-1], entity_id)
+        by_tail.setdefault(tail(entity_id), entity_id)
     return by_tail
+
+
+def tail(entity_id: str) -> str:
+    """An id's last part (`state:ready` -> `ready`): what a suggestion matches on."""
+    return entity_id.split(":")[-1]
 
 
 def _twice(chunk_id: str, known: Declaration, path: str, index: int,

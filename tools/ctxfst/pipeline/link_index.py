@@ -21,12 +21,13 @@ from typing import Any, Iterable, Iterator
 
 from ..artifacts.io import compact_json
 from ..document.link import (Declaration, Link, Position, Summary, View, declared, dump_ok,
-                             find_cycles, merged_declaration, _strings)
+                             find_cycles, merged_declaration, tail, _strings)
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS link_entities (path TEXT NOT NULL, pos INTEGER NOT NULL,
   place BLOB NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL,
-  type TEXT NOT NULL, tail TEXT NOT NULL, dump TEXT NOT NULL, PRIMARY KEY (path, pos)) STRICT, WITHOUT ROWID;
+  type TEXT NOT NULL, tail TEXT NOT NULL, dump TEXT NOT NULL, PRIMARY KEY (path, pos))
+  STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS link_entities_id ON link_entities (id, place, pos);
 CREATE INDEX IF NOT EXISTS link_entities_tail ON link_entities (tail, place, pos);
 CREATE INDEX IF NOT EXISTS link_entities_dump ON link_entities (dump);
@@ -43,10 +44,6 @@ CREATE TABLE IF NOT EXISTS link_catalog (id TEXT PRIMARY KEY, row TEXT NOT NULL)
 """
 _TABLE_NAMES = ("link_entities", "link_chunks", "link_refs", "link_dumps", "link_catalog")
 _BATCH = 500  # ids per IN (...) query
-
-
-def tail(entity_id: str) -> str:
-    return entity_id.split(":")[-1]
 
 
 def _batches(items: Iterable[str]) -> Iterator[list[str]]:
@@ -212,8 +209,9 @@ class LinkIndex:
                     f"({','.join('?' * len(batch))})", batch))
         return found
 
-    def view(self) -> View:
-        return View(_FirstDeclared(self, "type", "id"), _ChunkIds(self),
+    def view(self, chunks: _FirstChunks | None = None) -> View:
+        """The view, answered from the rows (chunk ids: those with a first place)."""
+        return View(_FirstDeclared(self, "type", "id"), chunks or _FirstChunks(self),
                     _FirstDeclared(self, "id", "tail"))
 
     # -- what spans documents ----------------------------------------------------------
@@ -283,7 +281,8 @@ class LinkIndex:
         def catalog() -> tuple[dict[str, list[Declaration]], dict[str, dict]]:
             return self.catalog_of(set(_FirstDeclared(self, "type", "id")), position)
 
-        return Link(self.view(), diagnostics, _FirstChunks(self), catalog)
+        chunks = _FirstChunks(self)
+        return Link(self.view(chunks), diagnostics, chunks, catalog)
 
 
 def _ids_json(ids: list[str]) -> str:
@@ -395,23 +394,3 @@ class _Needs(Mapping):
 
     def __len__(self) -> int:
         return len(self.places)
-
-
-class _ChunkIds:
-    """The declared chunk ids, as a set the rules ask `in` of."""
-
-    def __init__(self, index: LinkIndex) -> None:
-        self.index = index
-        self.known: dict[str, bool] = {}
-
-    def __contains__(self, key: object) -> bool:
-        if not isinstance(key, str):
-            return False
-        if key not in self.known:
-            self.known[key] = bool(self.index.chunk_ids([key]))
-        return self.known[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return (chunk_id for (chunk_id,) in self.index.db.execute(
-            "SELECT DISTINCT id FROM link_chunks ORDER BY id"))
-

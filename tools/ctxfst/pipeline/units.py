@@ -677,27 +677,26 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
 
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
-    """The entity catalog the link step kept; made again from the declaration rows when
-    a kept row does not read back (and kept again); from every summary when the store
-    does not hold what validation linked (caches off, or its save failed)."""
+    """The entity catalog the link step kept; made again from every summary when the
+    store does not hold what validation linked (caches off, or its save failed), or
+    when a kept row does not read back (then kept again)."""
     saved = store.value(_LINKED)
-    if not (isinstance(saved, dict) and saved.get("units") == checked.mark
-            and saved.get("entities") == store.index.catalog_count()):
-        store.load_summaries(checked.units)
-        linked = link([unit.summary for unit in checked.units], _no_position)
-        rows = _catalog_rows(linked.declarations, linked.merged,
-                             {unit.path: unit.relative for unit in checked.units})
-        return [rows[entity_id] for entity_id in sorted(rows)]
-    try:
-        return store.index.catalog()
-    except ValueError:
-        relative_of = {unit.path: unit.relative for unit in checked.units}
-        ids = set(store.index.view().types)
-        rows = _catalog_rows(*store.index.catalog_of(ids, _no_position), relative_of)
+    ours = (isinstance(saved, dict) and saved.get("units") == checked.mark
+            and saved.get("entities") == store.index.catalog_count())
+    if ours:
+        try:
+            return store.index.catalog()
+        except ValueError:
+            pass
+    store.load_summaries(checked.units)
+    linked = link([unit.summary for unit in checked.units], _no_position)
+    rows = _catalog_rows(linked.declarations, linked.merged,
+                         {unit.path: unit.relative for unit in checked.units})
+    if ours:
         store.index.clear_catalog()
         store.index.put_catalog(rows)
         store.save()
-        return [rows[entity_id] for entity_id in sorted(rows)]
+    return [rows[entity_id] for entity_id in sorted(rows)]
 
 
 def _no_position(path: str, key: tuple) -> tuple[int, int]:
