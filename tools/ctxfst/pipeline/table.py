@@ -37,6 +37,9 @@ class Stage:
     after: tuple[str, ...] = ()  # stages that must succeed first (ordering only)
     summary: str = "done"  # its progress line, filled from its recorded counts
     final: bool = False  # publishes every artifact into build/ (the manifest stage)
+    # Runs in a forked process beside the stages that follow it, until a stage that
+    # reads its outputs waits for it (pipeline/beside.py)
+    beside: bool = False
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -97,6 +100,7 @@ _MAKERS = (
                                "semantic_facts_delta.json"),
           settings=("facts_tenants", "facts_extractors"),
           lineage=("inputs", "ledger:.ctxfst/facts"), sources=stages.facts_sources,
+          beside=True,
           source_files="the facts ledger `.ctxfst/facts/`, extractor plugins' versions",
           summary="{extracted} of {sources} sources extracted, {facts_added} facts added, "
                   "{facts_updated} updated, {facts_invalidated} invalidated"),
@@ -117,6 +121,38 @@ BY_NAME: dict[str, Stage] = {stage.name: stage for stage in STAGE_TABLE}
 ARTIFACTS: dict[str, tuple[str, str]] = {
     name: (stage.name, version) for stage in STAGE_TABLE for name, version in stage.publishes}
 PUBLISHED_FILES: tuple[str, ...] = (*ARTIFACTS, MANIFEST, RUN_RESULTS)
+
+
+def _files(stage: Stage) -> set[str]:
+    return {*stage.outputs, result_name(stage.name)}
+
+
+def waits_for(stage: Stage) -> tuple[str, ...]:
+    """The beside stages whose outputs this stage reads: it waits for them."""
+    return tuple(other.name for other in STAGE_TABLE
+                 if other.beside and _files(other) & set(stage.reads))
+
+
+def waiters(stage: Stage) -> tuple[str, ...]:
+    """The stages that wait for a beside stage."""
+    return tuple(other.name for other in STAGE_TABLE if stage.name in waits_for(other))
+
+
+def _run_order() -> tuple[str, ...]:
+    """The order doit takes the stages in: the table's, but each beside stage right
+    after the last stage it reads from (or runs after), so that it starts as early as
+    it can."""
+    order = [stage.name for stage in STAGE_TABLE if not stage.beside]
+    for stage in STAGE_TABLE:
+        if stage.beside:
+            before = {other.name for other in STAGE_TABLE if _files(other) & set(stage.reads)}
+            before |= set(stage.after)
+            place = max((order.index(name) + 1 for name in before), default=0)
+            order.insert(place, stage.name)
+    return tuple(order)
+
+
+RUN_ORDER: tuple[str, ...] = _run_order()
 
 
 def markdown_table() -> str:

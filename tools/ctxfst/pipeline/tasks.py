@@ -25,7 +25,8 @@ from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
 from .stages import (BuildFailed, describe, racy_state, recover, run_stage, settled_state,
                      states_match)
-from .table import PUBLISHED_FILES, STAGE_TABLE, STAGES
+from . import beside
+from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
 
 
 class StageStopped(TaskFailed):
@@ -39,6 +40,7 @@ class BuildReporter(ConsoleReporter):
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
+        beside.plan(tasks, selected_tasks)
         self.started = time.perf_counter()
         self.ran: list[str] = []
         self.fresh: list[str] = []
@@ -56,6 +58,7 @@ class BuildReporter(ConsoleReporter):
             super()._write_failure(result, write_exception)
 
     def complete_run(self):
+        beside.abandon_all()  # (only when the build stopped before a stage waited)
         super().complete_run()
         stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
         if stopped:
@@ -67,7 +70,7 @@ class BuildReporter(ConsoleReporter):
 
 
 DOIT_CONFIG = {
-    "default_tasks": list(STAGES),
+    "default_tasks": list(RUN_ORDER),
     "dep_file": ".ctxfst/doit.db",  # (namespace() makes it absolute, from the Config)
     "check_file_uptodate": IdentityChecker,
     "reporter": BuildReporter,
@@ -179,6 +182,8 @@ def _task_maker(config, stage):
             files, state = stage.sources(config)
             file_dep = files + file_dep
             uptodate.append(_sources_unchanged(config, stage, state))
+        if waits_for(stage):  # first, before doit looks at the files they write
+            uptodate.insert(0, _joined(config, waits_for(stage)))
         targets = [str(staged(config, name)) for name in stage.outputs]
         targets.append(str(result_path(config, stage.name)))
         task = {"doc": stage.doc, "actions": [_action(config, stage)],
@@ -210,12 +215,44 @@ def _sources_unchanged(config, stage, state: str):
     return uptodate
 
 
+def _joined(config, names: tuple[str, ...]):
+    """doit's up-to-date check of a stage that reads what beside stages write: wait for
+    them first (and say what they did); a failed one makes this stage run, to stop."""
+    def uptodate():
+        failed = False
+        for name in names:
+            if beside.running(name):
+                failure = beside.join(name)
+                if failure is None:
+                    print(f"   {escape(describe(config, BY_NAME[name]))}", flush=True)
+                failed |= failure is not None
+        return False if failed else None  # (None: doit decides from the rest)
+
+    return uptodate
+
+
 def _action(config, stage):
+    def run() -> None:
+        with collector_paused():  # stages hold the KB's many acyclic objects
+            run_stage(config, stage)
+
     def action():
         hold_build_lock(config)
+        for name in waits_for(stage):
+            failure = beside.join(name)
+            if failure is not None and failure.stopped:
+                return StageStopped(f"{name}: {escape(failure.message)}, build/ unchanged")
+            if failure is not None:
+                return TaskFailed(f"{name} failed:\n{failure.message}")
+        if stage.beside and beside.may_fork(waiters(stage)):
+            # Until it has finished, its result file (a target) is missing: a build that
+            # stops before then runs it again next time.
+            result_path(config, stage.name).unlink(missing_ok=True)
+            beside.start(stage.name, run, (BuildFailed, WorkerDied))
+            print(f"   {stage.name}: running beside the stages below", flush=True)
+            return True
         try:
-            with collector_paused():  # stages hold the KB's many acyclic objects
-                run_stage(config, stage)
+            run()
         except (BuildFailed, WorkerDied) as error:
             unchanged = "" if stage.final else ", build/ unchanged"
             return StageStopped(f"{stage.name}: {escape(error)}{unchanged}")  # KB paths

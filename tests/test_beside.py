@@ -1,0 +1,170 @@
+"""Stages that run beside the others (pipeline/beside.py): the facts stage forks when
+doit reaches it and the manifest waits for it. Real doit runs, in this process."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from ctxfst.pipeline import beside
+from ctxfst.pipeline.table import RUN_ORDER
+
+from .test_build import artifact_bytes, assert_consistent, build, example, ran
+from .test_facts import install_extractor
+
+
+def _with_extractor(root: Path, spec: str) -> None:
+    settings = root / "ctxfst.toml"
+    settings.write_text(settings.read_text() + f'[facts]\nextractors = ["{spec}"]\n')
+
+
+def test_facts_run_beside_the_chunk_stages_and_give_what_they_give_in_line(tmp_path, capsys):
+    """doit takes facts right after validate; it says it started, the stages after it run
+    meanwhile, and its summary comes before the manifest, which waited for it. The
+    artifacts are byte for byte those of facts run in line (`doit facts` alone does)."""
+    assert RUN_ORDER.index("facts") == RUN_ORDER.index("validate") + 1
+    root = example(tmp_path / "beside")
+    code, out = build(root, capsys)
+    assert code == 0, out
+    lines = out.splitlines()
+    started = lines.index("   facts: running beside the stages below")
+    summary = next(i for i, line in enumerate(lines) if re.fullmatch(
+        r"   facts: \d+ of \d+ sources extracted, .*, \d+\.\d\d s", line))
+    assert started < lines.index(".  compile") < lines.index(".  embed") < summary \
+        < lines.index(".  manifest")
+    assert_consistent(root)
+    beside_bytes = artifact_bytes(root)
+
+    inline = example(tmp_path / "inline")
+    assert build(inline, capsys, "validate")[0] == 0
+    code, out = build(inline, capsys, "facts")  # no manifest in the run: nothing waits
+    assert code == 0 and "running beside" not in out, out
+    assert re.search(r"   facts: \d+ of \d+ sources extracted", out), out
+    code, out = build(inline, capsys)
+    assert code == 0 and "facts" not in ran(out), out
+    assert artifact_bytes(inline) == beside_bytes
+    assert not beside._running
+
+
+def test_a_beside_stage_that_fails_stops_the_build_before_anything_is_published(
+        tmp_path, capsys, monkeypatch):
+    """A facts stage that stops (an extractor that cannot load) or whose process dies
+    (killed, out of memory) stops the build at the manifest: the last line says why,
+    build/ is unchanged, and the next build runs facts again."""
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    before = artifact_bytes(root)
+    settings = root / "ctxfst.toml"
+    plain = settings.read_text()
+
+    _with_extractor(root, "no_such_module_here:make")
+    code, out = build(root, capsys)
+    assert code != 0
+    assert re.fullmatch(r"build stopped: facts: extractor 'no_such_module_here:make' could not "
+                        r"be loaded: .*, build/ unchanged", out.rstrip().splitlines()[-1]), out
+    assert artifact_bytes(root) == before
+
+    install_extractor(tmp_path, monkeypatch, "dies_here",
+                      "os.kill(os.getpid(), signal.SIGKILL)", imports="import os, signal")
+    settings.write_text(plain)
+    _with_extractor(root, "dies_here:make")
+    (root / "content/backend-frameworks.ctxfst.md").write_text(
+        (root / "content/backend-frameworks.ctxfst.md").read_text() + "\nMore.\n")
+    code, out = build(root, capsys)
+    assert code != 0
+    assert re.fullmatch(r"build stopped: facts: its process ended without an answer "
+                        r"\(signal 9: .*\); run the build again, build/ unchanged",
+                        out.rstrip().splitlines()[-1]), out
+    assert artifact_bytes(root) == before
+
+    settings.write_text(plain)
+    code, out = build(root, capsys)
+    assert code == 0 and "facts" in ran(out), out
+    assert_consistent(root)
+    assert not beside._running
+
+
+def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_time(
+        tmp_path, capsys, monkeypatch):
+    """compile failing while facts runs beside: the build stops with compile's reason,
+    the facts process is ended (no process is left behind), its result file is missing,
+    and the next build runs facts again, to what a build that never stopped makes."""
+    from ctxfst.pipeline import units
+    from ctxfst.pipeline.stages import BuildFailed
+
+    marker = tmp_path / "extracted"
+    install_extractor(tmp_path, monkeypatch, "slow_here", f"""
+        open({str(marker)!r}, "a").write("x")
+        time.sleep(0.2)
+        return []
+    """, imports="import time")
+    root = example(tmp_path / "kb")
+    _with_extractor(root, "slow_here:make")
+    assert build(root, capsys)[0] == 0
+    result = root / "build/.staging/stages/facts.json"
+    assert result.is_file()
+    before = artifact_bytes(root)
+    edited = root / "content/backend-frameworks.ctxfst.md"
+    edited.write_text(edited.read_text() + "\nMore.\n")
+    marker.unlink()
+    working = units.compile_chunks
+
+    def broken(*args, **kwargs):
+        assert _wait_for(marker)  # facts is extracting beside
+        raise BuildFailed("compile broke on purpose")
+
+    monkeypatch.setattr(units, "compile_chunks", broken)
+    children_before = _children()
+    code, out = build(root, capsys)
+    assert code != 0
+    assert out.rstrip().splitlines()[-1] == ("build stopped: compile: compile broke on "
+                                             "purpose, build/ unchanged"), out
+    assert not beside._running and _children() == children_before
+    assert not result.exists()
+    assert artifact_bytes(root) == before
+
+    monkeypatch.setattr(units, "compile_chunks", working)
+    code, out = build(root, capsys)
+    assert code == 0 and {"facts", "compile", "manifest"} <= ran(out), out
+    assert_consistent(root)
+    twin = example(tmp_path / "twin")  # the same edit, with no build stopped between
+    _with_extractor(twin, "slow_here:make")
+    assert build(twin, capsys)[0] == 0
+    twin_edited = twin / "content/backend-frameworks.ctxfst.md"
+    twin_edited.write_text(twin_edited.read_text() + "\nMore.\n")
+    assert build(twin, capsys)[0] == 0
+    assert artifact_bytes(root) == artifact_bytes(twin)
+
+
+def _wait_for(path: Path, seconds: float = 30.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _children() -> set[int]:
+    """This process's live child processes (Linux)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_beside_left():
+    yield
+    beside.abandon_all()
