@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import math
@@ -48,3 +49,71 @@ def test_non_finite_numbers_are_refused(bad):
 def test_what_json_cannot_encode_is_refused(bad):
     with pytest.raises(TypeError):
         indented_json(bad)
+
+
+_PIECES = st.lists(st.one_of(st.binary(max_size=40).map(lambda data: ("bytes", data)),
+                             st.tuples(st.just("span"), st.integers(0, 300),
+                                       st.integers(0, 120))), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_PIECES, st.booleans())
+def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
+        tmp_path_factory, pieces, kernel_copies):
+    """write_pieces: bytes written, spans of another open file copied by the kernel (or
+    written from memory where it cannot copy, or past the end of the file); the file
+    and its sha256 are those of the pieces joined, and recorded as written."""
+    import hashlib
+    import os
+    from unittest import mock
+
+    from ctxfst.artifacts.io import Span, recording_writes, write_pieces
+
+    folder = tmp_path_factory.mktemp("pieces")
+    source_bytes = bytes(range(256)) * 1 + b"tail"  # 260 bytes: spans may run past it
+    (folder / "source").write_bytes(source_bytes)
+    handle = os.open(folder / "source", os.O_RDONLY)
+    padded = source_bytes + bytes(500)  # what a span past the end stands for in memory
+    try:
+        made, expected = [], b""
+        for piece in pieces:
+            if piece[0] == "bytes":
+                made.append(piece[1])
+                expected += piece[1]
+            else:
+                _, offset, size = piece
+                data = memoryview(padded)[offset:offset + size]
+                made.append(Span(handle, offset, data))
+                expected += bytes(data)
+        no_copy = OSError(18, "cross-device")
+        with mock.patch.object(os, "copy_file_range", side_effect=no_copy) if not \
+                kernel_copies else contextlib.nullcontext(), recording_writes() as written:
+            digest = write_pieces(folder / "out", made)
+    finally:
+        os.close(handle)
+    assert (folder / "out").read_bytes() == expected
+    assert digest == hashlib.sha256(expected).hexdigest()
+    assert written[str(folder / "out")]["sha256"] == digest
+
+
+@pytest.mark.parametrize("kernel_copies", [True, False])
+def test_copy_atomic_copies_a_file_and_refuses_a_link(tmp_path, kernel_copies):
+    import hashlib
+    import os
+    from unittest import mock
+
+    from ctxfst.artifacts.io import NotAFile, copy_atomic, recording_writes
+
+    data = os.urandom(3 << 20) + b"end"
+    (tmp_path / "source").write_bytes(data)
+    (tmp_path / "target").write_bytes(b"old")
+    patch = mock.patch.object(os, "copy_file_range", side_effect=OSError(38, "no")) \
+        if not kernel_copies else contextlib.nullcontext()
+    with patch, recording_writes() as written:
+        copy_atomic(tmp_path / "source", tmp_path / "target")
+    assert (tmp_path / "target").read_bytes() == data
+    assert written[str(tmp_path / "target")]["sha256"] == hashlib.sha256(data).hexdigest()
+    (tmp_path / "link").symlink_to(tmp_path / "source")
+    with pytest.raises(NotAFile):
+        copy_atomic(tmp_path / "link", tmp_path / "target")
+    assert (tmp_path / "target").read_bytes() == data

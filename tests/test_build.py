@@ -311,14 +311,24 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
     # (the document with a content_path passage is always read again: another file)
     assert total - own - 8 <= compiled["chunks_copied"] < total - own
     config = find_project(root)
-    damages = {"head": lambda layout: layout["head"] + 1,
-               "lengths": lambda layout: layout["lengths"][:-8],
-               "ids": lambda layout: layout["ids"].replace("\n", "\n\n", 1),
-               "sha256": lambda layout: "0" * 64}
+    # A staged chunks.json replaced by a copy of itself (another identity, the same
+    # bytes) is hashed and still used.
+    staged_json = root / "build/.staging/chunks.json"
+    shutil.copy(staged_json, tmp_path / "copy.json")
+    os.replace(tmp_path / "copy.json", staged_json)
+    doc.write_text(doc.read_text() + "\n")
+    assert build(root, capsys)[0] == 0
+    assert stage(root, "compile")["chunks_copied"] == compiled["chunks_copied"]
+    damages = {"head": {"head": lambda layout: layout["head"] + 1},
+               "lengths": {"lengths": lambda layout: layout["lengths"][:-8]},
+               "ids": {"ids": lambda layout: layout["ids"].replace("\n", "\n\n", 1)},
+               # the record of another file
+               "sha256": {"sha256": lambda layout: "0" * 64,
+                          "identity": lambda layout: [1, 2, 3]}}
     for number, (damage, damaged) in enumerate(damages.items()):
         store = UnitStore(config.unit_store)
         record = store.value("compiled")
-        record["json"][damage] = damaged(record["json"])
+        record["json"].update({key: change(record["json"]) for key, change in damaged.items()})
         store.put("compiled", record)
         store.save()
         store.close()

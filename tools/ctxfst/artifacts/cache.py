@@ -21,6 +21,7 @@ from .. import __version__
 # Bump when the parsed-document data changes shape. 4: JSON rows instead of pickle.
 PARSE_FORMAT = "4"  # 2: chunk bodies carry their text offset; 3: SKILL.md tenant checked
 NO_CACHE_ENV = "CTXFST_NO_CACHE"
+BUSY_SECONDS = 120  # how long a write waits for another process's (sqlite3's default: 5)
 PASSAGES = "passages"  # the unit store's record of content_path files (any folder)
 _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 _expected_objects: dict[str, list] = {}
@@ -62,7 +63,8 @@ def connect(path: Path, schema: str) -> sqlite3.Connection:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in (1, 2):
-            db = sqlite3.connect(path)
+            # (a build's stages beside each other write one store: wait for the other)
+            db = sqlite3.connect(path, timeout=BUSY_SECONDS)
             try:
                 db.execute("PRAGMA trusted_schema=OFF")
                 db.execute("PRAGMA journal_mode=WAL")

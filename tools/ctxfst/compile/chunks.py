@@ -96,12 +96,27 @@ def row_text(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def chunks_json(entities: list[dict[str, Any]], rows: list[bytes]) -> bytes:
-    """chunks.json from the entity rows and the chunk rows' UTF-8 texts in id order: the
-    bytes json_bytes({"schema_version", "entities", "chunks"}, compact=True) gives,
-    without a parse of every row."""
+def chunks_json(entities: list[dict[str, Any]], rows: list) -> list:
+    """chunks.json from the entity rows and the chunk rows' UTF-8 texts in id order, as
+    pieces to write end to end (artifacts.io.write_pieces): the bytes
+    json_bytes({"schema_version", "entities", "chunks"}, compact=True) gives, without a
+    parse of every row. A row may be a Span of the previous file (copied as it lies)."""
+    from ..artifacts.io import Span
+
     head = row_text({"schema_version": CHUNKS_SCHEMA_VERSION, "entities": entities})
-    return b"".join([head[:-1].encode("utf-8"), b',"chunks":[', b",".join(rows), b"]}\n"])
+    pieces: list = []
+    texts: list[bytes] = [head[:-1].encode("utf-8"), b',"chunks":[']
+    for index, row in enumerate(rows):
+        if index:
+            texts.append(b",")
+        if isinstance(row, Span):
+            pieces += [b"".join(texts), row]
+            texts = []
+        else:
+            texts.append(row)
+    texts.append(b"]}\n")
+    return [piece for piece in [*pieces, b"".join(texts)] if len(piece.data if isinstance(
+        piece, Span) else piece)]
 
 
 def chunks_table(rows: list[dict[str, Any]]):

@@ -19,8 +19,9 @@ from typing import Any
 from .. import __version__
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
-from ..artifacts.io import (file_identity, link_atomic, read_json, recording_writes,
-                            sha256_file, write_atomic, write_json, written_so_far)
+from ..artifacts.io import (copy_atomic, file_identity, link_atomic, read_json,
+                            recording_writes, sha256_file, write_atomic, write_json,
+                            written_so_far)
 from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS, result_path,
                                 staged, staging)
 
@@ -348,13 +349,10 @@ def stage_compile(config: Config) -> None:
         except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
             store.forget_rows()
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
-        # (their sha256s, which the record holds, are not computed again)
-        write_atomic(staged(config, "chunks.json"), compiled.json, compiled.json_sha256)
+        compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
         write_json(staged(config, "catalog.json"), compiled.entity_rows,  # for profiles
                    compact=True)
-        write_atomic(staged(config, "chunks.parquet"), compiled.parquet,
-                     compiled.made_from["sha256"])
-        compiled.record(store)  # what the staged chunks.parquet was made from
+        compiled.record(store)  # what the staged chunk files were made from
         checked.let_go_typed()  # (the facts stage types what it extracts, in its workers)
     except CompileError as error:
         _show(error.diagnostics, checked.files)
@@ -753,7 +751,7 @@ def _copy_published(config: Config, names: list[str]) -> None:
         link_atomic(staged(config, name), config.build_dir / name)
     for name in LEDGER_FILES:
         if name in names:
-            write_atomic(config.facts_ledger / name, staged(config, name).read_bytes())
+            copy_atomic(staged(config, name), config.facts_ledger / name)
 
 
 def recover(config: Config) -> bool:

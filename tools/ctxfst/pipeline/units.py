@@ -33,7 +33,7 @@ from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import compact_json
+from ..artifacts.io import Span, compact_json, file_identity, write_atomic, write_pieces
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
 UNIT_FORMAT = "4"  # 3: declarations keyed by their text; 4: units and link step as tables
@@ -594,23 +594,41 @@ def _names_record(value: Any) -> bool:
 
 @dataclass
 class Compiled:
-    """The chunk artifacts' bytes and what they were made from."""
+    """The chunk artifacts (chunks.json as pieces, some of them spans of the previous
+    file, still open) and what they were made from."""
 
-    json: bytes
+    json: list[bytes | Span]
     parquet: bytes
     chunks: int
     entity_rows: list[dict[str, Any]]
     recompiled: int
     made_from: dict[str, Any]
     copied: int = 0  # rows copied from the previous chunks.json
-    json_sha256: str = ""
+    opened: list[int] = field(default_factory=list)  # files the spans copy from
 
     @property
     def entities(self) -> int:
         return len(self.entity_rows)
 
+    def write(self, json_path: Path, parquet_path: Path) -> None:
+        """Write chunks.json and chunks.parquet, and note in the record what the next
+        compile knows them by: their sha256 and their identity when written."""
+        try:
+            json_sha256 = write_pieces(json_path, self.json)
+        finally:
+            self.close()
+        write_atomic(parquet_path, self.parquet, self.made_from["sha256"])
+        self.made_from["identity"] = file_identity(os.stat(parquet_path))
+        if self.made_from["json"] is not None:
+            self.made_from["json"].update(sha256=json_sha256,
+                                          identity=file_identity(os.stat(json_path)))
+
+    def close(self) -> None:
+        while self.opened:
+            os.close(self.opened.pop())
+
     def record(self, store: UnitStore) -> None:
-        """Once the staged chunks.parquet holds these bytes: the next build splices it."""
+        """Once the staged files hold what write() wrote: the next build splices them."""
         store.put("compiled", self.made_from)
         store.save()
 
@@ -655,25 +673,29 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     else:
         changed = set(documents)
     before = _previous_json(made_from, previous_json)
-    errors: list[Diagnostic] = []
-    # (without the previous chunks.json, it is joined from every document's rows)
-    kept, fresh = _unit_rows(checked, store, keys,
-                             changed if before is not None else set(documents), errors)
-    if errors:
-        raise CompileError(errors)
-    wanted = {keys[u.path] for u in checked.units if not u.volatile}
-    for key in store.keys("rows:") - wanted:
-        store.remove(key)
-    store.save()
-    rows = _ChunkRows(kept, before, set(documents) - changed)
-    entities = _catalog(checked, store)
-    parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed)
-    text = chunks_json(entities, rows.texts())
-    text_sha256 = hashlib.sha256(text).hexdigest()
+    try:
+        errors: list[Diagnostic] = []
+        # (without the previous chunks.json, it is joined from every document's rows)
+        kept, fresh = _unit_rows(checked, store, keys,
+                                 changed if before is not None else set(documents), errors)
+        if errors:
+            raise CompileError(errors)
+        wanted = {keys[u.path] for u in checked.units if not u.volatile}
+        for key in store.keys("rows:") - wanted:
+            store.remove(key)
+        store.save()
+        rows = _ChunkRows(kept, before, set(documents) - changed)
+        entities = _catalog(checked, store)
+        parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed)
+    except BaseException:
+        if before is not None:
+            os.close(before[2])
+        raise
+    pieces = chunks_json(entities, rows.texts())
     made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
-                 "layout": layout, "json": rows.layout(text, text_sha256)}
-    return Compiled(text, parquet, len(rows.ids), entities, len(fresh), made_from,
-                    rows.copied, text_sha256)
+                 "layout": layout, "json": rows.layout(pieces)}
+    return Compiled(pieces, parquet, len(rows.ids), entities, len(fresh), made_from,
+                    rows.copied, [before[2]] if before is not None else [])
 
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
@@ -748,14 +770,14 @@ class _ChunkRows:
         self.ids: list[str] = []
         self.docs: list[int] = []      # each row's document, an index into paths
         self.lengths: list[int] = []
-        self.pieces: list[bytes | memoryview] = []  # joined by commas: the rows
+        self.pieces: list[bytes | Span] = []  # joined by commas: the rows
         self._segments: list[tuple[int, int, int]] = []  # (first row, old row, rows)
         self._old: tuple[memoryview, list[int]] | None = None
         self._read: dict[int, bytes] = {}  # new row -> its text, for the rows read now
         self.copied = 0
         events: list[tuple[int, int, Any]] = []  # (old row, 0 add | 1 drop, added row)
         if before is not None:
-            data, old = before
+            data, old, self._fd = before
             starts = [old["head"], *accumulate(length + 1 for length in old["lengths"])]
             starts[1:] = [start + old["head"] for start in starts[1:]]
             self._old = (memoryview(data), starts)
@@ -795,13 +817,14 @@ class _ChunkRows:
         self.ids.extend(ids[begin:end])
         self.docs.extend(remap[doc] for doc in docs[begin:end])
         self.lengths.extend(lengths[begin:end])
-        self.pieces.append(body[starts[begin]:starts[end] - 1])  # (less the last comma)
+        # (less the last comma; copied by the kernel when chunks.json is written)
+        self.pieces.append(Span(self._fd, starts[begin], body[starts[begin]:starts[end] - 1]))
         self.copied += end - begin
 
     def path(self, index: int) -> str:
         return self.paths[self.docs[index]]
 
-    def texts(self) -> list[bytes | memoryview]:
+    def texts(self) -> list[bytes | Span]:
         return self.pieces
 
     def row(self, index: int) -> dict[str, Any]:
@@ -826,13 +849,14 @@ class _ChunkRows:
         first, old_row, count = self._segments[place]
         return old_row + index - first
 
-    def layout(self, text: bytes, sha256: str) -> dict[str, Any] | None:
-        """Where each row lies in chunks.json (`text`, of this sha256), for the next
-        compile; None when an id could not be kept in it (a newline)."""
+    def layout(self, pieces: list[bytes | Span]) -> dict[str, Any] | None:
+        """Where each row lies in chunks.json (these pieces), for the next compile (its
+        sha256 and identity are added once it is written); None when an id could not be
+        kept in it (a newline)."""
         if any("\n" in chunk_id for chunk_id in self.ids):
             return None
-        return {"sha256": sha256,
-                "head": len(text) - _body_size(self.lengths) - len(_JSON_TAIL),
+        size = sum(len(piece.data if isinstance(piece, Span) else piece) for piece in pieces)
+        return {"head": size - _body_size(self.lengths) - len(_JSON_TAIL),
                 "paths": self.paths, "ids": "\n".join(self.ids),
                 "docs": _packed(self.docs), "lengths": _packed(self.lengths)}
 
@@ -862,10 +886,10 @@ def _body_size(lengths: list[int]) -> int:
     return sum(lengths) + max(0, len(lengths) - 1)
 
 
-def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict] | None:
-    """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked),
-    when it is the file the last compile recorded (by sha256) and the layout fits it;
-    else None."""
+def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict, int] | None:
+    """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked), and
+    the file, open (the caller closes it), when it is the file the last compile recorded
+    and the layout fits it; else None."""
     old = made_from.get("json") if isinstance(made_from, dict) else None
     if path is None or not isinstance(old, dict) or not isinstance(
             made_from.get("documents"), dict):
@@ -880,10 +904,14 @@ def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict] | No
             and (not docs or max(docs) < len(paths)) and (not lengths or min(lengths) > 0)
             and ids == sorted(ids)):
         return None
-    data = _recorded_file(path, old.get("sha256"))
-    if data is None or head < 0 or head + _body_size(lengths) + len(_JSON_TAIL) != len(data):
+    opened = _recorded_file(path, old, keep_open=True)
+    if opened is None:
         return None
-    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths}
+    data, handle = opened
+    if head < 0 or head + _body_size(lengths) + len(_JSON_TAIL) != len(data):
+        os.close(handle)
+        return None
+    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths}, handle
 
 
 CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
@@ -993,17 +1021,47 @@ def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
             and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
                     for v in made_from["documents"].values())):
         return None
-    return _recorded_file(path, made_from.get("sha256"))
+    return _recorded_file(path, made_from)
 
 
-def _recorded_file(path: Path, sha256: Any) -> bytes | None:
-    """The bytes of a staged file when their sha256 is the one recorded; else None."""
-    from ..artifacts.io import read_regular
+def _recorded_file(path: Path, record: dict, keep_open: bool = False):
+    """The bytes of a staged file the last compile wrote (record: their sha256 and the
+    file's identity then), when they are still those; else None. With keep_open, also
+    the file, open for reading (the caller closes it).
 
+    A file that keeps the identity it had when written is not hashed again: staged files
+    are only ever replaced, and a published twin edited in place (the same file) gets
+    another mtime, so it is hashed, as is one written by a toolchain that kept no
+    identity."""
+    from ..artifacts.io import open_no_follow
+
+    sha256 = record.get("sha256")
     if not isinstance(sha256, str):
         return None
     try:
-        data = read_regular(path, follow_links=False)[0]
+        handle = open_no_follow(path)
     except OSError:
         return None
-    return data if hashlib.sha256(data).hexdigest() == sha256 else None
+    try:
+        info = os.fstat(handle)
+        data = _read_all(handle, info.st_size)
+        if not (record.get("identity") == file_identity(info) and len(data) == info.st_size
+                or hashlib.sha256(data).hexdigest() == sha256):
+            data = None
+    except OSError:
+        data = None
+    if data is None or not keep_open:
+        os.close(handle)
+        return None if data is None else data
+    return data, handle
+
+
+def _read_all(handle: int, size: int) -> bytes:
+    """The file's bytes from its start (one that grew since its stat: all of them)."""
+    parts, at = [], 0
+    while True:
+        part = os.pread(handle, max(size - at, 1 << 16), at)
+        if not part:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.append(part)
+        at += len(part)
