@@ -573,8 +573,8 @@ def test_a_journal_without_staged_files_is_dropped(tmp_path, capsys):
 
 def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, capsys,
                                                                       monkeypatch):
-    """validate, compile and facts share the KB the first of them validated, while no
-    input has changed; an input edited between stages is loaded and validated again."""
+    """validate, compile and facts of one doit run share the KB validate validated;
+    outside a run, an input edited between stages is loaded and validated again."""
     import ctxfst.pipeline.units as units
     from ctxfst.pipeline import stages
 

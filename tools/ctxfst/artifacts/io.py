@@ -165,6 +165,19 @@ def _replace(path: Path, write: Callable[[Any], Callable[[], str]]) -> Callable[
     return sha256
 
 
+def digests_written() -> dict[str, tuple[list[int], str]]:
+    """Every file this process wrote in a recording_writes() scope: path -> (identity,
+    sha256), a copy (for a forked stage to hand back to its parent: remember_written)."""
+    return dict(_digests)
+
+
+def remember_written(digests: dict[str, Any]) -> None:
+    """Take another process's digests_written() as this one's: a file written there is
+    then not hashed again here while it keeps its identity."""
+    for path, (identity, sha256) in digests.items():
+        _digests[path] = (list(identity), sha256)
+
+
 def digest_written(path, info: os.stat_result) -> str | None:
     """The sha256 of a file this process wrote (in a recording_writes() scope), while it
     keeps the identity it had then; else None."""

@@ -96,16 +96,17 @@ def row_text(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def chunks_json(entities: list[dict[str, Any]], rows: list) -> list:
-    """chunks.json from the entity rows and the chunk rows' UTF-8 texts in id order, as
-    pieces to write end to end (artifacts.io.write_pieces): the bytes
-    json_bytes({"schema_version", "entities", "chunks"}, compact=True) gives, without a
-    parse of every row. A row may be a Span of the previous file (copied as it lies)."""
+def chunks_json(entities_json: bytes, rows: list) -> list:
+    """chunks.json from the entity rows (their list as compact JSON, as catalog.json
+    holds it) and the chunk rows' UTF-8 texts in id order, as pieces to write end to end
+    (artifacts.io.write_pieces): the bytes json_bytes({"schema_version", "entities",
+    "chunks"}, compact=True) gives, without a parse of every row. A row may be a Span
+    of the previous file (copied as it lies)."""
     from ..artifacts.io import Span
 
-    head = row_text({"schema_version": CHUNKS_SCHEMA_VERSION, "entities": entities})
+    head = row_text({"schema_version": CHUNKS_SCHEMA_VERSION})[:-1] + ',"entities":'
     pieces: list = []
-    texts: list[bytes] = [head[:-1].encode("utf-8"), b',"chunks":[']
+    texts: list[bytes] = [head.encode("utf-8"), entities_json, b',"chunks":[']
     for index, row in enumerate(rows):
         if index:
             texts.append(b",")

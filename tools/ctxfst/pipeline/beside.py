@@ -26,6 +26,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
+from ..artifacts.io import digests_written, remember_written
+
 
 @dataclass
 class _Child:
@@ -84,9 +86,13 @@ def start(name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None
         # What it says is said by the parent when it waits for it: after the lines of
         # the stages that ran meanwhile, not among them.
         said = sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+        known = digests_written()
         try:
             run()
-            answer = {"ok": True}
+            # what it wrote, so that the parent need not hash those files again
+            answer = {"ok": True, "written": {path: entry for path, entry in
+                                              digests_written().items()
+                                              if known.get(path) != entry}}
             code = 0
         except stopped as error:
             answer = {"ok": False, "stopped": True, "message": str(error)}
@@ -130,6 +136,7 @@ def join(name: str) -> Failure | None:
                 stream.write(answer[key])
                 stream.flush()
     if isinstance(answer, dict) and answer.get("ok") is True and status == 0:
+        remember_written(answer.get("written") or {})
         return None
     if isinstance(answer, dict) and isinstance(answer.get("message"), str):
         failure = Failure(bool(answer.get("stopped")), answer["message"])

@@ -211,7 +211,9 @@ class LinkIndex:
 
     def view(self, chunks: _FirstChunks | None = None) -> View:
         """The view, answered from the rows (chunk ids: those with a first place)."""
-        return View(_FirstDeclared(self, "type", "id"), chunks or _FirstChunks(self),
+        # (`is None`: the truth of a mapping is its length, a walk of every chunk id)
+        return View(_FirstDeclared(self, "type", "id"),
+                    _FirstChunks(self) if chunks is None else chunks,
                     _FirstDeclared(self, "id", "tail"))
 
     # -- what spans documents ----------------------------------------------------------

@@ -73,8 +73,21 @@ def _show(diagnostics: list[Diagnostic], files: int) -> None:
 
 # The validated KB of this process's last load, shared by the stages of one build run
 # (validate, compile and facts each need it): (project, settings) -> (input identities,
-# Checked). Identities include ctime, which every write changes.
-_validated: dict[tuple, tuple[tuple, Any]] = {}
+# Checked, the run it was made in). Identities include ctime, which every write changes.
+_validated: dict[tuple, tuple[tuple, Any, int | None]] = {}
+_runs: list[int | None] = [None]  # the doit run this process is in (begin_run)
+
+
+def begin_run() -> None:
+    """A doit run starts: its stages share one validated snapshot of the inputs, as
+    validate saw them, without looking at every input again (an input changed since is
+    seen by the next build: validate's saved state is the one taken before it ran).
+    Outside a run, and for a snapshot of an earlier run, the inputs' identities decide."""
+    _runs[0] = (_runs[0] or 0) + 1
+
+
+def end_run() -> None:
+    _runs[0] = None
 
 
 def _identities(inputs, refused) -> tuple:
@@ -112,11 +125,13 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     from ..artifacts.cache import ParseCache
     from .units import check_incrementally
 
+    key = (config.root, config.build.digest())
+    shared = _validated.get(key)
+    if reuse and shared is not None and shared[2] is not None and shared[2] == _runs[0]:
+        return shared[1]  # (this run's snapshot)
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
     inputs = project_inputs(config, refused)
-    key = (config.root, config.build.digest())
     identities = _identities(inputs, refused)
-    shared = _validated.get(key)
     if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1]
     _validated.clear()
@@ -165,7 +180,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
         _show(checked.diagnostics, checked.files)
         raise BuildFailed(f"{len(errors)} error(s) in the knowledge base")
     if identities:
-        _validated[key] = (identities, checked)
+        _validated[key] = (identities, checked, _runs[0])
     return checked
 
 
@@ -350,8 +365,8 @@ def stage_compile(config: Config) -> None:
             store.forget_rows()
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
         compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
-        write_json(staged(config, "catalog.json"), compiled.entity_rows,  # for profiles
-                   compact=True)
+        # for profiles: write_json(..., compact=True) of the rows, encoded once
+        write_atomic(staged(config, "catalog.json"), compiled.entities_json + b"\n")
         compiled.record(store)  # what the staged chunk files were made from
         checked.let_go_typed()  # (the facts stage types what it extracts, in its workers)
     except CompileError as error:

@@ -23,8 +23,8 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .stages import (BuildFailed, describe, racy_state, recover, run_stage, settled_state,
-                     states_match)
+from .stages import (BuildFailed, begin_run, describe, end_run, racy_state, recover,
+                     run_stage, settled_state, states_match)
 from . import beside
 from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
 
@@ -40,6 +40,7 @@ class BuildReporter(ConsoleReporter):
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
+        begin_run()
         beside.plan(tasks, selected_tasks)
         self.started = time.perf_counter()
         self.ran: list[str] = []
@@ -59,6 +60,7 @@ class BuildReporter(ConsoleReporter):
 
     def complete_run(self):
         beside.abandon_all()  # (only when the build stopped before a stage waited)
+        end_run()
         super().complete_run()
         stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
         if stopped:

@@ -600,15 +600,12 @@ class Compiled:
     json: list[bytes | Span]
     parquet: bytes
     chunks: int
-    entity_rows: list[dict[str, Any]]
+    entities_json: bytes  # the entity catalog's rows, compact (catalog.json)
+    entities: int
     recompiled: int
     made_from: dict[str, Any]
     copied: int = 0  # rows copied from the previous chunks.json
     opened: list[int] = field(default_factory=list)  # files the spans copy from
-
-    @property
-    def entities(self) -> int:
-        return len(self.entity_rows)
 
     def write(self, json_path: Path, parquet_path: Path) -> None:
         """Write chunks.json and chunks.parquet, and note in the record what the next
@@ -691,11 +688,13 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         if before is not None:
             os.close(before[2])
         raise
-    pieces = chunks_json(entities, rows.texts())
+    entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
+    pieces = chunks_json(entities_json, rows.texts())
     made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
                  "layout": layout, "json": rows.layout(pieces)}
-    return Compiled(pieces, parquet, len(rows.ids), entities, len(fresh), made_from,
-                    rows.copied, [before[2]] if before is not None else [])
+    return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
+                    len(fresh), made_from, rows.copied,
+                    [before[2]] if before is not None else [])
 
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
