@@ -46,6 +46,7 @@ class Failure:
 
 
 _running: dict[str, _Child] = {}
+_in_child: list[bool] = [False]
 _failed: dict[str, Failure] = {}
 _plan: dict[str, object] = {"pid": None, "stages": frozenset()}
 
@@ -82,6 +83,7 @@ def start(name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None
     pid = os.fork()
     if pid == 0:  # the child: never returns into doit, never runs the parent's atexit
         os.close(read_end)
+        _in_child[0] = True
         code = 1
         # What it says is said by the parent when it waits for it: after the lines of
         # the stages that ran meanwhile, not among them.
@@ -107,6 +109,12 @@ def start(name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None
             os._exit(code)
     os.close(write_end)
     _running[name] = _Child(pid, read_end)
+
+
+def forked() -> bool:
+    """Whether this process is a stage forked beside the others (what it frees, its
+    parent keeps)."""
+    return _in_child[0]
 
 
 def running(name: str) -> bool:

@@ -621,6 +621,7 @@ def stage_facts(config: Config) -> None:
 
     from ..facts.build import run_facts
     from ..facts.extractors import ExtractionError
+    from .beside import forked
 
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
@@ -628,7 +629,8 @@ def stage_facts(config: Config) -> None:
     store = unit_store(config)  # the memo of the facts ledger (facts/memo.py)
     try:
         outcome = run_facts(config.root, checked.kb, config.build, staging(config),
-                            config.facts_ledger, checked, store)
+                            config.facts_ledger, checked, store,
+                            may_let_go=forked())  # (the parent keeps its own)
         store.save()
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None
