@@ -136,12 +136,15 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
         return shared[1]
     _validated.clear()
     digests = input_digests(config)
+    digested: dict[str, tuple[str, str, int]] = {}
 
     def sha(path, relative: str) -> str | None:
         try:
-            return digests.sha256(relative, path)
+            digest, size = digests.sha256_and_size(relative, path)
         except OSError:
             return None  # unreadable: parsing reports it
+        digested[os.fspath(path)] = (relative, digest, size)  # (validation.json's stamp)
+        return digest
 
     caches: list = []
 
@@ -172,6 +175,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     finally:
         store.close()
     digests.save()
+    checked.digested = digested
     if counts is not None:
         counts.update(documents_parsed=sum(c.misses for c in caches),
                       documents_from_cache=sum(c.hits for c in caches), **checked.counts)
@@ -201,20 +205,27 @@ def input_digests(config: Config):
     return _digests[key]
 
 
-def _inputs(config: Config, files: list[str], every_input: bool = False
+def _inputs(config: Config, files: list[str], every_input: bool = False,
+            digested: dict[str, tuple[str, str, int]] | None = None
             ) -> list[dict[str, Any]]:
     """Path, sha256 and size of each file (in Path order); a file is hashed again only
     when its identity (size, mtime, inode, ctime) changed since it was last hashed.
     every_input: files are all the project's inputs, so the digests of others (deleted
-    files) are forgotten."""
+    files) are forgotten. digested: what a validation just found of some files
+    (Checked.digested), taken as it is."""
     from ..files import ProjectRelative, path_order
 
     relative_to_root = ProjectRelative(config.root)
     digests = input_digests(config)
+    digested = digested or {}
     found = []
     for path in sorted(files, key=path_order):
-        relative = relative_to_root(path)
-        digest, size = digests.sha256_and_size(relative, path)
+        known = digested.get(path)
+        if known is not None:
+            relative, digest, size = known
+        else:
+            relative = relative_to_root(path)
+            digest, size = digests.sha256_and_size(relative, path)
         found.append({"path": relative, "sha256": digest, "bytes": size})
     if every_input:
         digests.keep_only({item["path"] for item in found})
@@ -345,7 +356,9 @@ def stage_validate(config: Config) -> None:
                         if str(path) not in known and path.is_file()]
     # Compact, as every internal file: indenting forces JSON's slow pure-Python encoder.
     write_json(staged(config, "validation.json"),
-               {"toolchain": __version__, "inputs": _inputs(config, stamped, every_input=True)},
+               {"toolchain": __version__,
+                "inputs": _inputs(config, stamped, every_input=True,
+                                  digested=checked.digested)},
                compact=True)
     _record(config, "validate", started, files=files, warnings=warnings, **counts)
 

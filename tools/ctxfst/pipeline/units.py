@@ -331,6 +331,8 @@ class Checked:
     # each document's entities as (id, [name, *aliases]), by path (the facts catalogs)
     labels: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
     mark: str = ""  # the units digest its link step was saved with (_LINKED)
+    # file -> (relative path, sha256, size) of the inputs hashed for this validation
+    digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
     @property
     def files(self) -> int:
