@@ -1,8 +1,8 @@
 """Measure the compiler: no-op and one-edit `doit` at scale, overhead over raw encoding,
 and SIMILAR kNN time and memory.
 
-    .venv/bin/python benchmarks/build_speed.py [--docs 10000] [--overhead-docs 60]
-        [--knn 25000 50000]
+    .venv/bin/python benchmarks/build_speed.py [--docs 1000 10000] [--edits 5]
+        [--overhead-docs 60] [--knn 25000 50000]
 
 Scale runs use the deterministic hash embedder (`hash-256`) in place of a model, as the
 issue allows; the overhead run uses the real bundled all-MiniLM-L6-v2.
@@ -68,7 +68,9 @@ def _stages(root: Path) -> str:
     return " / ".join(f"{stage(root, name)['seconds']:.2f}" for name in STAGE_NAMES)
 
 
-def scale(docs: int) -> None:
+def scale(docs: int, edits: int = 5) -> dict[str, float]:
+    """Full build, no-op, and the medians of `edits` one-sentence edits, adds and deletes
+    of one document; the figures, for the ratios between sizes."""
     root = Path(tempfile.mkdtemp(prefix="ctxfst-scale-"))
     try:
         make_project(root, docs, "hash-256")
@@ -79,24 +81,32 @@ def scale(docs: int) -> None:
         noops = sorted(doit(root)[0] for _ in range(5))
         print(f"no-op doit, {docs} documents: median {noops[2]:.3f} s, best {noops[0]:.3f} s")
         target = next((root / "content").rglob("notes-00042.ctxfst.md"))
-        edits = []
-        for word in ("Edited", "Again", "Thrice"):
-            _edit_once(target, word)
-            edits.append((doit(root)[0], _stages(root)))
-        edits.sort()
+        timed = []
+        for number in range(edits):
+            _edit_once(target, f"Edited{number}")
+            timed.append((doit(root)[0], _stages(root)))
+        timed.sort()
+        middle = timed[len(timed) // 2]
         embed = stage(root, "embed")
-        print(f"one edited document of {docs}: median {edits[1][0]:.2f} s wall of 3 "
-              f"(best {edits[0][0]:.2f} s); last embedded {embed['embedded']} text(s), "
+        print(f"one edited document of {docs}: median {middle[0]:.2f} s wall of {edits} "
+              f"(best {timed[0][0]:.2f} s); last embedded {embed['embedded']} text(s), "
               f"{embed['cache_hits']} from the cache, {embed.get('unchanged', 0)} copied "
               "with their row groups")
-        print(f"  {' / '.join(STAGE_NAMES)}: {edits[1][1]} s")
+        print(f"  {' / '.join(STAGE_NAMES)}: {middle[1]} s")
         added = target.with_name("notes-added.ctxfst.md")
-        added.write_text(target.read_text().replace("n00042", "nadded"))
-        add, _ = doit(root)
-        print(f"one added document: {add:.2f} s wall ({_stages(root)} s)")
-        added.unlink()
-        delete, _ = doit(root)
-        print(f"one deleted document: {delete:.2f} s wall ({_stages(root)} s)")
+        adds, deletes = [], []
+        for number in range(max(1, edits // 2)):
+            added.write_text(target.read_text().replace("n00042", f"nadded{number}"))
+            adds.append((doit(root)[0], _stages(root)))
+            added.unlink()
+            deletes.append((doit(root)[0], _stages(root)))
+        adds.sort()
+        deletes.sort()
+        add, delete = adds[len(adds) // 2], deletes[len(deletes) // 2]
+        print(f"one added document: median {add[0]:.2f} s wall of {len(adds)} ({add[1]} s)")
+        print(f"one deleted document: median {delete[0]:.2f} s wall of {len(deletes)} "
+              f"({delete[1]} s)")
+        return {"full": full, "edit": middle[0], "add": add[0], "delete": delete[0]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -165,14 +175,22 @@ def knn_scale(counts: list[int]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--docs", type=int, default=10_000)
+    parser.add_argument("--docs", type=int, nargs="+", default=[10_000],
+                        help="sizes to measure; with several, the edit, add and delete "
+                             "costs of the largest over the smallest are printed too")
+    parser.add_argument("--edits", type=int, default=5, help="edits measured (median)")
     parser.add_argument("--overhead-docs", type=int, default=60)
     parser.add_argument("--knn", type=int, nargs="*", default=[25_000, 50_000])
     parser.add_argument("--skip", nargs="*", default=[], choices=["scale", "overhead", "knn"])
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
     if "scale" not in args.skip:
-        scale(args.docs)
+        figures = {docs: scale(docs, args.edits) for docs in args.docs}
+        if len(figures) > 1:
+            small, large = min(figures), max(figures)
+            print(f"cost at {large} over cost at {small} documents: " + ", ".join(
+                f"{name} {figures[large][name] / figures[small][name]:.2f}x"
+                for name in ("edit", "add", "delete")))
     if "overhead" not in args.skip:
         overhead(args.overhead_docs)
     if "knn" not in args.skip:

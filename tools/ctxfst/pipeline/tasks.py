@@ -8,6 +8,7 @@ dodo.py re-exports everything here. Importing this module must stay cheap: a no-
 from __future__ import annotations
 
 import atexit
+import importlib
 import shutil
 import sys
 import time
@@ -250,6 +251,8 @@ def _action(config, stage):
             # Until it has finished, its result file (a target) is missing: a build that
             # stops before then runs it again next time.
             result_path(config, stage.name).unlink(missing_ok=True)
+            for module in stage.imports:
+                importlib.import_module(module)
             beside.start(stage.name, run, (BuildFailed, WorkerDied))
             print(f"   {stage.name}: running beside the stages below", flush=True)
             return True
