@@ -74,3 +74,25 @@ def test_the_facts_catalog_uses_the_finder():
     assert catalog.mentions(passage) == [(0, 6, "entity:go"), (17, 19, "entity:go"),
                                          (20, 22, "entity:tokyo")]
     assert Catalog().mentions(passage) == []
+
+
+_ALPHABET = "ab東京서울 ,.Gg"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(_ALPHABET, min_size=1, max_size=5), max_size=8),
+       st.text(_ALPHABET, max_size=60))
+def test_names_are_found_the_same_whether_a_text_is_cut_into_pairs_or_searched(
+        names, text):
+    """A long text is searched for each name's first pair, a short one cut into its
+    pairs: both find every occurrence of every name."""
+    from unittest import mock
+
+    from ctxfst.document import mentions
+
+    finder = NameFinder(normalize(name) for name in names)
+    answers = []
+    for ratio in (0, 10 ** 9):  # always searched; always cut
+        with mock.patch.object(mentions, "PAIR_SCAN_RATIO", ratio):
+            answers.append(sorted(finder.find(text)))
+    assert answers[0] == answers[1]

@@ -27,6 +27,9 @@ _WORD = re.compile(r"[a-z0-9]+")
 MIN_LENGTH = 2  # a one-character name would be found nearly everywhere
 MAX_CLUSTER = 32  # characters folded together at most: a hostile run of marks stays linear
 _OTHER_BLANK = re.compile(r"[^\S ]")  # whitespace becomes a space, one for one
+# A text longer than this many times the names' distinct first pairs is searched for
+# each pair; a shorter one is cut into its pairs (a Python loop over the text).
+PAIR_SCAN_RATIO = 4
 
 
 def _nfkc(text: str) -> str:
@@ -125,8 +128,12 @@ class NameFinder:
         candidates = [name for word in set(_WORD.findall(folded))
                       for name in self.by_word.get(word, ())]
         if self.other:
-            pairs = {folded[i:i + 2] for i in range(len(folded))}
-            candidates += [name for pair in pairs for name in self.other.get(pair, ())
+            if len(self.other) * PAIR_SCAN_RATIO < len(folded):
+                # few first pairs against a long text: each one searched for (in C)
+                pairs = [pair for pair in self.other if pair in folded]
+            else:
+                pairs = {folded[i:i + 2] for i in range(len(folded))} & self.other.keys()
+            candidates += [name for pair in pairs for name in self.other[pair]
                            if " " in name or name in folded]
         found = []
         for name in candidates:
