@@ -433,8 +433,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     memo of the ledger is kept (the build's unit store: value, values, put, remove,
     keys), or None; its changes are left for the caller to save once the files are
     written. may_let_go: nothing after this needs checked's typed documents (a process
-    of its own), so a first build lets them go before it extracts (its workers type
-    their own batches): some 60 KB a document less under the merge.
+    of its own), so a first build lets them go once it has extracted: some 60 KB a
+    document less under the merge.
 
     Only the facts a build changes become Python objects. With the memo of the ledger
     (facts/memo.py), only the row groups that hold them are read and encoded again, and
@@ -484,8 +484,6 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                        ledger.sha)
     seq = prior_seq + 1
     fresh = not ledger.data  # no facts yet: every candidate is new (facts/columns.py)
-    if fresh and may_let_go and checked is not None:
-        checked.let_go_typed()
 
     def type_together(batch: list[tuple[Source, str]]) -> None:
         if checked is not None:  # (in parallel, with one cache query), not one by one
@@ -534,6 +532,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             streams.append(stream)
     else:
         outcomes = forked_map(extract_one, work)
+    if fresh and may_let_go and checked is not None:
+        checked.let_go_typed()  # (extracted: the merge that follows is the peak)
     failed: list[str] = []
     for (source, trigger), (status, result) in zip(work, outcomes):
         if status == "changed":  # its fingerprint would describe bytes never validated
