@@ -67,12 +67,13 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
     import os
     from unittest import mock
 
-    from ctxfst.artifacts.io import Span, recording_writes, write_pieces
+    from ctxfst.artifacts.io import Span, file_stamp, recording_writes, write_pieces
 
     folder = tmp_path_factory.mktemp("pieces")
     source_bytes = bytes(range(256)) * 1 + b"tail"  # 260 bytes: spans may run past it
     (folder / "source").write_bytes(source_bytes)
     handle = os.open(folder / "source", os.O_RDONLY)
+    stamp = file_stamp(os.fstat(handle))
     padded = source_bytes + bytes(500)  # what a span past the end stands for in memory
     try:
         made, expected = [], b""
@@ -83,7 +84,7 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
             else:
                 _, offset, size = piece
                 data = memoryview(padded)[offset:offset + size]
-                made.append(Span(handle, offset, data))
+                made.append(Span(handle, offset, data, stamp))
                 expected += bytes(data)
         no_copy = OSError(18, "cross-device")
         with mock.patch.object(os, "copy_file_range", side_effect=no_copy) if not \
@@ -94,6 +95,33 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
     assert (folder / "out").read_bytes() == expected
     assert digest == hashlib.sha256(expected).hexdigest()
     assert written[str(folder / "out")]["sha256"] == digest
+
+
+def test_spans_of_a_file_written_in_place_since_it_was_read_are_written_from_memory(
+        tmp_path):
+    """The digest is of the bytes read; a source edited in place before the copy (a
+    published twin, the same file) must not put other bytes under that digest."""
+    import hashlib
+    import os
+    import time
+
+    from ctxfst.artifacts.io import Span, file_stamp, write_pieces
+
+    source = tmp_path / "source"
+    source.write_bytes(b"0123456789" * 1000)
+    handle = os.open(source, os.O_RDONLY)
+    try:
+        read = os.pread(handle, 10_000, 0)
+        stamp = file_stamp(os.fstat(handle))
+        time.sleep(0.01)
+        with open(source, "r+b") as edit:  # the same size, in place
+            edit.write(b"X" * 10)
+        pieces = [b"[", Span(handle, 0, memoryview(read), stamp), b"]"]
+        digest = write_pieces(tmp_path / "out", pieces)
+    finally:
+        os.close(handle)
+    assert (tmp_path / "out").read_bytes() == b"[" + read + b"]"
+    assert digest == hashlib.sha256(b"[" + read + b"]").hexdigest()
 
 
 @pytest.mark.parametrize("kernel_copies", [True, False])

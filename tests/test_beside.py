@@ -164,6 +164,132 @@ def _children() -> set[int]:
     return found
 
 
+def _mock_kb(root: Path, extractor: str) -> Path:
+    """A first build of 250 mock documents extracts in worker processes."""
+    from ctxfst.mock import generate
+
+    generate(root, 250, seed=3)
+    (root / "ctxfst.toml").write_text('content_dir = "content"\nskills_dir = "skills"\n'
+                                      'embedding_model = "hash-16"\n[facts]\n'
+                                      f'extractors = ["{extractor}"]\n')
+    return root
+
+
+def _gone(pids: set[int], seconds: float = 10.0) -> bool:
+    """Whether these processes have all ended (reaped, or zombies of an ended parent)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = set()
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != "Z":
+                alive.add(pid)
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _lock_free(root: Path) -> bool:
+    from ctxfst.config import find_project
+    from ctxfst.locks import LockBusy, exclusive
+
+    try:
+        with exclusive(find_project(root).build_lock, 2.0, str):
+            return True
+    except LockBusy:
+        return False
+
+
+def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatch):
+    """The facts process of a first build extracts in worker processes: a build that
+    stops meanwhile ends them with it (they would hold the build lock for ever), and the
+    next build does not wait."""
+    from ctxfst.pipeline import units
+    from ctxfst.pipeline.stages import BuildFailed
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    install_extractor(tmp_path, monkeypatch, "busy_here", f"""
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        time.sleep(30)
+        return []
+    """, imports="import os, time")
+    root = _mock_kb(tmp_path / "kb", "busy_here:make")
+
+    def broken(*args, **kwargs):
+        assert _wait_for_files(pids, 2)  # two workers extracting
+        raise BuildFailed("compile broke on purpose")
+
+    monkeypatch.setattr(units, "compile_chunks", broken)
+    code, out = build(root, capsys)
+    assert code != 0 and out.rstrip().endswith("compile broke on purpose, build/ unchanged")
+    workers = {int(path.name) for path in pids.iterdir()}
+    assert len(workers) >= 2 and os.getpid() not in workers
+    assert _gone(workers), "facts workers left behind"
+    assert _lock_free(root)
+    assert not beside._running
+
+
+def test_a_facts_process_killed_while_its_workers_run_stops_the_build(
+        tmp_path, capsys, monkeypatch):
+    """Its workers hold the answer pipe open: the manifest must not wait for them."""
+    install_extractor(tmp_path, monkeypatch, "kills_parent_here", """
+        os.kill(os.getppid(), signal.SIGKILL)  # (a worker's parent: the facts process)
+        time.sleep(30)
+        return []
+    """, imports="import os, signal, time")
+    root = _mock_kb(tmp_path / "kb", "kills_parent_here:make")
+    code, out = build(root, capsys)
+    assert code != 0
+    assert re.fullmatch(r"build stopped: facts: its process ended without an answer "
+                        r"\(signal 9: .*\); run the build again, build/ unchanged",
+                        out.rstrip().splitlines()[-1]), out
+    assert _lock_free(root)
+
+
+def test_a_cache_locked_by_another_process_is_waited_for_not_discarded(tmp_path,
+                                                                       monkeypatch):
+    """The facts process and the stages beside it write one unit store: a connection
+    that gives up waiting for the other's lock must leave the file alone (it is not
+    damaged), working without it meanwhile."""
+    import sqlite3
+
+    from ctxfst.artifacts import cache
+
+    path = tmp_path / "units.sqlite"
+    first = sqlite3.connect(path)  # the other process, writing for a long time
+    first.execute("PRAGMA journal_mode=WAL")
+    first.execute("CREATE TABLE kept (x)")
+    first.commit()
+    first.execute("BEGIN EXCLUSIVE")
+    first.execute("INSERT INTO kept VALUES (1)")
+    inode = path.stat().st_ino
+    monkeypatch.setattr(cache, "BUSY_SECONDS", 0.2)
+    # (this connection must write its table, and cannot)
+    second = cache.connect(path, "CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY)")
+    assert second.execute("PRAGMA database_list").fetchone()[2] == ""  # in memory
+    first.commit()
+    assert path.stat().st_ino == inode
+    assert sqlite3.connect(path).execute("SELECT count(*) FROM kept").fetchone() == (1,)
+
+
+def _wait_for_files(folder: Path, count: int, seconds: float = 60.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while sum(1 for _ in folder.iterdir()) < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 @pytest.fixture(autouse=True)
 def _no_beside_left():
     yield

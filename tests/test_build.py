@@ -344,6 +344,32 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
             (clean / "build/chunks.json").read_bytes(), damage
 
 
+def test_a_published_chunks_json_edited_in_place_is_not_copied_from(tmp_path, capsys):
+    """build/chunks.json is its staged twin: an edit in place that keeps its size and
+    puts its mtime back (rsync --inplace -t, cp -p onto it) must not reach the next
+    build, which copies unchanged rows from the previous file."""
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    published = root / "build/chunks.json"
+    info = os.stat(published)
+    data = published.read_bytes()
+    at = data.index(b"Hono is", data.index(b'"chunks":['))  # in a row of another document
+    with open(published, "r+b") as handle:
+        handle.seek(at)
+        handle.write(b"HONO")
+    os.utime(published, ns=(info.st_atime_ns, info.st_mtime_ns))
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(root, capsys)[0] == 0
+    clean = tmp_path / "clean"
+    for folder in ("content", "skills"):
+        shutil.copytree(root / folder, clean / folder)
+    shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")
+    assert build(clean, capsys)[0] == 0
+    assert published.read_bytes() == (clean / "build/chunks.json").read_bytes()
+    assert_consistent(root)
+
+
 def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, monkeypatch):
     """chunk_vectors.parquet has one row group per chunks.parquet group: after an edit
     the groups of unchanged chunks are copied, not read, looked up or encoded, and the
@@ -594,6 +620,25 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
     chunks = json.loads((root / "build" / ".staging" / "chunks.json").read_text())
     assert any("Hono is a very small framework" in c["content"] for c in chunks["chunks"])
     assert len(calls) == 3
+
+
+def test_a_later_run_in_the_same_process_does_not_take_an_earlier_runs_snapshot(
+        tmp_path, capsys):
+    """Each doit run has its own snapshot: an edit validated by another process between
+    two runs of this one (so this run's validate is up to date) is compiled, not the
+    snapshot the first run left in memory."""
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    doc = root / "content" / "backend-frameworks.ctxfst.md"
+    doc.write_text(doc.read_text(encoding="utf-8").replace("Hono is a tiny web framework",
+                                                           "Hono is a very small framework"))
+    other = subprocess.run([sys.executable, "-m", "ctxfst", "build", "--root", str(root),
+                            "validate"], capture_output=True, text=True)
+    assert other.returncode == 0, other.stdout + other.stderr
+    code, out = build(root, capsys)
+    assert code == 0 and "-- validate" in out and ".  compile" in out, out
+    chunks = (root / "build/chunks.json").read_text(encoding="utf-8")
+    assert "Hono is a very small framework" in chunks
 
 
 def test_project_relative_in_bulk_gives_the_exact_answers(tmp_path, monkeypatch):

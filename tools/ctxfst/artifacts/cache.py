@@ -73,6 +73,9 @@ def connect(path: Path, schema: str) -> sqlite3.Connection:
                     return db
                 problem = "not a ctxfst cache"
             except sqlite3.DatabaseError as error:
+                if busy(error):  # another process writes it: not damaged, not ours now
+                    db.close()
+                    raise
                 problem = str(error)
             db.close()
             if attempt == 2:
@@ -81,6 +84,14 @@ def connect(path: Path, schema: str) -> sqlite3.Connection:
     except (OSError, sqlite3.Error) as error:  # a read-only or full disk, say
         return _without(path, schema, str(error))
     raise AssertionError("unreachable")
+
+
+def busy(error: sqlite3.Error) -> bool:
+    """Whether an error says another connection holds the database (it waited
+    BUSY_SECONDS), not that the file is damaged."""
+    return getattr(error, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY,
+                                                         sqlite3.SQLITE_LOCKED) \
+        or "locked" in str(error)
 
 
 def discard(path: Path) -> None:

@@ -64,22 +64,39 @@ class Span:
     fd: int
     offset: int  # where they lie in that file
     data: memoryview  # the same bytes, for the digest (and written where no copy can be)
+    stamp: tuple = ()  # file_stamp() of the file when `data` was read from it
+
+
+def file_stamp(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is written in place: size, mtime, ctime, inode."""
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
 
 
 def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str:
     """write_atomic() of the pieces put end to end; their sha256. A file of mostly
     unchanged spans of another (the previous chunks.json) costs a copy in the kernel,
     some five times faster here than writing the bytes."""
+    pieces = list(pieces)
+
     def write(out) -> Callable[[], str]:
         digest = hashlib.sha256()
+        sources = {}
         for piece in pieces:
             if isinstance(piece, Span):
                 out.flush()
                 _copy_span(piece, out.fileno())
                 digest.update(piece.data)
+                sources[piece.fd] = piece.stamp
             else:
                 out.write(piece)
                 digest.update(piece)
+        # A source written since its bytes were read (in place: a published twin) gave
+        # the kernel other bytes than those hashed: all are written from memory instead.
+        if any(file_stamp(os.fstat(fd)) != stamp for fd, stamp in sources.items()):
+            out.seek(0)
+            out.truncate()
+            for piece in pieces:
+                out.write(piece.data if isinstance(piece, Span) else piece)
         return digest.hexdigest
 
     return _replace(path, write)()

@@ -16,11 +16,14 @@ that waits for it is part of the run; otherwise the stage runs in line as before
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import select
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ class Failure:
 
 _running: dict[str, _Child] = {}
 _in_child: list[bool] = [False]
+_exit_hook: list[bool] = []
 _failed: dict[str, Failure] = {}
 _plan: dict[str, object] = {"pid": None, "stages": frozenset()}
 
@@ -67,23 +71,38 @@ def plan(tasks: dict, selected: list[str]) -> None:
 
 
 def may_fork(waiters: tuple[str, ...]) -> bool:
-    """Whether a beside stage may fork now: in the process that planned the run, with a
-    stage that waits for it in the run."""
+    """Whether a beside stage may fork now: in the process that planned the run, with no
+    other thread (doit's `-P thread` runner: a fork copies one thread of many), and with
+    a stage that waits for it in the run."""
     return (hasattr(os, "fork") and _plan["pid"] == os.getpid()
+            and threading.active_count() == 1
             and any(name in _plan["stages"] for name in waiters))  # type: ignore[operator]
 
 
 def start(name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None:
     """Fork; the child runs run() and answers whether it succeeded. Exceptions of the
     types in `stopped` are reasons to stop the build (their message is said); any other
-    is a fault (its traceback is said)."""
+    is a fault (its traceback is said). The child leads a process group of its own, so
+    that it and the workers it forks are ended together (abandon_all, join)."""
     sys.stdout.flush()
     sys.stderr.flush()
     read_end, write_end = os.pipe()
+    if not _running and not _exit_hook:
+        atexit.register(abandon_all)  # (a build that ends without waiting for it)
+        _exit_hook.append(True)
+    # No Ctrl-C between the fork and the child's own group: it would unwind the child
+    # into doit. (The parent gets it once the child is known, and ends the child.)
+    masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid == 0:  # the child: never returns into doit, never runs the parent's atexit
-        os.close(read_end)
-        _in_child[0] = True
+        try:
+            os.setpgid(0, 0)
+            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+            os.close(read_end)
+            _in_child[0] = True
+            _running.clear()  # (the parent's other children are not its own)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
         code = 1
         # What it says is said by the parent when it waits for it: after the lines of
         # the stages that ran meanwhile, not among them.
@@ -107,8 +126,16 @@ def start(name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None
                 data = data[os.write(write_end, data):]
         finally:
             os._exit(code)
-    os.close(write_end)
-    _running[name] = _Child(pid, read_end)
+    try:
+        try:
+            os.setpgid(pid, pid)  # (both sides set it: whichever runs first)
+        except OSError:
+            pass  # it has set it, or exited already
+        os.close(write_end)
+        os.set_blocking(read_end, False)
+        _running[name] = _Child(pid, read_end)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, masked)
 
 
 def forked() -> bool:
@@ -122,20 +149,15 @@ def running(name: str) -> bool:
 
 
 def join(name: str) -> Failure | None:
-    """Wait for a stage started beside the others; its failure, or None."""
-    child = _running.pop(name, None)
+    """Wait for a stage started beside the others; its failure, or None. (Interrupted,
+    the child stays known, and abandon_all ends it.)"""
+    child = _running.get(name)
     if child is None:
         return _failed.get(name)
-    chunks = []
-    while True:
-        chunk = os.read(child.answer, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(child.answer)
-    _, status = os.waitpid(child.pid, 0)
+    data, status = _finish(child, _exited)
+    del _running[name]
     try:
-        answer = json.loads(b"".join(chunks))
+        answer = json.loads(data)
     except ValueError:
         answer = None
     if isinstance(answer, dict):
@@ -158,22 +180,54 @@ def join(name: str) -> Failure | None:
 
 
 def abandon_all(grace: float = 5.0) -> None:
-    """Stop the stages still running beside (the build stopped before a stage waited for
-    them): their result files stay missing, so the next build runs them again."""
+    """End the stages still running beside (the build stopped before a stage waited for
+    them), with the workers they forked: their result files stay missing, so the next
+    build runs them again."""
     for name, child in list(_running.items()):
-        try:
-            os.kill(child.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal_group(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while True:
-            done, _ = os.waitpid(child.pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() >= deadline:
-                os.kill(child.pid, signal.SIGKILL)
-                os.waitpid(child.pid, 0)
-                break
-            time.sleep(0.01)
-        os.close(child.answer)
+        _finish(child, lambda pid: _exited(pid) or time.monotonic() >= deadline)
         del _running[name]
+
+
+def _finish(child: _Child, done: Callable[[int], bool]) -> tuple[bytes, int]:
+    """Read the child's answer until done(pid) says it may stop waiting; then end what
+    is left of its process group (workers it left behind, or the child itself) while it
+    is still unreaped, so its pid cannot name another group yet; then reap it. Its answer
+    and its wait status."""
+    chunks: list[bytes] = []
+    open_pipe = True
+    while not done(child.pid):
+        ready, _, _ = select.select([child.answer] if open_pipe else [], [], [], 0.005)
+        if ready:
+            open_pipe = _drain(child.answer, chunks)
+    _signal_group(child.pid, signal.SIGKILL)
+    _, status = os.waitpid(child.pid, 0)
+    if open_pipe:
+        _drain(child.answer, chunks)  # (every writer is gone: what is left, then EOF)
+    os.close(child.answer)
+    return b"".join(chunks), status
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has ended (it is not reaped: its pid stays its own)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _drain(handle: int, chunks: list[bytes]) -> bool:
+    """Read what the pipe holds now; False at its end."""
+    while True:
+        try:
+            chunk = os.read(handle, 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        chunks.append(chunk)
+
+
+def _signal_group(pid: int, number: int) -> None:
+    try:
+        os.killpg(pid, number)
+    except (ProcessLookupError, PermissionError):
+        pass

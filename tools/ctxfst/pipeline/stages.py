@@ -8,6 +8,7 @@ or is killed before then leaves the published artifacts and their manifest as th
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sqlite3
@@ -76,6 +77,7 @@ def _show(diagnostics: list[Diagnostic], files: int) -> None:
 # Checked, the run it was made in). Identities include ctime, which every write changes.
 _validated: dict[tuple, tuple[tuple, Any, int | None]] = {}
 _runs: list[int | None] = [None]  # the doit run this process is in (begin_run)
+_run_numbers = itertools.count(1)  # (never one again: a later run is another snapshot)
 
 
 def begin_run() -> None:
@@ -83,7 +85,7 @@ def begin_run() -> None:
     validate saw them, without looking at every input again (an input changed since is
     seen by the next build: validate's saved state is the one taken before it ran).
     Outside a run, and for a snapshot of an earlier run, the inputs' identities decide."""
-    _runs[0] = (_runs[0] or 0) + 1
+    _runs[0] = next(_run_numbers)
 
 
 def end_run() -> None:
@@ -164,9 +166,12 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
             store.clear()
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
                                           store)
-        except sqlite3.DatabaseError:  # damaged pages: a fresh file, computed again
-            from ..artifacts.cache import discard
+        except sqlite3.DatabaseError as error:  # damaged pages: a fresh file, computed again
+            from ..artifacts.cache import busy, discard
 
+            if busy(error):  # another process held it all the while: not damaged
+                raise BuildFailed(f"{config.unit_store} stayed locked by another process; "
+                                  "run the build again") from None
             store.close()
             discard(config.unit_store)
             store = unit_store(config)

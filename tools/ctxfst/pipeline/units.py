@@ -33,7 +33,7 @@ from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import Span, compact_json, file_identity, write_atomic, write_pieces
+from ..artifacts.io import Span, compact_json, write_atomic, write_pieces
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
 UNIT_FORMAT = "4"  # 3: declarations keyed by their text; 4: units and link step as tables
@@ -610,17 +610,15 @@ class Compiled:
     opened: list[int] = field(default_factory=list)  # files the spans copy from
 
     def write(self, json_path: Path, parquet_path: Path) -> None:
-        """Write chunks.json and chunks.parquet, and note in the record what the next
-        compile knows them by: their sha256 and their identity when written."""
+        """Write chunks.json and chunks.parquet, and note chunks.json's sha256 in the
+        record (the next compile reads it only while it is still that file)."""
         try:
             json_sha256 = write_pieces(json_path, self.json)
         finally:
             self.close()
         write_atomic(parquet_path, self.parquet, self.made_from["sha256"])
-        self.made_from["identity"] = file_identity(os.stat(parquet_path))
         if self.made_from["json"] is not None:
-            self.made_from["json"].update(sha256=json_sha256,
-                                          identity=file_identity(os.stat(json_path)))
+            self.made_from["json"]["sha256"] = json_sha256
 
     def close(self) -> None:
         while self.opened:
@@ -686,17 +684,17 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         rows = _ChunkRows(kept, before, set(documents) - changed)
         entities = _catalog(checked, store)
         parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed)
+        entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
+        pieces = chunks_json(entities_json, rows.texts())
+        made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
+                     "layout": layout, "json": rows.layout(pieces)}
+        return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
+                        len(fresh), made_from, rows.copied,
+                        [before[2]] if before is not None else [])
     except BaseException:
         if before is not None:
-            os.close(before[2])
+            os.close(before[2])  # (the spans' file: Compiled.write closes it otherwise)
         raise
-    entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
-    pieces = chunks_json(entities_json, rows.texts())
-    made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
-                 "layout": layout, "json": rows.layout(pieces)}
-    return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
-                    len(fresh), made_from, rows.copied,
-                    [before[2]] if before is not None else [])
 
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
@@ -778,7 +776,7 @@ class _ChunkRows:
         self.copied = 0
         events: list[tuple[int, int, Any]] = []  # (old row, 0 add | 1 drop, added row)
         if before is not None:
-            data, old, self._fd = before
+            data, old, self._fd, self._stamp = before
             starts = [old["head"], *accumulate(length + 1 for length in old["lengths"])]
             starts[1:] = [start + old["head"] for start in starts[1:]]
             self._old = (memoryview(data), starts)
@@ -819,7 +817,8 @@ class _ChunkRows:
         self.docs.extend(remap[doc] for doc in docs[begin:end])
         self.lengths.extend(lengths[begin:end])
         # (less the last comma; copied by the kernel when chunks.json is written)
-        self.pieces.append(Span(self._fd, starts[begin], body[starts[begin]:starts[end] - 1]))
+        self.pieces.append(Span(self._fd, starts[begin], body[starts[begin]:starts[end] - 1],
+                                self._stamp))
         self.copied += end - begin
 
     def path(self, index: int) -> str:
@@ -852,8 +851,8 @@ class _ChunkRows:
 
     def layout(self, pieces: list[bytes | Span]) -> dict[str, Any] | None:
         """Where each row lies in chunks.json (these pieces), for the next compile (its
-        sha256 and identity are added once it is written); None when an id could not be
-        kept in it (a newline)."""
+        sha256 is added once it is written); None when an id could not be kept in it (a
+        newline)."""
         if any("\n" in chunk_id for chunk_id in self.ids):
             return None
         size = sum(len(piece.data if isinstance(piece, Span) else piece) for piece in pieces)
@@ -887,7 +886,8 @@ def _body_size(lengths: list[int]) -> int:
     return sum(lengths) + max(0, len(lengths) - 1)
 
 
-def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict, int] | None:
+def _previous_json(made_from: Any, path: Path | None
+                   ) -> tuple[bytes, dict, int, tuple] | None:
     """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked), and
     the file, open (the caller closes it), when it is the file the last compile recorded
     and the layout fits it; else None."""
@@ -908,11 +908,11 @@ def _previous_json(made_from: Any, path: Path | None) -> tuple[bytes, dict, int]
     opened = _recorded_file(path, old, keep_open=True)
     if opened is None:
         return None
-    data, handle = opened
+    data, handle, stamp = opened
     if head < 0 or head + _body_size(lengths) + len(_JSON_TAIL) != len(data):
         os.close(handle)
         return None
-    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths}, handle
+    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths}, handle, stamp
 
 
 CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
@@ -1026,15 +1026,13 @@ def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
 
 
 def _recorded_file(path: Path, record: dict, keep_open: bool = False):
-    """The bytes of a staged file the last compile wrote (record: their sha256 and the
-    file's identity then), when they are still those; else None. With keep_open, also
-    the file, open for reading (the caller closes it).
+    """The bytes of a staged file the last compile wrote (record: their sha256), when
+    they are still those; else None. With keep_open, also the file, open for reading
+    (the caller closes it), and its stamp when read (artifacts.io.Span).
 
-    A file that keeps the identity it had when written is not hashed again: staged files
-    are only ever replaced, and a published twin edited in place (the same file) gets
-    another mtime, so it is hashed, as is one written by a toolchain that kept no
-    identity."""
-    from ..artifacts.io import open_no_follow
+    Always hashed: a published twin edited in place is the same file, and an edit that
+    keeps its size and puts its mtime back would keep its identity too."""
+    from ..artifacts.io import file_stamp, open_no_follow
 
     sha256 = record.get("sha256")
     if not isinstance(sha256, str):
@@ -1046,15 +1044,14 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False):
     try:
         info = os.fstat(handle)
         data = _read_all(handle, info.st_size)
-        if not (record.get("identity") == file_identity(info) and len(data) == info.st_size
-                or hashlib.sha256(data).hexdigest() == sha256):
+        if hashlib.sha256(data).hexdigest() != sha256:
             data = None
     except OSError:
         data = None
     if data is None or not keep_open:
         os.close(handle)
-        return None if data is None else data
-    return data, handle
+        return data
+    return data, handle, file_stamp(info)
 
 
 def _read_all(handle: int, size: int) -> bytes:
