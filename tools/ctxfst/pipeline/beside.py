@@ -11,7 +11,10 @@ stops the build) has a missing target, and the next build runs it again.
 
 Only this process's sequential doit runner forks (doit's `-n` runs actions in worker
 processes, where a later stage could not wait for the child), and only when a stage
-that waits for it is part of the run; otherwise the stage runs in line as before.
+that waits for it is part of the run; otherwise the stage runs in line as before. The
+child leads a process group of its own with the workers it forks: a build that stops
+ends them all (they hold the build lock), and the parent waits for the child itself,
+never for the end of a pipe a worker may hold open.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ _plan: dict[str, object] = {"pid": None, "stages": frozenset()}
 def plan(tasks: dict, selected: list[str]) -> None:
     """What this doit run will consider (the selected tasks and all they depend on), as
     its reporter learns it before the first task."""
-    _running.clear()
+    abandon_all()  # (none is left from an earlier run: its reporter ended them)
     _failed.clear()
     wanted: set[str] = set()
     todo = [name for name in selected if name in tasks]
