@@ -370,6 +370,35 @@ def test_a_published_chunks_json_edited_in_place_is_not_copied_from(tmp_path, ca
     assert_consistent(root)
 
 
+def test_the_previous_chunk_files_are_not_hashed_again_while_they_are_as_published(
+        tmp_path, capsys, monkeypatch):
+    """The last publication recorded each staged file's stamp (size, mtime, ctime,
+    inode) with its sha256: compile reads the previous chunks.json and chunks.parquet
+    without hashing them while they keep it."""
+    import hashlib as real_hashlib
+
+    from ctxfst.pipeline import units
+
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    sizes = {(root / "build/.staging" / name).stat().st_size
+             for name in ("chunks.json", "chunks.parquet")}
+    hashed: list[int] = []
+
+    class Counting:
+        def sha256(self, data=b""):
+            hashed.append(len(data))
+            return real_hashlib.sha256(data)
+
+    monkeypatch.setattr(units, "hashlib", Counting())
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(root, capsys)[0] == 0
+    assert stage(root, "compile")["chunks_copied"] > 0
+    assert not sizes & set(hashed), (sizes, hashed)
+    assert_consistent(root)
+
+
 def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, monkeypatch):
     """chunk_vectors.parquet has one row group per chunks.parquet group: after an edit
     the groups of unchanged chunks are copied, not read, looked up or encoded, and the

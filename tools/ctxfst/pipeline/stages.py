@@ -738,6 +738,14 @@ def stage_manifest(config: Config) -> None:
         {key: value for key, value in records[stage].items() if key != "outputs"}
         for stage in STAGES if stage in records]}
     publish(config, [*ARTIFACTS, MANIFEST], results)
+    from .units import remember_published
+
+    store = unit_store(config)
+    try:
+        remember_published(store, staging(config), {item["path"]: item["sha256"]
+                                                    for item in artifacts})
+    finally:
+        store.close()
 
 
 def _staged_digest(path: Path, name: str, stage: str, record: Any) -> tuple[str, int]:

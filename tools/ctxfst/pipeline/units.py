@@ -50,6 +50,7 @@ _MAX_ROW = 64 * 1024 * 1024
 # trusted for the units it names alone (units_digest): a store written since by a
 # toolchain that does not keep it, or a unit that no longer reads back, sends the link
 # step through every summary. It also records how many catalog rows it left.
+PUBLISHED = "published"  # staged file -> its stamp and sha256 when last published
 _LINKED = "linked"
 
 
@@ -669,7 +670,8 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
                    or previous.get(unit.path) != documents[unit.path]}
     else:
         changed = set(documents)
-    before = _previous_json(made_from, previous_json)
+    published = store.value(PUBLISHED)
+    before = _previous_json(made_from, previous_json, published)
     try:
         errors: list[Diagnostic] = []
         # (without the previous chunks.json, it is joined from every document's rows)
@@ -683,7 +685,8 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         store.save()
         rows = _ChunkRows(kept, before, set(documents) - changed)
         entities = _catalog(checked, store)
-        parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed)
+        parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed,
+                                          published)
         entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
         pieces = chunks_json(entities_json, rows.texts())
         made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
@@ -886,7 +889,7 @@ def _body_size(lengths: list[int]) -> int:
     return sum(lengths) + max(0, len(lengths) - 1)
 
 
-def _previous_json(made_from: Any, path: Path | None
+def _previous_json(made_from: Any, path: Path | None, published: Any = None
                    ) -> tuple[bytes, dict, int, tuple] | None:
     """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked), and
     the file, open (the caller closes it), when it is the file the last compile recorded
@@ -905,7 +908,7 @@ def _previous_json(made_from: Any, path: Path | None
             and (not docs or max(docs) < len(paths)) and (not lengths or min(lengths) > 0)
             and ids == sorted(ids)):
         return None
-    opened = _recorded_file(path, old, keep_open=True)
+    opened = _recorded_file(path, old, keep_open=True, published=published)
     if opened is None:
         return None
     data, handle, stamp = opened
@@ -919,7 +922,8 @@ CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
 
 
 def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: Any,
-                    previous: Path, changed: set[str]) -> tuple[bytes, dict]:
+                    previous: Path, changed: set[str], published: Any = None
+                    ) -> tuple[bytes, dict]:
     """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
     previous file's groups whose rows are all unchanged are copied, the others encoded
     from the rows (compiled now, or parsed from their text); every group is encoded
@@ -935,7 +939,7 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     keys = rows.ids
     starts = content_group_starts(keys, CHUNK_GROUP_ROWS)
     compiled = {row["id"]: row for document in fresh.values() for row in document}
-    base = _previous_chunks(made_from, previous)
+    base = _previous_chunks(made_from, previous, published)
     copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
 
@@ -1015,23 +1019,26 @@ class _CopiedRows:
         return both.take([place[index] for index in sorted(place)]).combine_chunks()
 
 
-def _previous_chunks(made_from: Any, path: Path) -> bytes | None:
+def _previous_chunks(made_from: Any, path: Path, published: Any = None) -> bytes | None:
     """The previous staged chunks.parquet's bytes, when it is the file the last compile
     recorded (by sha256); else None."""
     if not (isinstance(made_from, dict) and isinstance(made_from.get("documents"), dict)
             and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
                     for v in made_from["documents"].values())):
         return None
-    return _recorded_file(path, made_from)
+    return _recorded_file(path, made_from, published=published)
 
 
-def _recorded_file(path: Path, record: dict, keep_open: bool = False):
+def _recorded_file(path: Path, record: dict, keep_open: bool = False,
+                   published: Any = None):
     """The bytes of a staged file the last compile wrote (record: their sha256), when
     they are still those; else None. With keep_open, also the file, open for reading
     (the caller closes it), and its stamp when read (artifacts.io.Span).
 
-    Always hashed: a published twin edited in place is the same file, and an edit that
-    keeps its size and puts its mtime back would keep its identity too."""
+    They are hashed unless the file has the stamp (size, mtime, ctime, inode) it had
+    when the last build published it with that sha256 (`published`, the unit store's
+    record of it: remember_published): a published twin edited in place, even to the
+    same size and mtime, has another ctime."""
     from ..artifacts.io import file_stamp, open_no_follow
 
     sha256 = record.get("sha256")
@@ -1044,7 +1051,9 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False):
     try:
         info = os.fstat(handle)
         data = _read_all(handle, info.st_size)
-        if hashlib.sha256(data).hexdigest() != sha256:
+        known = published.get(path.name) if isinstance(published, dict) else None
+        if not (known == [*file_stamp(info), sha256] and len(data) == info.st_size
+                or hashlib.sha256(data).hexdigest() == sha256):
             data = None
     except OSError:
         data = None
@@ -1052,6 +1061,22 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False):
         os.close(handle)
         return data
     return data, handle, file_stamp(info)
+
+
+def remember_published(store: UnitStore, staging: Path, digests: dict[str, str]) -> None:
+    """After publishing: each staged file's stamp now (publishing links it, which moves
+    its ctime) with the sha256 the manifest vouched for, so that the next compile need
+    not hash the previous chunk files again while they keep that stamp."""
+    from ..artifacts.io import file_stamp
+
+    stamps = {}
+    for name, sha256 in digests.items():
+        try:
+            stamps[name] = [*file_stamp(os.lstat(staging / name)), sha256]
+        except OSError:
+            continue
+    store.put(PUBLISHED, stamps)
+    store.save()
 
 
 def _read_all(handle: int, size: int) -> bytes:
