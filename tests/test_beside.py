@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from ctxfst.pipeline.table import RUN_ORDER
 
 from .test_build import artifact_bytes, assert_consistent, build, example, ran
 from .test_facts import install_extractor
+from .conftest import REPO
 
 
 def _with_extractor(root: Path, spec: str) -> None:
@@ -162,6 +166,37 @@ def _children() -> set[int]:
             if int(fields[1]) == os.getpid() and fields[0] != "Z":
                 found.add(int(entry.name))
     return found
+
+
+def test_no_fork_beside_other_threads_and_in_line_under_doits_process_runner(
+        tmp_path, capsys):
+    """A fork copies one thread of many: with another thread alive facts runs in line.
+    doit's `-n` runner runs actions in its worker processes, where the manifest could
+    not wait for a child: facts runs in line there too, to the same artifacts."""
+    import threading
+
+    beside.plan({"manifest": type("Task", (), {"task_dep": []})()}, ["manifest"])
+    assert beside.may_fork(("manifest",))
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not beside.may_fork(("manifest",))
+    finally:
+        stop.set()
+        other.join()
+
+    root = example(tmp_path / "kb")
+    shutil.copy(REPO / "dodo.py", root / "dodo.py")
+    # (the lock is taken before doit's workers start: each taking it, they waited for
+    # one another for ever)
+    run = subprocess.run([str(Path(sys.executable).with_name("doit")), "-n", "2"], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "running beside" not in run.stdout, \
+        run.stdout + run.stderr
+    twin = example(tmp_path / "twin")
+    assert build(twin, capsys)[0] == 0
+    assert artifact_bytes(root) == artifact_bytes(twin)
 
 
 def _mock_kb(root: Path, extractor: str) -> Path:

@@ -41,6 +41,11 @@ class BuildReporter(ConsoleReporter):
 
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
+        if _project:
+            # Before any task, in doit's own process: the worker processes of doit's
+            # `-n` runner inherit it (each taking it for itself, they waited for one
+            # another for ever).
+            hold_build_lock(_project[0])
         begin_run()
         beside.plan(tasks, selected_tasks)
         self.started = time.perf_counter()
@@ -156,9 +161,13 @@ def build_lock_path(config) -> Path:
     return config.build_lock
 
 
+_project: list = []  # the project of the last namespace() made: the one doit runs
+
+
 def namespace(CONFIG) -> dict:
     """doit's view of a project: DOIT_CONFIG and one task_* function per stage of the
     stage table (ctxfst/pipeline/table.py)."""
+    _project[:] = [CONFIG]
     # doit's state by absolute path: the same file whichever folder doit was started in
     tasks: dict = {"DOIT_CONFIG": {**DOIT_CONFIG, "dep_file": str(CONFIG.doit_state)}}
     for stage in STAGE_TABLE:
