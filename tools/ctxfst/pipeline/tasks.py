@@ -104,7 +104,7 @@ def project_here():
     config.tool_dir.mkdir(exist_ok=True)
     # A kill may have left a publication half done: finish it (under the build lock) before
     # doit looks at the targets. Otherwise importing dodo.py takes no lock, so `doit list`
-    # never waits; the first stage that runs takes it (hold_build_lock).
+    # never waits; a run takes it before its first task (BuildReporter.initialize).
     if (config.build_dir / JOURNAL).exists():
         with build_lock(config):
             recover(config)
