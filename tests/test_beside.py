@@ -329,3 +329,20 @@ def _wait_for_files(folder: Path, count: int, seconds: float = 60.0) -> bool:
 def _no_beside_left():
     yield
     beside.abandon_all()
+
+
+@pytest.fixture(autouse=True)
+def _threads_of_this_test_only(monkeypatch):
+    """A build is a process of its own; this one is pytest's, where earlier tests left
+    threads (LanceDB's event loop, tqdm's monitor) that would keep facts from forking.
+    The fork guard counts the threads a test starts, not those."""
+    import threading
+
+    before = set(threading.enumerate()) - {threading.main_thread()}
+
+    class Threads:
+        @staticmethod
+        def active_count() -> int:
+            return len(set(threading.enumerate()) - before)
+
+    monkeypatch.setattr(beside, "threading", Threads)

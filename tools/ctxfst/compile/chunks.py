@@ -116,8 +116,7 @@ def chunks_json(entities_json: bytes, rows: list) -> list:
         else:
             texts.append(row)
     texts.append(b"]}\n")
-    return [piece for piece in [*pieces, b"".join(texts)] if len(piece.data if isinstance(
-        piece, Span) else piece)]
+    return [piece for piece in [*pieces, b"".join(texts)] if isinstance(piece, Span) or piece]
 
 
 def chunks_table(rows: list[dict[str, Any]]):

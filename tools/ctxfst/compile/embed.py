@@ -120,6 +120,7 @@ class SentenceTransformerEmbedder:
                                      "load a model from the working tree")
             from sentence_transformers import SentenceTransformer
 
+            _no_progress_monitor()  # (loading and encoding may show bars)
             self._model = SentenceTransformer(location, device="cpu", trust_remote_code=False)
         return self._model
 
@@ -168,7 +169,16 @@ def _progress(steps, enabled: bool, total: int, batch_size: int):
         return steps
     from tqdm import tqdm
 
+    _no_progress_monitor()
     return tqdm(steps, total=len(steps), unit="batch", desc=f"embedding {total} texts")
+
+
+def _no_progress_monitor() -> None:
+    """tqdm's first bar starts a monitor thread that outlives it; a process with another
+    thread does not fork (pipeline/beside.py), and the bars need no monitor."""
+    import tqdm
+
+    tqdm.tqdm.monitor_interval = 0
 
 
 _EMBEDDERS: dict[str, Embedder] = {}

@@ -126,14 +126,15 @@ ARTIFACTS: dict[str, tuple[str, str]] = {
 PUBLISHED_FILES: tuple[str, ...] = (*ARTIFACTS, MANIFEST, RUN_RESULTS)
 
 
-def _files(stage: Stage) -> set[str]:
-    return {*stage.outputs, result_name(stage.name)}
+def _reads_from(stage: Stage, other: Stage) -> bool:
+    """Whether stage reads what other writes (its outputs or its result record)."""
+    return bool({*other.outputs, result_name(other.name)} & set(stage.reads))
 
 
 def waits_for(stage: Stage) -> tuple[str, ...]:
     """The beside stages whose outputs this stage reads: it waits for them."""
     return tuple(other.name for other in STAGE_TABLE
-                 if other.beside and _files(other) & set(stage.reads))
+                 if other.beside and _reads_from(stage, other))
 
 
 def waiters(stage: Stage) -> tuple[str, ...]:
@@ -148,7 +149,7 @@ def _run_order() -> tuple[str, ...]:
     order = [stage.name for stage in STAGE_TABLE if not stage.beside]
     for stage in STAGE_TABLE:
         if stage.beside:
-            before = {other.name for other in STAGE_TABLE if _files(other) & set(stage.reads)}
+            before = {other.name for other in STAGE_TABLE if _reads_from(stage, other)}
             before |= set(stage.after)
             place = max((order.index(name) + 1 for name in before), default=0)
             order.insert(place, stage.name)

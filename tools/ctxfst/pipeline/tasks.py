@@ -249,7 +249,7 @@ def _action(config, stage):
             run_stage(config, stage)
 
     def action():
-        hold_build_lock(config)
+        hold_build_lock(config)  # (taken already, unless doit runs with another reporter)
         for name in waits_for(stage):
             failure = beside.join(name)
             if failure is not None and failure.stopped:

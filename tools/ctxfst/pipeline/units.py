@@ -1050,7 +1050,7 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False,
         return None
     try:
         info = os.fstat(handle)
-        data = _read_all(handle, info.st_size)
+        data = _read_all(handle)
         known = published.get(path.name) if isinstance(published, dict) else None
         if not (known == [*file_stamp(info), sha256] and len(data) == info.st_size
                 or hashlib.sha256(data).hexdigest() == sha256):
@@ -1079,12 +1079,9 @@ def remember_published(store: UnitStore, staging: Path, digests: dict[str, str])
     store.save()
 
 
-def _read_all(handle: int, size: int) -> bytes:
-    """The file's bytes from its start (one that grew since its stat: all of them)."""
-    parts, at = [], 0
-    while True:
-        part = os.pread(handle, max(size - at, 1 << 16), at)
-        if not part:
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-        parts.append(part)
-        at += len(part)
+def _read_all(handle: int) -> bytes:
+    """An open file's bytes from its start, leaving the handle open (the spans copy from
+    it by offset, so its position does not matter)."""
+    with os.fdopen(os.dup(handle), "rb") as file:
+        file.seek(0)
+        return file.read()
