@@ -66,10 +66,26 @@ def stage(root: Path, name: str) -> dict:
 
 
 def assert_consistent(root: Path) -> None:
+    """The manifest vouches for what build/ holds: each artifact's sha256, and its rows
+    (counted here; stages record them, and unchanged artifacts keep the last count)."""
     manifest = json.loads((root / "build" / "manifest.json").read_text())
     for artifact in manifest["artifacts"]:
-        data = (root / "build" / artifact["path"]).read_bytes()
+        path = root / "build" / artifact["path"]
+        data = path.read_bytes()
         assert hashlib.sha256(data).hexdigest() == artifact["sha256"], artifact["path"]
+        assert artifact["rows"] == rows_in(path), artifact["path"]
+
+
+def rows_in(path: Path) -> int:
+    if path.suffix == ".parquet":
+        return pq.ParquetFile(path).metadata.num_rows
+    data = json.loads(path.read_text())
+    if isinstance(data, dict) and "counts" in data:
+        return sum(data["counts"].values())  # the facts delta: the facts it changes
+    if isinstance(data, dict):
+        return next((len(data[key]) for key in ("chunks", "entities", "nodes")
+                     if isinstance(data.get(key), list)), 1)
+    return len(data)
 
 
 def schema(name: str) -> dict:
@@ -715,6 +731,19 @@ def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
     assert DigestCache(cache_file, RACY_NS).get("doc.md", info) == "a" * 64
     path.write_text("two")
     assert DigestCache(cache_file, RACY_NS).get("doc.md", path.stat()) is None
+    # Entries only dropped are not written (the one on disk misses as well); an added
+    # one is.
+    cache = DigestCache(cache_file, RACY_NS)
+    cache.put("doc.md", path.stat(), "b" * 64)  # racy: dropped
+    cache.keep_only(set())
+    written = cache_file.stat().st_mtime_ns, cache_file.stat().st_ino
+    cache.save()
+    assert (cache_file.stat().st_mtime_ns, cache_file.stat().st_ino) == written
+    assert DigestCache(cache_file, RACY_NS).get("doc.md", path.stat()) is None
+    cache.put("other.md", info, "c" * 64)
+    cache.save()
+    assert DigestCache(cache_file, RACY_NS).entries == {"other.md": [*cache.identity(info),
+                                                                     "c" * 64]}
 
 
 def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -50,10 +51,39 @@ def write_atomic(path: Path, data: bytes, sha256: str | None = None) -> None:
     rewritten keeps its permissions. sha256: data's, when the caller has it already.
     """
     def write(out) -> Callable[[], str]:
+        if sha256 is None and _written and len(data) >= HASH_BESIDE_BYTES:
+            hashed = _hash_beside([data])  # (asked for below: recording_writes())
+            out.write(data)
+            return hashed
         out.write(data)
         return lambda: sha256 or hashlib.sha256(data).hexdigest()  # (hashed when asked)
 
     _replace(path, write)
+
+
+# From this size on, a file's sha256 is computed in a thread while it is written and
+# synced: hashlib lets go of the GIL over a large buffer, and so does the kernel's I/O.
+HASH_BESIDE_BYTES = 1 << 22
+
+
+def _hash_beside(buffers: list) -> Callable[[], str]:
+    """The sha256 of the buffers put end to end, computed in a thread; the function
+    returned waits for it. (The thread ends by itself: one whose caller failed is left
+    to finish, holding nothing.)"""
+    digest = hashlib.sha256()
+
+    def run() -> None:
+        for buffer in buffers:
+            digest.update(buffer)
+
+    thread = threading.Thread(target=run, name="ctxfst-sha256", daemon=True)
+    thread.start()
+
+    def result() -> str:
+        thread.join()
+        return digest.hexdigest()
+
+    return result
 
 
 @dataclass(frozen=True)
@@ -79,17 +109,17 @@ def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str
     pieces = list(pieces)
 
     def write(out) -> Callable[[], str]:
-        digest = hashlib.sha256()
+        # (hashed beside the copies, which the kernel does)
+        digest = _hash_beside([piece.data if isinstance(piece, Span) else piece
+                               for piece in pieces])
         sources = {}
         for piece in pieces:
             if isinstance(piece, Span):
                 out.flush()
                 _copy_span(piece, out.fileno())
-                digest.update(piece.data)
                 sources[piece.fd] = piece.stamp
             else:
                 out.write(piece)
-                digest.update(piece)
         # A source written since its bytes were read (in place: a published twin) gave
         # the kernel other bytes than those hashed: all are written from memory instead.
         if any(file_stamp(os.fstat(fd)) != stamp for fd, stamp in sources.items()):
@@ -97,7 +127,7 @@ def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str
             out.truncate()
             for piece in pieces:
                 out.write(piece.data if isinstance(piece, Span) else piece)
-        return digest.hexdigest
+        return digest
 
     return _replace(path, write)()
 
@@ -118,7 +148,10 @@ def copy_atomic(source: Path, path: Path) -> None:
                     break
                 out.write(block)
                 copied += len(block)
-            return lambda: sha256_file(path)  # (the file written: hashed when asked)
+            # A source this process wrote, unchanged since (checked after the copy), has
+            # the digest noted then; else the copy is hashed, when asked.
+            known = digest_written(source, os.fstat(handle))
+            return lambda: known or sha256_file(path)
 
         _replace(path, write)
     finally:

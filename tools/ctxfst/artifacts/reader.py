@@ -125,7 +125,11 @@ class DigestCache:
         self.entries = {key: value for key, value in self.entries.items() if key in keys}
 
     def save(self) -> None:
-        if self.path is None or self.entries == self._loaded:
+        """Write the entries when one was added or changed. Entries only dropped (racy
+        files, deleted ones) are not worth a write: a dropped entry's identity is no
+        longer any file's, so the copy on disk misses for it as well."""
+        if self.path is None or all(self._loaded.get(key) == value
+                                    for key, value in self.entries.items()):
             return
         from .io import write_json
 

@@ -232,8 +232,11 @@ def _inputs(config: Config, files: list[str], every_input: bool = False,
             relative = relative_to_root(path)
             digest, size = digests.sha256_and_size(relative, path)
         found.append({"path": relative, "sha256": digest, "bytes": size})
-    if every_input:
-        digests.keep_only({item["path"] for item in found})
+    if every_input:  # (the settings file is one too: the manifest lists it)
+        kept = {item["path"] for item in found}
+        if config.config_file is not None:
+            kept.add(relative_to_root(config.config_file))
+        digests.keep_only(kept)
     digests.save()
     return found
 
@@ -397,7 +400,8 @@ def stage_compile(config: Config) -> None:
     _record(config, "compile", started, documents=len(checked.units),
             chunks=compiled.chunks, entities=compiled.entities,
             documents_recompiled=compiled.recompiled, chunks_copied=compiled.copied,
-            artifact_rows={"chunks.json": compiled.chunks})  # the manifest need not parse it
+            # (the manifest need not parse them to count their rows)
+            artifact_rows={"chunks.json": compiled.chunks, "chunks.parquet": compiled.chunks})
 
 
 def skill_sources(config: Config) -> tuple[list[str], str]:
@@ -445,7 +449,9 @@ def stage_profiles(config: Config) -> None:
         profiles, dangling = build_profiles(entities, chunks)
     write_json(staged(config, "entity-profiles.json"), profiles_document(profiles, dangling))
     write_parquet(staged(config, "entities.parquet"), entities_table(profiles))
-    _record(config, "profiles", started, entities=len(profiles))
+    _record(config, "profiles", started, entities=len(profiles),
+            artifact_rows={"entity-profiles.json": len(profiles),
+                           "entities.parquet": len(profiles)})
 
 
 def embedding_cache(config: Config):
@@ -465,8 +471,8 @@ def stage_embed(config: Config) -> None:
     stats = EmbedStats()
     store = unit_store(config)  # what the staged vectors were made from (owner-checked)
     try:
-        vectors, state, unchanged = _chunk_vectors(config, cache, stats,
-                                                   store.value("embedded"))
+        vectors, state, unchanged, rows = _chunk_vectors(config, cache, stats,
+                                                         store.value("embedded"))
         entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
                                               settings.embedding_model, cache,
                                               settings.embed_batch_size, stats)
@@ -486,16 +492,19 @@ def stage_embed(config: Config) -> None:
     _record(config, "embed", started, model_id=model_id,
             texts=stats.texts + unchanged, unique_texts=stats.unique,
             cache_hits=stats.cache_hits, embedded=stats.embedded, unchanged=unchanged,
-            model_loaded=stats.model_loaded)
+            model_loaded=stats.model_loaded,
+            artifact_rows={"chunk_vectors.parquet": rows,
+                           "entity_vectors.parquet": len(profiles)})
 
 
 def _chunk_vectors(config: Config, cache, stats, recorded: Any
-                   ) -> tuple[bytes, dict[str, Any], int]:
+                   ) -> tuple[bytes, dict[str, Any], int, int]:
     """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
     whose chunks group holds the bytes it held at the last embed (`recorded`, from the
     unit store) is copied from the previous file (artifacts/parquet_splice.py); the
     others are embedded (cached by text) and encoded. The same bytes as embedding every
-    group. Returns them, the record to keep, and how many vectors were copied."""
+    group. Returns them, the record to keep, how many vectors were copied, and how many
+    there are."""
     import hashlib
 
     import pyarrow as pa
@@ -545,7 +554,8 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
     vectors = assemble([kept[d] if d in kept else next(made) for d in digests], fresh.footer)
     return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
                      else 0, "sha256": hashlib.sha256(vectors).hexdigest(),
-                     "groups": digests}, sum(kept[d].rows for d in digests if d in kept)
+                     "groups": digests}, sum(kept[d].rows for d in digests if d in kept), \
+        sum(rows for _, _, rows in spans)
 
 
 def _previous_vector_groups(config: Config, made_by: list[str], state: Any
@@ -698,10 +708,17 @@ def stage_manifest(config: Config) -> None:
     for record in records.values():
         rows = record.get("artifact_rows")
         counted.update(rows if isinstance(rows, dict) else {})
+    from .units import published_rows, remember_published
+
+    store = unit_store(config)
+    try:
+        counted_before = published_rows(store)  # sha256 -> rows, of the last manifest
+    finally:
+        store.close()
     for name, (stage, version) in ARTIFACTS.items():
         path = staged(config, name)
-        rows = counted.get(name)
         sha256, size = _staged_digest(path, name, stage, records.get(stage))
+        rows = counted.get(name, counted_before.get(sha256))
         feeds = []
         for item in BY_NAME[stage].lineage:
             if item == "inputs":
@@ -738,12 +755,11 @@ def stage_manifest(config: Config) -> None:
         {key: value for key, value in records[stage].items() if key != "outputs"}
         for stage in STAGES if stage in records]}
     publish(config, [*ARTIFACTS, MANIFEST], results)
-    from .units import remember_published
-
     store = unit_store(config)
     try:
         remember_published(store, staging(config), {item["path"]: item["sha256"]
-                                                    for item in artifacts})
+                                                    for item in artifacts},
+                           {item["sha256"]: item["rows"] for item in artifacts})
     finally:
         store.close()
 

@@ -51,6 +51,7 @@ _MAX_ROW = 64 * 1024 * 1024
 # toolchain that does not keep it, or a unit that no longer reads back, sends the link
 # step through every summary. It also records how many catalog rows it left.
 PUBLISHED = "published"  # staged file -> its stamp and sha256 when last published
+PUBLISHED_ROWS = "published_rows"  # sha256 -> rows, of the artifacts last published
 _LINKED = "linked"
 
 
@@ -1063,10 +1064,13 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False,
     return data, handle, file_stamp(info)
 
 
-def remember_published(store: UnitStore, staging: Path, digests: dict[str, str]) -> None:
+def remember_published(store: UnitStore, staging: Path, digests: dict[str, str],
+                       rows: dict[str, int]) -> None:
     """After publishing: each staged file's stamp now (publishing links it, which moves
     its ctime) with the sha256 the manifest vouched for, so that the next compile need
-    not hash the previous chunk files again while they keep that stamp."""
+    not hash the previous chunk files again while they keep that stamp; and the rows the
+    manifest counted in each artifact, by its sha256, so that the next one need not
+    count them again in the artifacts that did not change (published_rows)."""
     from ..artifacts.io import file_stamp
 
     stamps = {}
@@ -1076,7 +1080,17 @@ def remember_published(store: UnitStore, staging: Path, digests: dict[str, str])
         except OSError:
             continue
     store.put(PUBLISHED, stamps)
+    store.put(PUBLISHED_ROWS, rows)
     store.save()
+
+
+def published_rows(store: UnitStore) -> dict[str, int]:
+    """remember_published's rows, by sha256 (what does not read back is left out)."""
+    found = store.value(PUBLISHED_ROWS)
+    if not isinstance(found, dict):
+        return {}
+    return {sha256: rows for sha256, rows in found.items()
+            if type(rows) is int and rows >= 0}
 
 
 def _read_all(handle: int) -> bytes:
