@@ -313,7 +313,7 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
     """compile reads the edited document's rows only and copies the others' texts from
     the previous chunks.json by the layout it recorded; a layout that does not fit that
     file (damaged, or another file's) is not used, and the file comes out the same."""
-    from ctxfst.pipeline.units import UnitStore
+    from ctxfst.pipeline.units import UnitStore, load_compiled, save_compiled
 
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
@@ -343,9 +343,9 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
                           "identity": lambda layout: [1, 2, 3]}}
     for number, (damage, damaged) in enumerate(damages.items()):
         store = UnitStore(config.unit_store)
-        record = store.value("compiled")
+        record, _ = load_compiled(store)
         record["json"].update({key: change(record["json"]) for key, change in damaged.items()})
-        store.put("compiled", record)
+        save_compiled(store, record, {})
         store.save()
         store.close()
         doc.write_text(doc.read_text() + "\n")  # (the stage runs again)

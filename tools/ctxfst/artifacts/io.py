@@ -43,12 +43,14 @@ def file_identity(info: os.stat_result) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ino]
 
 
-def write_atomic(path: Path, data: bytes, sha256: str | None = None) -> None:
+def write_atomic(path: Path, data: bytes, sha256: str | None = None
+                 ) -> Callable[[], str]:
     """Write data to path so that readers see the old file or the new one, never half.
 
     Temp file in the same directory, fsync, rename, fsync the directory. A new file gets
     the mode the umask gives (the kernel applies it: mkstemp's 0600 would not); a file
     rewritten keeps its permissions. sha256: data's, when the caller has it already.
+    Returns how to get data's sha256 (computed once, when first asked).
     """
     def write(out) -> Callable[[], str]:
         if sha256 is None and _written and len(data) >= HASH_BESIDE_BYTES:
@@ -58,7 +60,7 @@ def write_atomic(path: Path, data: bytes, sha256: str | None = None) -> None:
         out.write(data)
         return lambda: sha256 or hashlib.sha256(data).hexdigest()  # (hashed when asked)
 
-    _replace(path, write)
+    return _replace(path, write)
 
 
 # From this size on, a file's sha256 is computed in a thread while it is written and
@@ -196,7 +198,7 @@ def _replace(path: Path, write: Callable[[Any], Callable[[], str]]) -> Callable[
         with os.fdopen(handle, "wb") as out:
             if mode is not None:
                 os.fchmod(out.fileno(), mode)
-            sha256 = write(out)
+            sha256 = _once(write(out))
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, path)
@@ -213,6 +215,17 @@ def _replace(path: Path, write: Callable[[Any], Callable[[], str]]) -> Callable[
             written[str(path)] = entry
         _digests[str(path)] = (entry["identity"], entry["sha256"])
     return sha256
+
+
+def _once(compute: Callable[[], str]) -> Callable[[], str]:
+    found: list[str] = []
+
+    def result() -> str:
+        if not found:
+            found.append(compute())
+        return found[0]
+
+    return result
 
 
 def digests_written() -> dict[str, tuple[list[int], str]]:

@@ -15,7 +15,6 @@ a document with content_path passages (other files) is always checked again.
 
 from __future__ import annotations
 
-import array
 import base64
 import bisect
 import hashlib
@@ -24,9 +23,10 @@ import os
 import sqlite3
 from json.encoder import encode_basestring
 from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from .. import __version__
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
@@ -164,7 +164,7 @@ class UnitStore:
 
     def forget_rows(self) -> None:
         """Forget every document's kept chunk rows (they are compiled again)."""
-        for key in self.keys("rows:") | {"compiled"}:
+        for key in self.keys("rows:") | {_COMPILED}:
             self.remove(key)
         self.save()
 
@@ -272,10 +272,17 @@ class UnitStore:
     def keys(self, prefix: str) -> set[str]:
         try:
             return {key for (key,) in self.db.execute(
-                "SELECT key FROM units WHERE key >= ? AND key < ?",
-                (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)))}
+                "SELECT key FROM units WHERE key >= ? AND key < ?", _prefix_range(prefix))}
         except sqlite3.Error:
             return set()
+
+    def count(self, prefix: str) -> int:
+        """How many keys start with prefix (saved ones)."""
+        try:
+            return self.db.execute("SELECT count(*) FROM units WHERE key >= ? AND key < ?",
+                                   _prefix_range(prefix)).fetchone()[0]
+        except sqlite3.Error:
+            return 0
 
     def save(self) -> None:
         try:
@@ -291,6 +298,11 @@ class UnitStore:
 
     def close(self) -> None:
         self.db.close()  # (what save() did not commit is rolled back)
+
+
+def _prefix_range(prefix: str) -> tuple[str, str]:
+    """The keys that start with prefix are those from the first to before the second."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def _loads(blob: bytes) -> Any:
@@ -610,15 +622,16 @@ class Compiled:
     made_from: dict[str, Any]
     copied: int = 0  # rows copied from the previous chunks.json
     opened: list[int] = field(default_factory=list)  # files the spans copy from
+    read_from: dict[str, bytes] = field(default_factory=dict)  # (load_compiled)
 
     def write(self, json_path: Path, parquet_path: Path) -> None:
-        """Write chunks.json and chunks.parquet, and note chunks.json's sha256 in the
-        record (the next compile reads it only while it is still that file)."""
+        """Write chunks.json and chunks.parquet, and note their sha256 in the record
+        (the next compile reads them only while they are still those files)."""
         try:
             json_sha256 = write_pieces(json_path, self.json)
         finally:
             self.close()
-        write_atomic(parquet_path, self.parquet, self.made_from["sha256"])
+        self.made_from["sha256"] = write_atomic(parquet_path, self.parquet)()
         if self.made_from["json"] is not None:
             self.made_from["json"]["sha256"] = json_sha256
 
@@ -628,7 +641,7 @@ class Compiled:
 
     def record(self, store: UnitStore) -> None:
         """Once the staged files hold what write() wrote: the next build splices them."""
-        store.put("compiled", self.made_from)
+        save_compiled(store, self.made_from, self.read_from)
         store.save()
 
 
@@ -660,45 +673,121 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     kept rows. chunks.parquet splices the changed documents' rows into the previous one."""
     from ..compile.chunks import CompileError, chunks_json
 
-    keys = {unit.path: "rows:" + unit_key(unit.relative, unit.sha256)
-            for unit in checked.units}
-    documents = {unit.path: [keys[unit.path], unit.relative] for unit in checked.units}
-    made_from = store.value("compiled")
-    previous = made_from.get("documents") if isinstance(made_from, dict) else None
-    if isinstance(previous, dict):
-        # A document's rows are unchanged when its entry is (same rows key, not volatile).
-        changed = {unit.path for unit in checked.units if unit.volatile
-                   or previous.get(unit.path) != documents[unit.path]}
-    else:
-        changed = set(documents)
+    # Each document's entry: its rows are unchanged while it is (and it is not volatile).
+    entries = {unit.path: _entry(unit) for unit in checked.units}
+    made_from, read_from = load_compiled(store)
+    previous = made_from.get("documents") if made_from is not None else None
+    if _entries_record(previous):
+        known = set(previous)
+        changed = {unit.path for unit in checked.units
+                   if unit.volatile or entries[unit.path] not in known}
+    else:  # (no record, or not one this module writes: nothing is copied from)
+        changed, previous, made_from = set(entries), None, None
     published = store.value(PUBLISHED)
     before = _previous_json(made_from, previous_json, published)
     try:
         errors: list[Diagnostic] = []
         # (without the previous chunks.json, it is joined from every document's rows)
-        kept, fresh = _unit_rows(checked, store, keys,
-                                 changed if before is not None else set(documents), errors)
+        kept, fresh = _unit_rows(checked, store, changed if before is not None
+                                 else set(entries), errors)
         if errors:
             raise CompileError(errors)
-        wanted = {keys[u.path] for u in checked.units if not u.volatile}
-        for key in store.keys("rows:") - wanted:
-            store.remove(key)
+        _forget_stale_rows(store, checked.units, previous, entries, changed)
         store.save()
-        rows = _ChunkRows(kept, before, set(documents) - changed)
+        rows = _ChunkRows(kept, before, set(entries) - changed)
         entities = _catalog(checked, store)
         parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed,
                                           published)
         entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
         pieces = chunks_json(entities_json, rows.texts())
-        made_from = {"sha256": hashlib.sha256(parquet).hexdigest(), "documents": documents,
-                     "layout": layout, "json": rows.layout(pieces)}
+        made_from = {"sha256": None, "documents": [entries[unit.path] for unit in
+                                                   checked.units],
+                     "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
         return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
                         len(fresh), made_from, rows.copied,
-                        [before[2]] if before is not None else [])
+                        [before[2]] if before is not None else [], read_from)
     except BaseException:
         if before is not None:
             os.close(before[2])  # (the spans' file: Compiled.write closes it otherwise)
         raise
+
+
+def _rows_key(relative: str, sha256: str) -> str:
+    return "rows:" + unit_key(relative, sha256)
+
+
+def _entry(unit: DocumentUnit) -> str:
+    """What a document's kept rows were compiled from: its path, project-relative path
+    and sha256 (its rows key is made from the last two)."""
+    return f"{unit.path}\0{unit.relative}\0{unit.sha256}"
+
+
+def _entries_record(value: Any) -> bool:
+    return isinstance(value, list) and all(type(entry) is str and entry.count("\0") == 2
+                                           for entry in value)
+
+
+def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: list | None,
+                       entries: dict[str, str], changed: set[str]) -> None:
+    """Forget the kept rows no document has now: those of the entries the last compile
+    had and this one has not. Every stale key is looked for (a scan of the keys) without
+    that record, or when more rows are kept than documents (rows left by a compile that
+    stopped before its record)."""
+    wanted = {_rows_key(unit.relative, unit.sha256) for unit in units
+              if unit.path in changed and not unit.volatile}
+    kept = sum(not unit.volatile for unit in units)
+    if previous is None or store.count("rows:") > kept:
+        wanted |= {_rows_key(unit.relative, unit.sha256) for unit in units
+                   if not unit.volatile}
+        stale = store.keys("rows:") - wanted
+    else:
+        now = set(entries.values())
+        stale = {_rows_key(*entry.split("\0")[1:]) for entry in previous
+                 if entry not in now} - wanted
+    for key in stale:
+        store.remove(key)
+
+
+_COMPILED = "compiled"
+
+
+def _compiled_parts(record: dict) -> list[tuple[str, dict, str]]:
+    """The compile record's long parts, kept under keys of their own so that an edit
+    rewrites only those it changes (the chunk ids and document paths stay): (key, the
+    dict holding the part, its name)."""
+    parts = [(_COMPILED + ":documents", record, "documents")]
+    if isinstance(record.get("json"), dict):
+        parts += [(f"{_COMPILED}:json.{name}", record["json"], name)
+                  for name in ("ids", "paths", "docs", "lengths")]
+    return parts
+
+
+def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, bytes]]:
+    """The last compile's record with its parts in place (None when it does not read
+    back), and the bytes of the parts as read (save_compiled writes only the others)."""
+    record = store.value(_COMPILED)
+    if not isinstance(record, dict) or not isinstance(record.get("json"), (dict, type(None))):
+        return None, {}
+    parts = _compiled_parts(record)
+    blobs = store.blobs([key for key, _, _ in parts])
+    for key, holder, name in parts:
+        value = _loads(blobs[key]) if key in blobs else None
+        if value is None:
+            return None, {}
+        holder[name] = value
+    return record, blobs
+
+
+def save_compiled(store: UnitStore, record: dict, read_from: dict[str, bytes]) -> None:
+    """Keep a compile record (load_compiled reads it back); parts with the bytes
+    read_from holds for them are not written again."""
+    record = {**record, "json": dict(record["json"]) if isinstance(record.get("json"), dict)
+              else record.get("json")}
+    for key, holder, name in _compiled_parts(record):
+        blob = compact_json(holder.pop(name))
+        if read_from.get(key) != blob:
+            store.put_blob(key, blob)
+    store.put(_COMPILED, record)
 
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
@@ -729,7 +818,7 @@ def _no_position(path: str, key: tuple) -> tuple[int, int]:
     return 0, 0
 
 
-def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: set[str],
+def _unit_rows(checked: Checked, store: UnitStore, paths: set[str],
                errors: list[Diagnostic]
                ) -> tuple[dict[str, list[tuple[str, bytes]]], dict[str, list[dict]]]:
     """The rows of these documents' units, as (chunk id, text): kept ones, else compiled
@@ -738,6 +827,7 @@ def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: 
 
     root = checked.root.resolve()
     units = [unit for unit in checked.units if unit.path in paths]
+    keys = {unit.path: _rows_key(unit.relative, unit.sha256) for unit in units}
     store.load_summaries(units)  # (each kept row is checked against its chunk id)
     cached = store.blobs([keys[u.path] for u in units if not u.volatile])
     kept = {unit.path: None if unit.volatile else
@@ -758,7 +848,9 @@ def _unit_rows(checked: Checked, store: UnitStore, keys: dict[str, str], paths: 
 class _ChunkRows:
     """Every chunk row in id order, as chunks.json writes it: the rows of the documents
     read now, and runs of the others' rows as they lie in the previous chunks.json
-    (copied as whole blocks of bytes, commas included)."""
+    (copied as whole blocks of bytes, commas included). Per-row numbers are arrays: an
+    edit handles every row of the knowledge base here, and only the changed ones one
+    by one."""
 
     def __init__(self, read: dict[str, list[tuple[str, bytes]]],
                  before: tuple[bytes, dict] | None, keep: set[str]) -> None:
@@ -771,62 +863,69 @@ class _ChunkRows:
                             {path for path in old_paths if path in keep})
         number = {path: index for index, path in enumerate(self.paths)}
         self.ids: list[str] = []
-        self.docs: list[int] = []      # each row's document, an index into paths
-        self.lengths: list[int] = []
+        docs: list[np.ndarray] = []     # each row's document, an index into paths
+        lengths: list[np.ndarray] = []
         self.pieces: list[bytes | Span] = []  # joined by commas: the rows
         self._segments: list[tuple[int, int, int]] = []  # (first row, old row, rows)
-        self._old: tuple[memoryview, list[int]] | None = None
+        self._old: tuple[memoryview, np.ndarray] | None = None
         self._read: dict[int, bytes] = {}  # new row -> its text, for the rows read now
         self.copied = 0
         events: list[tuple[int, int, Any]] = []  # (old row, 0 add | 1 drop, added row)
+        old_ids: list[str] = []
         if before is not None:
             data, old, self._fd, self._stamp = before
-            starts = [old["head"], *accumulate(length + 1 for length in old["lengths"])]
-            starts[1:] = [start + old["head"] for start in starts[1:]]
-            self._old = (memoryview(data), starts)
-            keeping = [path in keep for path in old_paths]
-            remap = [number.get(path, -1) for path in old_paths]
+            old_lengths = old["lengths"]
+            starts = np.empty(len(old_lengths) + 1, np.int64)
+            starts[0] = 0
+            np.cumsum(old_lengths + 1, out=starts[1:])
+            self._old = (memoryview(data), starts + old["head"])
+            keeping = np.array([path in keep for path in old_paths], bool)
+            remap = np.array([number.get(path, -1) for path in old_paths], np.int64)
             old_ids, old_docs = old["ids"], old["docs"]
-            events = [(row, 1, None) for row, doc in enumerate(old_docs) if not keeping[doc]]
+            events = [(row, 1, None) for row in
+                      np.flatnonzero(~keeping[old_docs]).tolist()] if len(old_docs) else []
             events += [(bisect.bisect_left(old_ids, item[0]), 0, item) for item in added]
         else:
             events = [(0, 0, item) for item in added]
         events.sort(key=lambda event: (event[0], event[1], event[2] and event[2][0]))
         at = 0  # the next old row
-        for row, kind, item in [*events, (len(old_ids) if before else 0, 2, None)]:
+        for row, kind, item in [*events, (len(old_ids), 2, None)]:
             if row > at:  # the old rows at..row, kept: one block
-                self._copy(at, row, old_ids, old_docs, remap, before[1]["lengths"])
+                self._copy(at, row, old_ids)
+                docs.append(remap[old_docs[at:row]])
+                lengths.append(old_lengths[at:row])
                 at = row
             if kind == 0:
                 chunk_id, path, text = item
                 self._read[len(self.ids)] = text
                 self.ids.append(chunk_id)
-                self.docs.append(number[path])
-                self.lengths.append(len(text))
+                docs.append(np.array([number[path]], np.int64))
+                lengths.append(np.array([len(text)], np.int64))
                 self.pieces.append(text)
             elif kind == 1:
                 at = row + 1
+        self.docs = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+        self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
 
-    def _copy(self, begin: int, end: int, ids: list[str], docs: list[int], remap: list[int],
-              lengths: list[int]) -> None:
+    def _copy(self, begin: int, end: int, ids: list[str]) -> None:
         body, starts = self._old
+        first, last = int(starts[begin]), int(starts[end])
         # (the layout must fit the block: its first row's start, and a comma or the
         # rows' end after it; the stage compiles every row again otherwise)
-        if not (bytes(body[starts[begin]:starts[begin] + len(_row_start(ids[begin]))])
-                == _row_start(ids[begin]) and body[starts[end] - 1:starts[end]] in
+        if not (bytes(body[first:first + len(_row_start(ids[begin]))])
+                == _row_start(ids[begin]) and body[last - 1:last] in
                 (b",", _JSON_TAIL[:1])):
             raise ValueError("a chunks.json layout that does not fit the file")
         self._segments.append((len(self.ids), begin, end - begin))
         self.ids.extend(ids[begin:end])
-        self.docs.extend(remap[doc] for doc in docs[begin:end])
-        self.lengths.extend(lengths[begin:end])
         # (less the last comma; copied by the kernel when chunks.json is written)
-        self.pieces.append(Span(self._fd, starts[begin], body[starts[begin]:starts[end] - 1],
-                                self._stamp))
+        self.pieces.append(Span(self._fd, first, body[first:last - 1], self._stamp))
         self.copied += end - begin
 
-    def path(self, index: int) -> str:
-        return self.paths[self.docs[index]]
+    def changed_rows(self, changed: set[str]) -> list[bool]:
+        """Whether each row belongs to one of these documents."""
+        return np.array([path in changed for path in self.paths], bool)[self.docs].tolist() \
+            if self.paths else []
 
     def texts(self) -> list[bytes | Span]:
         return self.pieces
@@ -837,7 +936,7 @@ class _ChunkRows:
             return json.loads(self._read[index])
         row = self.old_row(index)
         body, starts = self._old
-        return json.loads(bytes(body[starts[row]:starts[row + 1] - 1]))
+        return json.loads(bytes(body[int(starts[row]):int(starts[row + 1]) - 1]))
 
     @property
     def old_count(self) -> int:
@@ -857,37 +956,39 @@ class _ChunkRows:
         """Where each row lies in chunks.json (these pieces), for the next compile (its
         sha256 is added once it is written); None when an id could not be kept in it (a
         newline)."""
-        if any("\n" in chunk_id for chunk_id in self.ids):
+        ids = "\n".join(self.ids)
+        if ids.count("\n") != max(len(self.ids) - 1, 0):
             return None
         size = sum(len(piece.data if isinstance(piece, Span) else piece) for piece in pieces)
         return {"head": size - _body_size(self.lengths) - len(_JSON_TAIL),
-                "paths": self.paths, "ids": "\n".join(self.ids),
+                "paths": self.paths, "ids": ids,
                 "docs": _packed(self.docs), "lengths": _packed(self.lengths)}
 
 
-def _packed(numbers: list[int]) -> str:
-    """Non-negative numbers under 2**32 as base64 text (a list of 70,000 in JSON took
-    longer to write and read back)."""
-    return base64.b64encode(array.array("I", numbers).tobytes()).decode("ascii")
+def _packed(numbers: np.ndarray) -> str:
+    """Non-negative numbers under 2**32 as base64 text, little-endian (a list of 70,000
+    in JSON took longer to write and read back)."""
+    return base64.b64encode(np.asarray(numbers, "<u4").tobytes()).decode("ascii")
 
 
-def _unpacked(text: Any) -> list[int] | None:
-    numbers = array.array("I")
-    if numbers.itemsize != 4 or not isinstance(text, str):
+def _unpacked(text: Any) -> np.ndarray | None:
+    if not isinstance(text, str):
         return None
     try:
-        numbers.frombytes(base64.b64decode(text, validate=True))
+        data = base64.b64decode(text, validate=True)
     except ValueError:
         return None
-    return numbers.tolist()
+    if len(data) % 4:
+        return None
+    return np.frombuffer(data, "<u4").astype(np.int64)
 
 
 _JSON_TAIL = b"]}\n"  # what chunks_json writes after the rows
 
 
-def _body_size(lengths: list[int]) -> int:
+def _body_size(lengths: np.ndarray) -> int:
     """The bytes of rows of these lengths, joined by commas."""
-    return sum(lengths) + max(0, len(lengths) - 1)
+    return int(lengths.sum()) + max(0, len(lengths) - 1)
 
 
 def _previous_json(made_from: Any, path: Path | None, published: Any = None
@@ -896,8 +997,7 @@ def _previous_json(made_from: Any, path: Path | None, published: Any = None
     the file, open (the caller closes it), when it is the file the last compile recorded
     and the layout fits it; else None."""
     old = made_from.get("json") if isinstance(made_from, dict) else None
-    if path is None or not isinstance(old, dict) or not isinstance(
-            made_from.get("documents"), dict):
+    if path is None or not isinstance(old, dict):
         return None
     ids, paths, head = old.get("ids"), old.get("paths"), old.get("head")
     docs, lengths = _unpacked(old.get("docs")), _unpacked(old.get("lengths"))
@@ -906,7 +1006,8 @@ def _previous_json(made_from: Any, path: Path | None, published: Any = None
     ids = ids.split("\n") if ids else []
     if not (isinstance(paths, list) and len(ids) == len(docs) == len(lengths)
             and all(type(p) is str for p in paths) and type(head) is int
-            and (not docs or max(docs) < len(paths)) and (not lengths or min(lengths) > 0)
+            and (not len(docs) or int(docs.max()) < len(paths))
+            and (not len(lengths) or int(lengths.min()) > 0)
             and ids == sorted(ids)):
         return None
     opened = _recorded_file(path, old, keep_open=True, published=published)
@@ -965,8 +1066,9 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
 
     if base is not None:
         try:
+            changed_row = rows.changed_rows(changed)
             return splice_recorded(base, made_from.get("layout"), keys, starts,
-                                   lambda row: rows.path(row) not in changed, encode)
+                                   lambda row: not changed_row[row], encode)
         except SpliceError:
             pass  # a layout that does not fit the file: every group is encoded
     data = encode(group_ranges(starts, len(keys)))
@@ -1022,10 +1124,8 @@ class _CopiedRows:
 
 def _previous_chunks(made_from: Any, path: Path, published: Any = None) -> bytes | None:
     """The previous staged chunks.parquet's bytes, when it is the file the last compile
-    recorded (by sha256); else None."""
-    if not (isinstance(made_from, dict) and isinstance(made_from.get("documents"), dict)
-            and all(isinstance(v, list) and len(v) == 2 and all(isinstance(p, str) for p in v)
-                    for v in made_from["documents"].values())):
+    recorded (by sha256; made_from: its record, checked by compile_chunks); else None."""
+    if not isinstance(made_from, dict):
         return None
     return _recorded_file(path, made_from, published=published)
 
