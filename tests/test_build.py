@@ -686,6 +686,36 @@ def test_a_later_run_in_the_same_process_does_not_take_an_earlier_runs_snapshot(
     assert "Hono is a very small framework" in chunks
 
 
+def test_an_input_edited_after_doit_loaded_the_tasks_is_built_by_the_next_build(
+        tmp_path, capsys, monkeypatch):
+    """A run looks at its inputs through the stat results doit's state was made from
+    (not asking the OS again for every file): a file edited after doit took them is not
+    lost, the next build sees it and builds it."""
+    from ctxfst.pipeline import tasks
+
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    edited = root / "content" / "backend-frameworks.ctxfst.md"
+    edited.write_text(edited.read_text().replace("Goroutines made", "Goroutines kept"))
+    late = root / "content" / "deployment.zh-TW.ctxfst.md"
+    real = tasks.begin_run
+
+    def begin_then_edit() -> None:
+        real()
+        late.write_text(late.read_text().replace("一分鐘內", "兩分鐘內"))
+
+    monkeypatch.setattr(tasks, "begin_run", begin_then_edit)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert "Goroutines kept" in (root / "build/chunks.json").read_text()
+    monkeypatch.setattr(tasks, "begin_run", real)
+    code, out = build(root, capsys)
+    assert code == 0 and ".  validate" in out, out
+    chunks = (root / "build/chunks.json").read_text()
+    assert "兩分鐘內" in chunks and "Goroutines kept" in chunks
+    assert_consistent(root)
+
+
 def test_project_relative_in_bulk_gives_the_exact_answers(tmp_path, monkeypatch):
     """ProjectRelative (each folder resolved once) answers as project_relative does, for
     plain files, links inside and out of the project, `..` parts and relative paths."""

@@ -6,6 +6,7 @@ import heapq
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Collection
 
 # Folders never searched for documents.
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", "build",
@@ -173,11 +174,12 @@ def _link_out(path: Path):
                 "never ends; it is not read", display_path(path))
 
 
-def display_path(path: Path) -> str:
+def display_path(path: Path, cwd: str | None = None) -> str:
     """A path as diagnostics show it: as given, or relative to the working directory
-    when it is an absolute path inside it."""
+    (cwd: os.getcwd(), when the caller asked it already) when it is an absolute path
+    inside it."""
     if path.is_absolute():
-        text, cwd = str(path), os.getcwd()
+        text, cwd = str(path), cwd or os.getcwd()
         prefix = cwd if cwd.endswith(os.sep) else cwd + os.sep
         if text.startswith(prefix) and len(text) > len(prefix):  # str ops: parents is slow
             return text[len(prefix):].replace(os.sep, "/")
@@ -208,8 +210,10 @@ class ProjectRelative:
     is resolved once and each file only lstat'ed (resolve() costs a syscall per path
     component: 120,000 of them for 10,000 documents)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, regular_files: Collection[str] = ()) -> None:
+        """regular_files: paths known to be regular files (no link to look for)."""
         self.root = root.resolve()
+        self.regular_files = regular_files
         self._folders: dict[str, str | None] = {}  # folder -> its relative path + "/"
 
     def __call__(self, path, fallback: str | None = None) -> str:
@@ -218,7 +222,7 @@ class ProjectRelative:
             if not os.path.isabs(text):
                 text = os.path.join(os.getcwd(), text)
             # "." and ".." parts (or a hidden name: rare) take the exact way
-            slow = "/." in text or os.path.islink(text)
+            slow = "/." in text or (text not in self.regular_files and os.path.islink(text))
         except (TypeError, ValueError):
             slow = True
         if slow:

@@ -62,10 +62,12 @@ def project_inputs(config: Config, refused: list[Diagnostic] | None = None) -> l
     scan = scan_project(config)
     if refused is not None:
         refused.extend(scan.problems)
-    key = (os.getcwd(), tuple(scan.paths))  # (display paths are relative to the cwd)
+    cwd = os.getcwd()
+    key = (cwd, tuple(scan.paths))  # (display paths are relative to the cwd)
     if _last_inputs and _last_inputs[0] == key:
         return list(_last_inputs[1])
-    inputs = [Input(Source(display_path(path), path), explicit=False) for path in scan.files]
+    inputs = [Input(Source(display_path(path, cwd), path), explicit=False)
+              for path in scan.files]
     _last_inputs[:] = [key, inputs]
     return list(inputs)
 

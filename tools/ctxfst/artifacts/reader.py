@@ -94,7 +94,10 @@ class DigestCache:
 
     def get(self, key: str, info: os.stat_result) -> str | None:
         entry = self.entries.get(key)
-        return entry[4] if entry is not None and entry[:4] == self.identity(info) else None
+        if entry is not None and entry[0] == info.st_size and entry[1] == info.st_mtime_ns \
+                and entry[2] == info.st_ino and entry[3] == info.st_ctime_ns:
+            return entry[4]  # (identity(), compared without making a list per file)
+        return None
 
     def put(self, key: str, info: os.stat_result, digest: str) -> None:
         # A file changed in the last moments may change again within the same clock tick,
@@ -109,11 +112,13 @@ class DigestCache:
         that changes while it is hashed is not remembered)."""
         return self.sha256_and_size(key, path)[0]
 
-    def sha256_and_size(self, key: str, path: Path) -> tuple[str, int]:
-        """sha256(), and the size the file had when its identity was taken."""
+    def sha256_and_size(self, key: str, path: Path, info: os.stat_result | None = None
+                        ) -> tuple[str, int]:
+        """sha256(), and the size the file had when its identity was taken (info: its
+        stat, when the caller has it)."""
         from .io import sha256_file
 
-        info = os.stat(path)
+        info = info or os.stat(path)
         digest = self.get(key, info)
         if digest is None:
             digest = sha256_file(path)

@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS link_entities (path TEXT NOT NULL, pos INTEGER NOT NU
 CREATE INDEX IF NOT EXISTS link_entities_id ON link_entities (id, place, pos);
 CREATE INDEX IF NOT EXISTS link_entities_tail ON link_entities (tail, place, pos);
 CREATE INDEX IF NOT EXISTS link_entities_dump ON link_entities (dump);
+CREATE INDEX IF NOT EXISTS link_entities_declared ON link_entities (id, name, type);
 CREATE TABLE IF NOT EXISTS link_chunks (path TEXT NOT NULL, pos INTEGER NOT NULL,
   place BLOB NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, needs TEXT NOT NULL,
   PRIMARY KEY (path, pos)) STRICT, WITHOUT ROWID;
@@ -222,8 +223,13 @@ class LinkIndex:
         """Whether one of these entity ids is declared otherwise somewhere (CTX202), or
         one of these chunk ids twice (CTX203)."""
         for entity_id in sorted(ids):
-            if len(self.db.execute("SELECT DISTINCT name, type FROM link_entities WHERE "
-                                   "id = ? LIMIT 2", (entity_id,)).fetchall()) > 1:
+            # The first and last (name, type) in the index differ exactly when two
+            # declarations do: two seeks, however many documents declare the id.
+            first, last = (self.db.execute(
+                "SELECT name, type FROM link_entities INDEXED BY link_entities_declared "
+                f"WHERE id = ? ORDER BY name {way}, type {way} LIMIT 1", (entity_id,)
+            ).fetchone() for way in ("ASC", "DESC"))
+            if first != last:
                 return True
         for chunk_id in sorted(chunk_ids):
             if len(self.db.execute("SELECT 1 FROM link_chunks WHERE id = ? LIMIT 2",

@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import sqlite3
+import stat
 import sys
 import time
 from pathlib import Path
@@ -78,18 +79,29 @@ def _show(diagnostics: list[Diagnostic], files: int) -> None:
 _validated: dict[tuple, tuple[tuple, Any, int | None]] = {}
 _runs: list[int | None] = [None]  # the doit run this process is in (begin_run)
 _run_numbers = itertools.count(1)  # (never one again: a later run is another snapshot)
+# The inputs as inputs_state found them while doit loaded the tasks (the lstat of each
+# regular file), and those the run that followed took as its own (begin_run): its
+# validation looks at each input through them, not again (at 10,000 files, each pass of
+# stat calls cost 30 ms here).
+_loaded_stats: dict[str, os.stat_result] = {}
+_run_stats: dict[str, os.stat_result] = {}
 
 
 def begin_run() -> None:
     """A doit run starts: its stages share one validated snapshot of the inputs, as
     validate saw them, without looking at every input again (an input changed since is
     seen by the next build: validate's saved state is the one taken before it ran).
-    Outside a run, and for a snapshot of an earlier run, the inputs' identities decide."""
+    Outside a run, and for a snapshot of an earlier run, the inputs' identities decide.
+    The stat results taken for doit's state are the run's view of the inputs."""
     _runs[0] = next(_run_numbers)
+    _run_stats.clear()
+    _run_stats.update(_loaded_stats)
+    _loaded_stats.clear()
 
 
 def end_run() -> None:
     _runs[0] = None
+    _run_stats.clear()
 
 
 def _identities(inputs, refused) -> tuple:
@@ -102,14 +114,26 @@ def _identities(inputs, refused) -> tuple:
     return (tuple(found), tuple(refused))
 
 
-def _identity(path) -> tuple[int, int, int, int] | None:
+def _identity(path, info: os.stat_result | None = None) -> tuple[int, int, int, int] | None:
     """A file's size, mtime, ctime and inode, as git's index keeps them (utime() moves
-    ctime: a put-back mtime is seen); None when it is gone."""
+    ctime: a put-back mtime is seen); None when it is gone. info: its stat, when taken."""
+    if info is None:
+        info = _stat(path)
+        if info is None:
+            return None
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+
+
+def _stat(path) -> os.stat_result | None:
+    """A file's stat (links followed): as this run took it for a regular file, else
+    asked now; None when it is gone."""
+    known = _run_stats.get(os.fspath(path))
+    if known is not None:
+        return known
     try:
-        info = os.stat(path)
+        return os.stat(path)
     except OSError:
         return None
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
 
 
 def unit_store(config: Config):
@@ -142,7 +166,8 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
 
     def sha(path, relative: str) -> str | None:
         try:
-            digest, size = digests.sha256_and_size(relative, path)
+            digest, size = digests.sha256_and_size(relative, path,
+                                                   _run_stats.get(os.fspath(path)))
         except OSError:
             return None  # unreadable: parsing reports it
         digested[os.fspath(path)] = (relative, digest, size)  # (validation.json's stamp)
@@ -158,7 +183,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     try:
         try:
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store)
+                                          store, _run_stats)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             # Units that are not what this toolchain wrote (a damaged or edited cache; a
             # copied one is emptied on open): start over from the sources alone. A
@@ -276,8 +301,17 @@ def inputs_state(paths: list[str], refused: list[str]) -> str:
     digest = hashlib.sha256()
     now = time.time_ns()
     racy: dict[str, str] = {}
+    _loaded_stats.clear()
     for path in paths:
-        identity = _identity(path)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            info = None
+        if info is not None and stat.S_ISREG(info.st_mode):
+            _loaded_stats[path] = info
+            identity = _identity(path, info)
+        else:
+            identity = _identity(path)  # (a link: its target's)
         digest.update(f"{path}\0{identity}\n".encode("utf-8", "surrogateescape"))
         if identity is not None and now - max(identity[1:3]) < RACY_NS:
             racy[path] = _content_sha256(path)

@@ -24,7 +24,7 @@ import sqlite3
 from json.encoder import encode_basestring
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import numpy as np
 
@@ -102,7 +102,7 @@ class DocumentUnit:
     @classmethod
     def from_row(cls, row: tuple) -> DocumentUnit | None:
         path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics, declares = row
-        tenant = _loads(tenant)
+        tenant = None if tenant == "null" else _loads(tenant)  # (most: no tenant)
         if volatile not in (0, 1) or ctxfst not in (0, 1) or tenant is not _tenant(tenant):
             return None
         found = []
@@ -372,8 +372,10 @@ class Checked:
 
 
 def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
-                        open_parse_cache: Callable, store: UnitStore) -> Checked:
-    """Validate the project's inputs, typing only what changed (see the module doc)."""
+                        open_parse_cache: Callable, store: UnitStore,
+                        regular_files: Collection[str] = ()) -> Checked:
+    """Validate the project's inputs, typing only what changed (see the module doc).
+    regular_files: paths known to be regular files, not links."""
     from ..document.kb import Input
     from ..document.rules import check_document
     from ..kb import check_kb_wide, load_kb
@@ -383,7 +385,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     from ..skills import SKILL_FILE
 
     root = config.root
-    relative_to_root = ProjectRelative(root)
+    relative_to_root = ProjectRelative(root, regular_files)
     previous, listed = store.documents()
     documents, others = [], []
     for item in inputs:
