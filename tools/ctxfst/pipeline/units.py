@@ -624,7 +624,7 @@ class Compiled:
     made_from: dict[str, Any]
     copied: int = 0  # rows copied from the previous chunks.json
     opened: list[int] = field(default_factory=list)  # files the spans copy from
-    read_from: dict[str, bytes] = field(default_factory=dict)  # (load_compiled)
+    read_from: dict[str, Any] = field(default_factory=dict)  # (load_compiled)
 
     def write(self, json_path: Path, parquet_path: Path) -> None:
         """Write chunks.json and chunks.parquet, and note their sha256 in the record
@@ -764,9 +764,9 @@ def _compiled_parts(record: dict) -> list[tuple[str, dict, str]]:
     return parts
 
 
-def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, bytes]]:
+def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, Any]]:
     """The last compile's record with its parts in place (None when it does not read
-    back), and the bytes of the parts as read (save_compiled writes only the others)."""
+    back), and the parts as read, by key (save_compiled writes only the others)."""
     record = store.value(_COMPILED)
     if not isinstance(record, dict) or not isinstance(record.get("json"), (dict, type(None))):
         return None, {}
@@ -777,18 +777,18 @@ def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, bytes]]:
         if value is None:
             return None, {}
         holder[name] = value
-    return record, blobs
+    return record, {key: holder[name] for key, holder, name in parts}
 
 
-def save_compiled(store: UnitStore, record: dict, read_from: dict[str, bytes]) -> None:
-    """Keep a compile record (load_compiled reads it back); parts with the bytes
-    read_from holds for them are not written again."""
+def save_compiled(store: UnitStore, record: dict, read_from: dict[str, Any]) -> None:
+    """Keep a compile record (load_compiled reads it back); parts equal to those
+    read_from holds are not encoded or written again."""
     record = {**record, "json": dict(record["json"]) if isinstance(record.get("json"), dict)
               else record.get("json")}
     for key, holder, name in _compiled_parts(record):
-        blob = compact_json(holder.pop(name))
-        if read_from.get(key) != blob:
-            store.put_blob(key, blob)
+        value = holder.pop(name)
+        if key not in read_from or read_from[key] != value:
+            store.put_blob(key, compact_json(value))
     store.put(_COMPILED, record)
 
 
