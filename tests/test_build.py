@@ -866,6 +866,37 @@ def test_a_remembered_extra_edge_glob_sees_every_change_a_fresh_one_does(tmp_pat
     assert "content/to-shared/two.edges.json" in edges()
 
 
+def test_the_default_edge_patterns_find_what_pathlib_globs_find(tmp_path):
+    """The "**/<name>" patterns are answered together from one listing: the same files
+    as pathlib's glob of each, on a tree with hidden and skipped folders, links to files
+    and to folders, a folder with a matching name, other cases and pattern characters."""
+    from ctxfst.files import scan_project
+
+    patterns = ["**/*.edges.json", "**/*.edges.yaml", "**/[ab]?.edges.yml"]
+    root = project(tmp_path / "kb", extra_edges=patterns)
+    for name in ["content/top.edges.json", "content/.hidden/deep/one.edges.json",
+                 "content/node_modules/x/two.edges.yaml", "content/a/b/UPPER.EDGES.JSON",
+                 "content/a/ax.edges.yml", "content/a/abc.edges.yml", "content/a/.dot.edges.json",
+                 "content/a/plain.md", "content/dir.edges.json/inner.txt",
+                 "elsewhere/real.edges.json", "elsewhere/deeper/far.edges.json"]:
+        write(root, name, "[]")
+    (root / "content/linked.edges.json").symlink_to(root / "elsewhere/real.edges.json")
+    (root / "content/out-link.edges.yaml").symlink_to(tmp_path / "outside.edges.yaml")
+    write(tmp_path, "outside.edges.yaml", "[]")
+    (root / "content/folder-link").symlink_to(root / "elsewhere/deeper")
+    (root / "content/dangling.edges.json").symlink_to(root / "nowhere.json")
+    config = find_project(root)
+    scan = scan_project(config)
+    found = sorted(p.relative_to(root).as_posix() for p in scan.files
+                   if not p.name.endswith(".md"))
+    fresh = sorted({p.relative_to(root).as_posix() for pattern in patterns
+                    for p in (root / "content").glob(pattern)
+                    if p.is_file() and p.resolve().is_relative_to(root.resolve())})
+    assert found == fresh
+    assert "content/linked.edges.json" in found and "content/a/ax.edges.yml" in found
+    assert [d.code for d in scan.problems] == ["CTX809"]  # the link out of the project
+
+
 def _diagnostic_lines(text: str) -> list[str]:
     return sorted(line for line in text.splitlines()
                   if re.match(r"^\S+:\d+:\d+: (error|warning|info) CTX\d{3}", line))

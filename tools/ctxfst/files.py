@@ -275,11 +275,59 @@ def scan_project(config) -> Walk:
 
 def _extra_edge_files(config) -> tuple[list[str], list]:
     edges, problems = set(), []
-    for pattern in config.build.extra_edges:  # relative, no "..": checked by the config
-        found, refused = _remembered_glob(config.content_dir, pattern, config.root)
+    patterns = config.build.extra_edges  # relative, no "..": checked by the config
+    # "**/<name>" patterns (the default ones) are answered together, by one listing
+    names = tuple(pattern[3:] for pattern in patterns if _any_depth_name(pattern))
+    if names:
+        found, refused = _remembered_names(config.content_dir, names, config.root)
         edges.update(found)
         problems.extend(refused)
+    for pattern in patterns:
+        if not _any_depth_name(pattern):
+            found, refused = _remembered_glob(config.content_dir, pattern, config.root)
+            edges.update(found)
+            problems.extend(refused)
     return [str(path) for path in sorted(edges)], problems
+
+
+def _any_depth_name(pattern: str) -> bool:
+    """Whether a pattern is "**/" and one name pattern: a file of that name at any depth."""
+    return pattern.startswith("**/") and "/" not in pattern[3:] and "**" not in pattern[3:]
+
+
+def _remembered_names(folder: Path, names: tuple[str, ...], root: Path
+                      ) -> tuple[list[Path], list]:
+    """What folder.glob("**/" + name) finds for each of the names, together (links
+    leaving root refused), from one listing of every folder below: as pathlib's glob,
+    hidden and skipped folders are listed and folder links are not followed, and a
+    name pattern matches as pathlib matches it (fnmatch's syntax, case-sensitive).
+    Remembered as _remembered_glob remembers."""
+    import fnmatch
+    import re
+
+    key = (str(folder), names, str(root))
+    known = _globs.get(key)
+    if known is not None and _unchanged(known[0]):
+        return list(known[1]), list(known[2])
+    matches = [re.compile(fnmatch.translate(name)).fullmatch for name in names]
+    files: list[tuple[str, str, bool]] = []
+    folders = _real_folders(folder, files)
+    found, refused, linked = [], [], False
+    for path, name, is_link in files:
+        if not any(match(name) for match in matches):
+            continue
+        linked = linked or is_link  # (its target can change with no folder here changing)
+        if not os.path.isfile(path):
+            continue
+        if not is_link or inside(root, path):
+            found.append(Path(path))
+        else:
+            refused.append(_link_out(Path(path)))
+    if not linked and _settled(folders):
+        _globs[key] = (folders, list(found), list(refused))
+    else:
+        _globs.pop(key, None)
+    return found, refused
 
 
 # This process's last globs of a recursive pattern: (folder, pattern, root) ->
@@ -317,17 +365,23 @@ def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path]
     return found, refused
 
 
-def _real_folders(folder: Path) -> list[tuple[str, int, int, int]]:
+def _real_folders(folder: Path, files: list[tuple[str, str, bool]] | None = None
+                  ) -> list[tuple[str, int, int, int]]:
     """Every folder a "**" glob lists below folder (folder links are not followed), with
-    its mtime, ctime and inode, in a stable order."""
+    its mtime, ctime and inode, in a stable order; with files, the other entries of
+    those folders are added to it as (path, name, whether it is a link)."""
     found, pending = [], [str(folder)]
     while pending:
         current = pending.pop()
+        children = []
         try:
             info = os.stat(current)
             with os.scandir(current) as listing:
-                children = [entry.path for entry in listing
-                            if entry.is_dir(follow_symlinks=False)]
+                for entry in listing:
+                    if entry.is_dir(follow_symlinks=False):
+                        children.append(entry.path)
+                    elif files is not None:
+                        files.append((entry.path, entry.name, entry.is_symlink()))
         except OSError:
             found.append((current, -1, -1, -1))  # unreadable or gone: never the same
             continue
