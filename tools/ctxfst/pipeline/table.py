@@ -78,7 +78,7 @@ _MAKERS = (
           publishes=_published("entity-profiles.json", "entities.parquet"),
           lineage=("chunks.json",), summary="{entities} entity profiles"),
     Stage("embed", "Embed chunks and entity profiles (cached by model and text).",
-          stages.stage_embed, reads=("chunks.parquet", "entity-profiles.json"),
+          stages.stage_embed, reads=("chunks.parquet", "entities.parquet"),
           publishes=_published("chunk_vectors.parquet", "entity_vectors.parquet"),
           settings=("embedding_model", "embed_batch_size"),
           lineage=("chunks.json", "entity-profiles.json"),
