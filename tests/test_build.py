@@ -283,6 +283,31 @@ def test_incremental_build_equals_full_rebuild(tmp_path, capsys):
     assert manifests[0] == manifests[1]
 
 
+def test_a_deleted_link_to_a_document_leaves_the_documents_kept_rows(tmp_path, capsys):
+    """A link inside content/ to a document is an input of its own that shares the
+    document's kept rows (one project-relative path, one sha256): deleting the link
+    keeps them, so a build without the previous chunks.json compiles nothing again."""
+    root = example(tmp_path)
+    write(root, "content/glossary.ctxfst.md", "---\nentities:\n  - id: entity:glossary-term\n"
+          "    name: Glossary term\n    type: concept\n---\n\n# Glossary\n")
+    (root / "content/alias.ctxfst.md").symlink_to(root / "content/glossary.ctxfst.md")
+    code, out = build(root, capsys)
+    assert code == 0, out
+
+    def from_kept_rows() -> int:
+        """A build without the previous chunks.json: the documents compiled again."""
+        assert build(root, capsys, "clean")[0] == 0
+        shutil.rmtree(root / "build/.staging", ignore_errors=True)
+        code, out = build(root, capsys)
+        assert code == 0, out
+        return stage(root, "compile")["documents_recompiled"]
+
+    volatile = from_kept_rows()  # (a document with a content_path passage, always)
+    (root / "content/alias.ctxfst.md").unlink()
+    assert build(root, capsys)[0] == 0
+    assert from_kept_rows() == volatile
+
+
 def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
@@ -698,21 +723,27 @@ def test_an_input_edited_after_doit_loaded_the_tasks_is_built_by_the_next_build(
     edited = root / "content" / "backend-frameworks.ctxfst.md"
     edited.write_text(edited.read_text().replace("Goroutines made", "Goroutines kept"))
     late = root / "content" / "deployment.zh-TW.ctxfst.md"
+    # (edited now too: no digest is kept for its identity, so validate hashes it)
+    late.write_text(late.read_text().replace("一分鐘內", "一分鐘之內"))
     real = tasks.begin_run
 
     def begin_then_edit() -> None:
         real()
-        late.write_text(late.read_text().replace("一分鐘內", "兩分鐘內"))
+        late.write_text(late.read_text().replace("一分鐘之內", "兩分鐘以內之內"))  # new size
 
     monkeypatch.setattr(tasks, "begin_run", begin_then_edit)
     code, out = build(root, capsys)
     assert code == 0, out
     assert "Goroutines kept" in (root / "build/chunks.json").read_text()
+    for entry in json.loads((root / "build/manifest.json").read_text())["inputs"]:
+        data = (root / entry["path"]).read_bytes()
+        if hashlib.sha256(data).hexdigest() == entry["sha256"]:
+            assert entry["bytes"] == len(data), entry  # (its size, not an earlier one's)
     monkeypatch.setattr(tasks, "begin_run", real)
     code, out = build(root, capsys)
     assert code == 0 and ".  validate" in out, out
     chunks = (root / "build/chunks.json").read_text()
-    assert "兩分鐘內" in chunks and "Goroutines kept" in chunks
+    assert "兩分鐘以內之內" in chunks and "Goroutines kept" in chunks
     assert_consistent(root)
 
 
@@ -872,12 +903,14 @@ def test_the_default_edge_patterns_find_what_pathlib_globs_find(tmp_path):
     and to folders, a folder with a matching name, other cases and pattern characters."""
     from ctxfst.files import scan_project
 
-    patterns = ["**/*.edges.json", "**/*.edges.yaml", "**/[ab]?.edges.yml"]
+    patterns = ["**/*.edges.json", "**/*.edges.yaml", "**/[ab]?.edges.yml",
+                "**/exact.edges.txt"]  # (an exact name: pathlib looks it up, as before)
     root = project(tmp_path / "kb", extra_edges=patterns)
     for name in ["content/top.edges.json", "content/.hidden/deep/one.edges.json",
                  "content/node_modules/x/two.edges.yaml", "content/a/b/UPPER.EDGES.JSON",
                  "content/a/ax.edges.yml", "content/a/abc.edges.yml", "content/a/.dot.edges.json",
                  "content/a/plain.md", "content/dir.edges.json/inner.txt",
+                 "content/a/exact.edges.txt",
                  "elsewhere/real.edges.json", "elsewhere/deeper/far.edges.json"]:
         write(root, name, "[]")
     (root / "content/linked.edges.json").symlink_to(root / "elsewhere/real.edges.json")
@@ -893,7 +926,8 @@ def test_the_default_edge_patterns_find_what_pathlib_globs_find(tmp_path):
                     for p in (root / "content").glob(pattern)
                     if p.is_file() and p.resolve().is_relative_to(root.resolve())})
     assert found == fresh
-    assert "content/linked.edges.json" in found and "content/a/ax.edges.yml" in found
+    assert {"content/linked.edges.json", "content/a/ax.edges.yml",
+            "content/a/exact.edges.txt"} <= set(found)
     assert [d.code for d in scan.problems] == ["CTX809"]  # the link out of the project
 
 

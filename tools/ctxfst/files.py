@@ -291,8 +291,12 @@ def _extra_edge_files(config) -> tuple[list[str], list]:
 
 
 def _any_depth_name(pattern: str) -> bool:
-    """Whether a pattern is "**/" and one name pattern: a file of that name at any depth."""
-    return pattern.startswith("**/") and "/" not in pattern[3:] and "**" not in pattern[3:]
+    """Whether a pattern is "**/" and one name with a wildcard: files of such names at
+    any depth. (pathlib looks an exact name up instead of listing, which finds it in a
+    folder that cannot be listed, and as the file system folds case.)"""
+    name = pattern[3:]
+    return pattern.startswith("**/") and "/" not in name and "**" not in name \
+        and any(char in name for char in "*?[")
 
 
 def _remembered_names(folder: Path, names: tuple[str, ...], root: Path

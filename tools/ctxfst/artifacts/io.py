@@ -488,11 +488,17 @@ def write_parquet(path: Path, table, dictionary: bool = True) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
+    return sha256_file_and_size(path)[0]
+
+
+def sha256_file_and_size(path: Path) -> tuple[str, int]:
+    """A file's sha256 and the number of bytes it was computed over."""
+    digest, size = hashlib.sha256(), 0
     with os.fdopen(open_regular(path), "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+            size += len(block)
+    return digest.hexdigest(), size
 
 
 def is_sha256(value: Any) -> bool:

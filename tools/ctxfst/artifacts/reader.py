@@ -114,17 +114,19 @@ class DigestCache:
 
     def sha256_and_size(self, key: str, path: Path, info: os.stat_result | None = None
                         ) -> tuple[str, int]:
-        """sha256(), and the size the file had when its identity was taken (info: its
-        stat, when the caller has it)."""
-        from .io import sha256_file
+        """sha256(), and the size of the bytes it is of (info: the file's stat, when the
+        caller took it already: a file changed since is hashed as it is now, and not
+        remembered)."""
+        from .io import sha256_file_and_size
 
         info = info or os.stat(path)
         digest = self.get(key, info)
-        if digest is None:
-            digest = sha256_file(path)
-            if self.identity(os.stat(path)) == self.identity(info):
-                self.put(key, info, digest)
-        return digest, info.st_size
+        if digest is not None:
+            return digest, info.st_size
+        digest, size = sha256_file_and_size(path)
+        if self.identity(os.stat(path)) == self.identity(info):
+            self.put(key, info, digest)
+        return digest, size
 
     def keep_only(self, keys: set[str]) -> None:
         self.entries = {key: value for key, value in self.entries.items() if key in keys}

@@ -694,7 +694,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
                                  else set(entries), errors)
         if errors:
             raise CompileError(errors)
-        _forget_stale_rows(store, checked.units, previous, entries, changed)
+        _forget_stale_rows(store, checked.units, previous, entries)
         store.save()
         rows = _ChunkRows(kept, before, set(entries) - changed)
         entities = _catalog(checked, store)
@@ -730,22 +730,24 @@ def _entries_record(value: Any) -> bool:
 
 
 def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: list | None,
-                       entries: dict[str, str], changed: set[str]) -> None:
+                       entries: dict[str, str]) -> None:
     """Forget the kept rows no document has now: those of the entries the last compile
     had and this one has not. Every stale key is looked for (a scan of the keys) without
     that record, or when more rows are kept than documents (rows left by a compile that
     stopped before its record)."""
-    wanted = {_rows_key(unit.relative, unit.sha256) for unit in units
-              if unit.path in changed and not unit.volatile}
     kept = sum(not unit.volatile for unit in units)
     if previous is None or store.count("rows:") > kept:
-        wanted |= {_rows_key(unit.relative, unit.sha256) for unit in units
-                   if not unit.volatile}
-        stale = store.keys("rows:") - wanted
+        stale = store.keys("rows:") - {_rows_key(unit.relative, unit.sha256)
+                                        for unit in units if not unit.volatile}
     else:
         now = set(entries.values())
-        stale = {_rows_key(*entry.split("\0")[1:]) for entry in previous
-                 if entry not in now} - wanted
+        gone = [entry.split("\0")[1:] for entry in previous if entry not in now]
+        if gone:  # (a link to a document shares its rows: keep what a unit still has)
+            live = {(unit.relative, unit.sha256) for unit in units if not unit.volatile}
+            stale = {_rows_key(relative, sha256) for relative, sha256 in gone
+                     if (relative, sha256) not in live}
+        else:
+            stale = set()
     for key in stale:
         store.remove(key)
 
