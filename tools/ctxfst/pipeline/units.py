@@ -742,12 +742,11 @@ def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: li
     else:
         now = set(entries.values())
         gone = [entry.split("\0")[1:] for entry in previous if entry not in now]
-        if gone:  # (a link to a document shares its rows: keep what a unit still has)
-            live = {(unit.relative, unit.sha256) for unit in units if not unit.volatile}
-            stale = {_rows_key(relative, sha256) for relative, sha256 in gone
-                     if (relative, sha256) not in live}
-        else:
-            stale = set()
+        # (a link to a document shares its rows: keep what a unit still has)
+        live = {(unit.relative, unit.sha256) for unit in units if not unit.volatile} \
+            if gone else set()
+        stale = {_rows_key(relative, sha256) for relative, sha256 in gone
+                 if (relative, sha256) not in live}
     for key in stale:
         store.remove(key)
 
