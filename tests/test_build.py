@@ -308,6 +308,67 @@ def test_a_deleted_link_to_a_document_leaves_the_documents_kept_rows(tmp_path, c
     assert from_kept_rows() == volatile
 
 
+def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:
+    """A word added to one chunk's passage, in the document that holds it."""
+    rows = json.loads((root / "build/chunks.json").read_text())["chunks"]
+    path = root / next(row["source"] for row in rows if row["id"] == chunk_id)
+    text = path.read_text()
+    opening = text.index(f'<Chunk id="{chunk_id}">')
+    line_end = text.index("\n", opening)
+    path.write_text(text[:line_end + 1] + f"{word} " + text[line_end + 1:])
+
+
+def test_profiles_are_kept_while_what_they_are_made_from_is(tmp_path, capsys):
+    """The profiles are made again only when the catalog, a chunk's mention columns or
+    the text of a row group they quote changed: an edit of a passage in a group no
+    profile reads keeps the staged files; each build equals a clean build."""
+    root = tmp_path / "kb"
+    generate(root, 300, seed=3)
+    project(root)
+
+    def same_as_clean(name: str) -> None:
+        clean = tmp_path / f"clean-{name}"
+        shutil.copytree(root / "content", clean / "content")
+        shutil.copytree(root / "skills", clean / "skills")
+        project(clean)
+        assert build(clean, capsys)[0] == 0
+        for artifact in ("entity-profiles.json", "entities.parquet", "entity_vectors.parquet",
+                         "entity-graph.json", "chunks.parquet"):
+            assert (root / "build" / artifact).read_bytes() == \
+                (clean / "build" / artifact).read_bytes(), (name, artifact)
+
+    assert build(root, capsys)[0] == 0
+    made = stage(root, "profiles")
+    assert made["entities_profiled"] == made["entities"] > 0
+    chunks = pq.ParquetFile(root / "build/chunks.parquet")
+    groups = [chunks.read_row_group(group, columns=["chunk_id"]).column(0).to_pylist()
+              for group in range(chunks.num_row_groups)]
+    assert len(groups) > 2
+    profiles = root / "build/entity-profiles.json"
+    kept = []
+    for number, ids in enumerate(groups):  # a passage of each row group, edited
+        before = profiles.stat().st_ino, profiles.read_bytes()
+        _edit_chunk(root, ids[0], f"Edited{number}")
+        code, out = build(root, capsys)
+        assert code == 0, out
+        if stage(root, "profiles")["entities_profiled"] == 0:
+            kept.append(number)
+            assert (profiles.stat().st_ino, profiles.read_bytes()) == before  # not written
+            same_as_clean(f"kept-{number}")
+        else:
+            assert stage(root, "profiles")["entities_profiled"] == made["entities"]
+    # The profiles quote the chunks they rank first, which lie in some groups only.
+    assert 0 < len(kept) < len(groups)
+    same_as_clean("last")
+    # A staged profiles file edited in place is not kept (its sha256 is checked).
+    staged_profiles = root / "build/.staging/entity-profiles.json"
+    staged_profiles.write_bytes(staged_profiles.read_bytes().replace(b'"name"', b'"nome"', 1))
+    _edit_chunk(root, groups[kept[0]][0], "Again")
+    assert build(root, capsys)[0] == 0
+    assert stage(root, "profiles")["entities_profiled"] == made["entities"]
+    same_as_clean("edited-in-place")
+
+
 def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0

@@ -44,24 +44,26 @@ def truncate_words(text: str, limit: int = EXCERPT_WORDS) -> str:
     return " ".join(kept)
 
 
-# chunks.parquet columns read whole; _TEXT_COLUMNS are read only from the row groups
+# chunks.parquet columns read whole; TEXT_COLUMNS are read only from the row groups
 # holding the chunks a profile quotes or takes keywords from.
-_MENTION_COLUMNS = ["chunk_id", "priority", "tags", "entities"]
+MENTION_COLUMNS = ("chunk_id", "priority", "tags", "entities")
 _PACKED_LIMIT = 2 ** 62  # keys packed into one int64 must stay below this
-_TEXT_COLUMNS = ["chunk_id", "context", "content"]
+TEXT_COLUMNS = ("chunk_id", "context", "content")
 
 
-def build_profiles(entities: list[dict[str, Any]], chunks
+def build_profiles(entities: list[dict[str, Any]], chunks, groups_read: set[int] | None = None
                    ) -> tuple[list[dict[str, Any]], list[str]]:
     """Each catalog entity's profile, and the entity ids chunks name but no document
-    declares (sorted), from chunks.parquet opened as a pyarrow ParquetFile.
+    declares (sorted), from chunks.parquet opened as a pyarrow ParquetFile. The profiles
+    are a function of the catalog, the MENTION_COLUMNS of every chunk, and the
+    TEXT_COLUMNS of the row groups added to groups_read (when given).
 
     Mentions are found and ranked in arrays, and only what the profiles hold becomes
     Python objects (a dict for each of 70,000 chunks took most of a build's time)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = chunks.read(columns=_MENTION_COLUMNS)
+    table = chunks.read(columns=list(MENTION_COLUMNS))
     names = [entity.get("name", entity["id"]) for entity in entities]
     count = len(entities)
     rows, ents, dangling = _mentions(entities, table)
@@ -79,7 +81,8 @@ def build_profiles(entities: list[dict[str, Any]], chunks
     tags = _ordered_tags(table.column("tags"), ranked, owners, count)
     related = [sorted({names[other] for other in others})
                for others in _co_mentioned(rows, ents, count)]
-    text, context_rows, excerpt_rows, keyword_rows = _quoted(chunks, ranked, owners, count)
+    text, context_rows, excerpt_rows, keyword_rows = _quoted(chunks, ranked, owners, count,
+                                                             groups_read)
     chunk_tokens: dict[str, list[str]] = {}  # each chunk tokenised once, when first needed
 
     def tokens_of(row: int) -> list[str]:
@@ -160,7 +163,8 @@ def _ordered_tags(column, ranked: np.ndarray, owners: np.ndarray,
                   np.bincount(owners[first], minlength=count))
 
 
-def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int):
+def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int,
+            groups_read: set[int] | None = None):
     """The text (chunk id, context, content) of each entity's first KEYWORD_CHUNKS ranked
     rows, first MAX_CONTEXTS with a context and first MAX_EXCERPTS with content, and
     those rows. Text is read for a prefix of each entity's ranked rows, made longer while
@@ -172,7 +176,7 @@ def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int):
     while True:
         within = np.flatnonzero(place < reach[owners])
         new = [row for row in _distinct(ranked[within]).tolist() if row not in text]
-        text.update(zip(new, _texts(chunks, new)))
+        text.update(zip(new, _texts(chunks, new, groups_read)))
         has = np.array([(bool(text[row][1]), bool(text[row][2]))
                         for row in ranked[within].tolist()], bool).reshape(-1, 2)
         contexts, contents = (np.bincount(owners[within[has[:, part]]], minlength=count)
@@ -192,7 +196,8 @@ def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int):
             leading(within[has[:, 1]], MAX_EXCERPTS), leading(within, KEYWORD_CHUNKS))
 
 
-def _texts(chunks, rows: list[int]) -> list[tuple[str, str, str]]:
+def _texts(chunks, rows: list[int], groups_read: set[int] | None = None
+           ) -> list[tuple[str, str, str]]:
     """The chunk id, context and content of rows (ascending) of chunks.parquet, reading
     only the row groups that hold them."""
     if not rows:
@@ -203,7 +208,9 @@ def _texts(chunks, rows: list[int]) -> list[tuple[str, str, str]]:
     # The group holding each row (an empty group starts where the next does: never this).
     groups = np.searchsorted(starts, rows, "right") - 1
     read = _distinct(groups)
-    table = chunks.read_row_groups(read.tolist(), columns=_TEXT_COLUMNS)
+    if groups_read is not None:
+        groups_read.update(read.tolist())
+    table = chunks.read_row_groups(read.tolist(), columns=list(TEXT_COLUMNS))
     # A row's place in what was read: where its group starts there, plus its own place.
     read_starts = np.cumsum(sizes[read]) - sizes[read]
     local = read_starts[np.searchsorted(read, groups)] + rows - starts[groups]

@@ -463,29 +463,83 @@ def stage_skills(config: Config) -> None:
     _record(config, "skills", started, skills=len(index["skills"]))
 
 
-def _export(config: Config):
-    """The compiled catalog, and chunks.parquet opened for reading the columns and row
-    groups needed (parsing the 66 MB chunks.json of 10,000 documents took twice as long
-    as reading every column)."""
-    import pyarrow.parquet as pq
-
-    return (read_json(staged(config, "catalog.json")),
-            pq.ParquetFile(staged(config, "chunks.parquet")))
+_PROFILED = "profiled"  # the unit store's record of what the staged profiles were made from
+_PROFILE_FILES = ("entity-profiles.json", "entities.parquet")
 
 
 def stage_profiles(config: Config) -> None:
-    from ..compile.profiles import build_profiles, entities_table, profiles_document
-    from ..artifacts.io import write_parquet
+    """Entity profiles from the catalog and chunks.parquet (its columns read as needed:
+    parsing the 66 MB chunks.json of 10,000 documents took twice as long as reading
+    every column). They are kept as staged while the catalog, every chunk's mention
+    columns and the text of the row groups they quote are as they were (most edits
+    change only a passage no profile quotes)."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..compile.profiles import (MENTION_COLUMNS, TEXT_COLUMNS, build_profiles,
+                                    entities_table, profiles_document)
+    from ..artifacts.io import read_regular, write_parquet
+    from ..artifacts.parquet_splice import SpliceError, column_digests
+    from ..artifacts.reader import parse_json
 
     started = time.perf_counter()
-    entities, chunks = _export(config)
-    with chunks:
-        profiles, dangling = build_profiles(entities, chunks)
-    write_json(staged(config, "entity-profiles.json"), profiles_document(profiles, dangling))
-    write_parquet(staged(config, "entities.parquet"), entities_table(profiles))
-    _record(config, "profiles", started, entities=len(profiles),
-            artifact_rows={"entity-profiles.json": len(profiles),
-                           "entities.parquet": len(profiles)})
+    catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
+    chunks = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
+    try:
+        mentions = column_digests(chunks, MENTION_COLUMNS)
+        texts = column_digests(chunks, TEXT_COLUMNS)
+    except (SpliceError, pa.ArrowException):  # (read whole below, which says what is wrong)
+        mentions = texts = None
+    basis = {"catalog": hashlib.sha256(catalog).hexdigest(), "mentions": mentions}
+    store = unit_store(config)
+    try:
+        count = _profiles_kept(config, store.value(_PROFILED), basis, texts)
+        made = 0
+        if count is None:
+            store.remove(_PROFILED)  # (until the files below are written)
+            store.save()
+            groups_read: set[int] = set()
+            with pq.ParquetFile(pa.BufferReader(chunks)) as table:
+                profiles, dangling = build_profiles(parse_json(catalog), table, groups_read)
+            write_json(staged(config, "entity-profiles.json"),
+                       profiles_document(profiles, dangling))
+            write_parquet(staged(config, "entities.parquet"), entities_table(profiles))
+            count = made = len(profiles)
+            written = written_so_far()
+            if mentions is not None and texts is not None:
+                store.put(_PROFILED, {**basis, "entities": count, "texts": {
+                    str(group): texts[group] for group in sorted(groups_read)}, "outputs": {
+                    name: written[str(staged(config, name))]["sha256"]
+                    for name in _PROFILE_FILES}})
+                store.save()
+    finally:
+        store.close()
+    _record(config, "profiles", started, entities=count, entities_profiled=made,
+            artifact_rows={name: count for name in _PROFILE_FILES})
+
+
+def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | None
+                   ) -> int | None:
+    """How many profiles the staged files hold, when they were made from what `basis`
+    and `texts` (each row group's text columns) describe now; else None."""
+    if not (isinstance(record, dict) and basis["mentions"] is not None and texts is not None
+            and all(record.get(key) == value for key, value in basis.items())):
+        return None
+    quoted, outputs, count = record.get("texts"), record.get("outputs"), record.get("entities")
+    if not (isinstance(quoted, dict) and isinstance(outputs, dict) and type(count) is int):
+        return None
+    for group, digest in quoted.items():
+        if not (group.isdecimal() and int(group) < len(texts) and texts[int(group)] == digest):
+            return None
+    for name in _PROFILE_FILES:
+        try:
+            if outputs.get(name) != sha256_file(staged(config, name)):
+                return None
+        except OSError:
+            return None
+    return count
 
 
 def embedding_cache(config: Config):
