@@ -20,7 +20,8 @@ def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.n
         return ValueError(f"{path}: damaged vectors ({why})")
 
     try:
-        table = pq.read_table(pa.BufferReader(data) if data is not None else path)
+        # (ParquetFile, not read_table: one file, and no import of pyarrow.dataset)
+        table = pq.ParquetFile(pa.BufferReader(data) if data is not None else path).read()
         meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     except Exception as error:  # whatever the Parquet reader makes of foreign bytes
         raise damaged(f"not a readable Parquet table: {type(error).__name__}: {error}") \

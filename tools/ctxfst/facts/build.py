@@ -243,7 +243,7 @@ def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
         ledger.sha = hashlib.sha256(ledger.data).hexdigest()
         ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha,
                                       hashlib.sha256(runs_data).hexdigest(), FACT_GROUP_ROWS)
-        runs = pq.read_table(pa.BufferReader(runs_data))
+        runs = pq.ParquetFile(pa.BufferReader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
         if ledger.memo is not None:
             file = pq.ParquetFile(pa.BufferReader(ledger.data))
@@ -254,7 +254,7 @@ def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
                     len(ledger.memo.keys), sum(k.rows for k in ledger.memo.keys)):
                 return _read_ledger(directory)  # a memo of other groups: read it whole
         else:
-            table = pq.read_table(pa.BufferReader(ledger.data))
+            table = pq.ParquetFile(pa.BufferReader(ledger.data)).read()
             ledger.seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
             # Parquet names list items "element"; cast back to the written schema
             # ("item"), so carried-over rows encode exactly like fresh ones.

@@ -557,8 +557,9 @@ def stage_embed(config: Config) -> None:
     # same profiles with every mentioned chunk (38 MB of JSON at 100,000 documents).
     import pyarrow.parquet as pq
 
-    profiles = pq.read_table(staged(config, "entities.parquet"),
-                             columns=["entity_id", "representation"]).to_pylist()
+    # (ParquetFile: read_table imports pyarrow.dataset, 35 ms)
+    profiles = pq.ParquetFile(staged(config, "entities.parquet")).read(
+        columns=["entity_id", "representation"]).to_pylist()
     settings = config.build
     cache = embedding_cache(config)
     stats = EmbedStats()
