@@ -64,8 +64,19 @@ def _edit_once(target: Path, word: str) -> None:
     target.write_text(text[:body_line] + f" {word}." + text[body_line:])
 
 
-def _stages(root: Path) -> str:
-    return " / ".join(f"{stage(root, name)['seconds']:.2f}" for name in STAGE_NAMES)
+def _stages(root: Path, output: str | None = None) -> str:
+    """Each stage's recorded time; with the build's output, "-" for a stage that did not
+    run in it (run_results.json keeps the last record of every stage)."""
+    ran = None if output is None else {line.split()[-1] for line in output.splitlines()
+                                       if line.startswith(".  ")}
+    return " / ".join(f"{stage(root, name)['seconds']:.2f}" if ran is None or name in ran
+                      else "-" for name in STAGE_NAMES)
+
+
+def _timed(root: Path) -> tuple[float, str]:
+    """One build's wall time, and its stages' times ("-": did not run)."""
+    elapsed, output = doit(root)
+    return elapsed, _stages(root, output)
 
 
 def scale(docs: int, edits: int = 5) -> dict[str, float]:
@@ -84,7 +95,7 @@ def scale(docs: int, edits: int = 5) -> dict[str, float]:
         timed = []
         for number in range(edits):
             _edit_once(target, f"Edited{number}")
-            timed.append((doit(root)[0], _stages(root)))
+            timed.append(_timed(root))
         timed.sort()
         middle = timed[len(timed) // 2]
         embed = stage(root, "embed")
@@ -97,9 +108,9 @@ def scale(docs: int, edits: int = 5) -> dict[str, float]:
         adds, deletes = [], []
         for number in range(max(1, edits // 2)):
             added.write_text(target.read_text().replace("n00042", f"nadded{number}"))
-            adds.append((doit(root)[0], _stages(root)))
+            adds.append(_timed(root))
             added.unlink()
-            deletes.append((doit(root)[0], _stages(root)))
+            deletes.append(_timed(root))
         adds.sort()
         deletes.sort()
         add, delete = adds[len(adds) // 2], deletes[len(deletes) // 2]
