@@ -868,6 +868,38 @@ def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
                                                                      "c" * 64]}
 
 
+def test_a_foreign_digest_cache_entry_is_a_miss_and_is_not_written_back(tmp_path):
+    """The input digests file may come with a stranger's KB: an entry is checked when a
+    file asks for it (wrong types, a bool for a number, a nested value, a bad sha256 are
+    misses) and only well-formed entries are written back."""
+    from ctxfst.artifacts.reader import DigestCache
+    from ctxfst.files import RACY_NS
+
+    path = write(tmp_path, "doc.md", "x")  # (one byte: a size True equals)
+    old = time.time_ns() - 10 * RACY_NS
+    os.utime(path, ns=(old, old))
+    time.sleep(RACY_NS / 1e9 * 1.5)
+    info = path.stat()
+    identity = DigestCache.identity(info)
+    assert identity[0] == 1
+    nested: list = []
+    for _ in range(400):
+        nested = [nested]
+    forged = {"bools": [True, *identity[1:], "a" * 64],
+              "short": identity[:4], "bad-sha": [*identity, "A" * 64],
+              "strings": [str(part) for part in identity] + ["a" * 64], "nested": nested,
+              "doc.md": [*identity, "b" * 64]}
+    cache_file = tmp_path / "digests.json"
+    cache_file.write_text(json.dumps(forged))
+    cache = DigestCache(cache_file, RACY_NS)
+    for key in forged:
+        expected = "b" * 64 if key == "doc.md" else None
+        assert cache.get(key, info) == expected, key
+    cache.put("other.md", info, "c" * 64)
+    cache.save()
+    assert set(json.loads(cache_file.read_text())) == {"doc.md", "other.md"}
+
+
 def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
     """scan_project remembers a listing while its folders keep their mtime: every add,
     removal or rename in a folder moves it, and the next scan lists again."""

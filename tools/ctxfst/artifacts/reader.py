@@ -67,7 +67,8 @@ def parse_json(data: bytes) -> Any:
 
 class DigestCache:
     """sha256 of files remembered by their identity (size, mtime, inode, ctime), in one
-    data-only JSON file that is checked on read (a malformed entry is a miss), so a reader
+    data-only JSON file whose entries are checked when used (a malformed one is a miss,
+    and is not written back once its file is hashed again), so a reader
     hashes only files changed since it last did. Sources (which editors write at any time)
     pass racy_ns=RACY_NS; artifacts, written under the build lock, need not. Without a path it remembers nothing; a
     cache that cannot be written only makes later checks slower."""
@@ -84,8 +85,7 @@ class DigestCache:
             except (OSError, ValueError):
                 data = {}
             if isinstance(data, dict):
-                self.entries = {key: value for key, value in data.items()
-                                if _valid_entry(value)}
+                self.entries = data  # (each entry is checked when a file asks for it)
         self._loaded = dict(self.entries)
 
     @staticmethod
@@ -94,8 +94,9 @@ class DigestCache:
 
     def get(self, key: str, info: os.stat_result) -> str | None:
         entry = self.entries.get(key)
-        if entry is not None and entry[0] == info.st_size and entry[1] == info.st_mtime_ns \
-                and entry[2] == info.st_ino and entry[3] == info.st_ctime_ns:
+        if type(entry) is list and len(entry) == 5 and entry[0] == info.st_size \
+                and entry[1] == info.st_mtime_ns and entry[2] == info.st_ino \
+                and entry[3] == info.st_ctime_ns and _valid_entry(entry):
             return entry[4]  # (identity(), compared without making a list per file)
         return None
 
@@ -141,7 +142,8 @@ class DigestCache:
         from .io import write_json
 
         try:
-            write_json(self.path, self.entries, compact=True)
+            write_json(self.path, {key: value for key, value in self.entries.items()
+                                   if _valid_entry(value)}, compact=True)
             self._loaded = dict(self.entries)
         except OSError:
             pass
