@@ -309,29 +309,14 @@ def _remembered_names(folder: Path, names: tuple[str, ...], root: Path
     import fnmatch
     import re
 
-    key = (str(folder), names, str(root))
-    known = _globs.get(key)
-    if known is not None and _unchanged(known[0]):
-        return list(known[1]), list(known[2])
-    matches = [re.compile(fnmatch.translate(name)).fullmatch for name in names]
-    files: list[tuple[str, str, bool]] = []
-    folders = _real_folders(folder, files)
-    found, refused, linked = [], [], False
-    for path, name, is_link in files:
-        if not any(match(name) for match in matches):
-            continue
-        linked = linked or is_link  # (its target can change with no folder here changing)
-        if not os.path.isfile(path):
-            continue
-        if not is_link or inside(root, path):
-            found.append(Path(path))
-        else:
-            refused.append(_link_out(Path(path)))
-    if not linked and _settled(folders):
-        _globs[key] = (folders, list(found), list(refused))
-    else:
-        _globs.pop(key, None)
-    return found, refused
+    def search() -> tuple[list, list[tuple[Path, bool]]]:
+        matches = [re.compile(fnmatch.translate(name)).fullmatch for name in names]
+        files: list[tuple[str, str, bool]] = []
+        folders = _real_folders(folder, files)
+        return folders, [(Path(path), is_link) for path, name, is_link in files
+                         if any(match(name) for match in matches)]
+
+    return _remembered((str(folder), names, str(root)), root, search)
 
 
 # This process's last globs of a recursive pattern: (folder, pattern, root) ->
@@ -344,25 +329,36 @@ def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path]
     pattern reads every folder below, the hidden and skipped ones too, so its answer is
     remembered while none of those folders has changed and it matched no link (a link's
     target can change with no folder changing)."""
-    key = (str(folder), pattern, str(root))
+    def search() -> tuple[list | None, list[tuple[Path, bool]]]:
+        folders = _real_folders(folder) if "**" in pattern else None
+        real_folder = os.path.realpath(folder)
+        # a match that is a link, or reached through a folder link (a component other
+        # than "**" follows one): its target can change with no folder here changing
+        return folders, [(path, os.path.realpath(path) != os.path.join(
+            real_folder, os.path.relpath(path, folder))) for path in folder.glob(pattern)]
+
+    return _remembered((str(folder), pattern, str(root)), root, search)
+
+
+def _remembered(key: tuple, root: Path, search) -> tuple[list[Path], list]:
+    """The files search() matches (links leaving root refused), remembered under key
+    while the folders it listed are unchanged: search() gives those folders (None: not
+    to be remembered) and each match with whether a link leads to it (one does: not
+    remembered, its target can change with no folder changing)."""
     known = _globs.get(key)
     if known is not None and _unchanged(known[0]):
         return list(known[1]), list(known[2])
-    folders = _real_folders(folder) if "**" in pattern else None
-    found, refused, linked = [], [], False
-    real_folder = os.path.realpath(folder)
-    for path in folder.glob(pattern):
-        # a match that is a link, or reached through a folder link (a component other
-        # than "**" follows one): its target can change with no folder here changing
-        if os.path.realpath(path) != os.path.join(real_folder, os.path.relpath(path, folder)):
-            linked = True
+    folders, matches = search()
+    found, refused = [], []
+    for path, linked in matches:
         if not path.is_file():
             continue
-        if inside(root, path):
+        if not linked or inside(root, path):
             found.append(path)
         else:
             refused.append(_link_out(path))
-    if folders is not None and not linked and _settled(folders):
+    if folders is not None and not any(linked for _, linked in matches) \
+            and _settled(folders):
         _globs[key] = (folders, list(found), list(refused))
     else:
         _globs.pop(key, None)

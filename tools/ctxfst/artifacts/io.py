@@ -210,11 +210,18 @@ def _replace(path: Path, write: Callable[[Any], Callable[[], str]]) -> Callable[
         raise
     _sync_folder(path.parent)
     if _written:
-        entry = {"sha256": sha256(), "identity": file_identity(os.stat(path))}
-        for written in _written:
-            written[str(path)] = entry
-        _digests[str(path)] = (entry["identity"], entry["sha256"])
+        note_written(path, sha256())
     return sha256
+
+
+def note_written(path: Path, sha256: str) -> None:
+    """Within recording_writes(): path holds bytes of this sha256, as written now or as
+    checked unchanged (a stage that keeps its output vouches for it as if it wrote it),
+    while it keeps its present identity."""
+    entry = {"sha256": sha256, "identity": file_identity(os.stat(path))}
+    for written in _written:
+        written[str(path)] = entry
+    _digests[str(path)] = (entry["identity"], entry["sha256"])
 
 
 def _once(compute: Callable[[], str]) -> Callable[[], str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Container
 
 from ..diagnostics import Diagnostic, diag
 from ..files import inside
@@ -104,7 +105,8 @@ def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
     return out
 
 
-def check_extra_edges(edge_files: list[EdgeFile], nodes: set[str], out) -> list[ExtraEdge]:
+def check_extra_edges(edge_files: list[EdgeFile], nodes: Container[str], out
+                      ) -> list[ExtraEdge]:
     """Report the edges whose ends are no node; the others, deduplicated, in order."""
     kept: dict[tuple[str, str, str], tuple[str, ExtraEdge]] = {}
     for edge_file in edge_files:

@@ -21,9 +21,9 @@ from typing import Any
 from .. import __version__
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
-from ..artifacts.io import (copy_atomic, file_identity, link_atomic, read_json,
-                            recording_writes, sha256_file, write_atomic, write_json,
-                            written_so_far)
+from ..artifacts.io import (copy_atomic, file_identity, link_atomic, note_written,
+                            read_json, recording_writes, sha256_file, write_atomic,
+                            write_json, written_so_far)
 from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS, result_path,
                                 staged, staging)
 
@@ -483,6 +483,7 @@ def stage_profiles(config: Config) -> None:
     from ..artifacts.io import read_regular, write_parquet
     from ..artifacts.parquet_splice import SpliceError, column_digests
     from ..artifacts.reader import parse_json
+    from .units import PUBLISHED
 
     started = time.perf_counter()
     catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
@@ -495,7 +496,8 @@ def stage_profiles(config: Config) -> None:
     basis = {"catalog": hashlib.sha256(catalog).hexdigest(), "mentions": mentions}
     store = unit_store(config)
     try:
-        count = _profiles_kept(config, store.value(_PROFILED), basis, texts)
+        count = _profiles_kept(config, store.value(_PROFILED), basis, texts,
+                               store.value(PUBLISHED))
         made = 0
         if count is None:
             store.remove(_PROFILED)  # (until the files below are written)
@@ -520,10 +522,13 @@ def stage_profiles(config: Config) -> None:
             artifact_rows={name: count for name in _PROFILE_FILES})
 
 
-def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | None
-                   ) -> int | None:
+def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | None,
+                   published: Any) -> int | None:
     """How many profiles the staged files hold, when they were made from what `basis`
-    and `texts` (each row group's text columns) describe now; else None."""
+    and `texts` (each row group's text columns) describe now; else None. The files kept
+    are vouched for to the manifest (artifacts.io.note_written): it need not hash them."""
+    from .units import as_published
+
     if not (isinstance(record, dict) and basis["mentions"] is not None and texts is not None
             and all(record.get(key) == value for key, value in basis.items())):
         return None
@@ -534,11 +539,17 @@ def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | 
         if not (group.isdecimal() and int(group) < len(texts) and texts[int(group)] == digest):
             return None
     for name in _PROFILE_FILES:
+        path, sha256 = staged(config, name), outputs.get(name)
         try:
-            if outputs.get(name) != sha256_file(staged(config, name)):
+            info = os.lstat(path)
+            if not (stat.S_ISREG(info.st_mode) and type(sha256) is str and (
+                    as_published(published, name, info, sha256)
+                    or sha256_file(path) == sha256)):
                 return None
         except OSError:
             return None
+    for name in _PROFILE_FILES:
+        note_written(staged(config, name), outputs[name])
     return count
 
 
@@ -551,12 +562,11 @@ def embedding_cache(config: Config):
 def stage_embed(config: Config) -> None:
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts
+    import pyarrow.parquet as pq
 
     started = time.perf_counter()
     # The profiles' ids and texts, from entities.parquet: entity-profiles.json holds the
     # same profiles with every mentioned chunk (38 MB of JSON at 100,000 documents).
-    import pyarrow.parquet as pq
-
     # (ParquetFile: read_table imports pyarrow.dataset, 35 ms)
     profiles = pq.ParquetFile(staged(config, "entities.parquet")).read(
         columns=["entity_id", "representation"]).to_pylist()

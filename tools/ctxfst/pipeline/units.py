@@ -1155,8 +1155,7 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False,
     try:
         info = os.fstat(handle)
         data = _read_all(handle)
-        known = published.get(path.name) if isinstance(published, dict) else None
-        if not (known == [*file_stamp(info), sha256] and len(data) == info.st_size
+        if not (as_published(published, path.name, info, sha256) and len(data) == info.st_size
                 or hashlib.sha256(data).hexdigest() == sha256):
             data = None
     except OSError:
@@ -1185,6 +1184,16 @@ def remember_published(store: UnitStore, staging: Path, digests: dict[str, str],
     store.put(PUBLISHED, stamps)
     store.put(PUBLISHED_ROWS, rows)
     store.save()
+
+
+def as_published(published: Any, name: str, info: os.stat_result, sha256: str) -> bool:
+    """Whether a staged file (its stat) is as the last build published it with this
+    sha256 (`published`: the unit store's PUBLISHED record, remember_published), so that
+    it need not be hashed again."""
+    from ..artifacts.io import file_stamp
+
+    known = published.get(name) if isinstance(published, dict) else None
+    return known == [*file_stamp(info), sha256]
 
 
 def published_rows(store: UnitStore) -> dict[str, int]:
