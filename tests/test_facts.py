@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import textwrap
@@ -799,6 +800,7 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
 
     monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
     monkeypatch.setattr(facts_build, "_DIGEST_SLICE", 5)  # a whole read's digests in slices
+    monkeypatch.setattr(facts_build, "RUN_GROUP_ROWS", 3)  # runs appended to their last group
     root = copy_example(tmp_path / "kb")
     build(root, capsys)
     target = next((root / "content").rglob("*.md"))
@@ -813,11 +815,15 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
         ("restore", lambda: target.write_text(original)),
     ]
     for name, change in steps:
+        run_groups = pq.ParquetFile(root / RUNS).metadata.num_row_groups
         change()
         stage, whole = _same_as_a_whole_read(root, tmp_path, capsys, name)
         facts(root)  # and the spliced file is the bytes of writing its rows at once
         assert whole["fact_groups_copied"] == 0, name  # read whole, written whole
         assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], name
+        # the runs: all but the last group copied, the same bytes as written whole
+        assert whole["run_groups_copied"] == 0 and run_groups > 2, name
+        assert stage["run_groups_copied"] == run_groups - 1, name
 
 
 def test_a_memo_that_does_not_fit_is_not_trusted(tmp_path, capsys, monkeypatch):
@@ -852,3 +858,45 @@ def test_a_memo_that_does_not_fit_is_not_trusted(tmp_path, capsys, monkeypatch):
     _same_as_a_whole_read(root, tmp_path, capsys, "deleted")
     assert not [r for r in facts(root) if r["is_active"] and any(
         e["source_path"] == "content/a.md" for e in r["evidence"])]
+
+
+def test_ledger_files_as_published_are_not_hashed_again_and_one_changed_in_place_is(
+        tmp_path, capsys, monkeypatch):
+    """The last publication recorded the ledger files' stamps (size, mtime, ctime,
+    inode) with their sha256: the facts stage takes the memo's sha256 for them while they
+    keep it, and hashes one written in place since (its mtime put back), even with the
+    same bytes."""
+    import hashlib as real_hashlib
+
+    from ctxfst.facts import build as facts_build
+    from ctxfst.pipeline import beside
+
+    monkeypatch.setattr(beside, "may_fork", lambda waiters: False)  # (hashes counted here)
+    root = copy_example(tmp_path / "kb")
+    build(root, capsys)
+    ledger = {name: root / ".ctxfst/facts" / name
+              for name in ("semantic_facts.parquet", "semantic_fact_extraction_runs.parquet")}
+    hashed: list[int] = []
+
+    class Counting:
+        def sha256(self, data=b""):
+            hashed.append(len(data))
+            return real_hashlib.sha256(data)
+
+    monkeypatch.setattr(facts_build, "hashlib", Counting())
+    target = next((root / "content").rglob("*.md"))
+    for number in range(2):
+        sizes = {path.stat().st_size for path in ledger.values()}
+        if number:  # the same bytes, written in place, with the mtime put back
+            for path in ledger.values():
+                info, data = path.stat(), path.read_bytes()
+                with open(path, "r+b") as handle:
+                    handle.write(data)
+                os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+        hashed.clear()
+        target.write_text(target.read_text() + f"\nEdit {number}.\n")
+        build(root, capsys)
+        facts_stage = {s["stage"]: s for s in json.loads(
+            (root / "build/run_results.json").read_text())["stages"]}["facts"]
+        assert facts_stage["fact_groups_copied"] > 0  # the memo was used
+        assert (sizes <= set(hashed)) == bool(number), (number, sizes, hashed)

@@ -110,8 +110,11 @@ def test_bytes_that_are_no_such_file_are_refused():
     for broken in ({}, {"encoding": record["encoding"], "groups": [{"first": 1}]},
                    {**record, "groups": [{**record["groups"][0],
                                           "part": {**part, "size": len(good)}}]},
+                   *({**record, "groups": [{**record["groups"][0],
+                                           "part": {**part, "places": places}}]}
+                     for places in ("AAAAAA==", "////fw==", "AgAAAAAAAAA=", "AA", [1])),
                    {**record, "groups": [{**record["groups"][0],
-                                          "part": {**part, "patches": [[0, 1, "shift", 5]]}}]}):
+                                          "part": {**part, "entry": "AA=="}}]}):
         with pytest.raises(SpliceError):  # a record that does not describe the file
             splice_recorded(good, broken, ["a"], [0], lambda i: True, lambda r: good)
 

@@ -216,9 +216,14 @@ class _Ledger:
     sha: str = ""          # their sha256
     table: Any = None      # the facts, read whole and checked; None with a memo
     memo: LedgerMemo | None = None  # the memo of exactly these files: read by group
+    runs_data: bytes = b""  # the runs file's bytes
 
 
-def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
+Vouched = Callable[[str, os.stat_result, str], bool]
+
+
+def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = None
+                 ) -> _Ledger:
     """The previous facts and runs. With the memo of exactly these files (facts/memo.py:
     this toolchain wrote them) the facts are left in their file, to be read by row
     group; any other ledger is read whole and checked, for the order the merge relies on
@@ -238,11 +243,14 @@ def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
 
     ledger = _Ledger()
     try:
-        ledger.data = read_regular(directory / FACTS_FILE)[0]
-        runs_data = read_regular(directory / RUNS_FILE)[0]
-        ledger.sha = hashlib.sha256(ledger.data).hexdigest()
-        ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha,
-                                      hashlib.sha256(runs_data).hexdigest(), FACT_GROUP_ROWS)
+        ledger.data, info = read_regular(directory / FACTS_FILE)
+        runs_data, runs_info = read_regular(directory / RUNS_FILE)
+        claims = memo if isinstance(memo, dict) else {}
+        ledger.sha = _ledger_sha(FACTS_FILE, ledger.data, info, claims.get("facts_sha256"),
+                                 vouched)
+        ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha, _ledger_sha(
+            RUNS_FILE, runs_data, runs_info, claims.get("runs_sha256"), vouched),
+            FACT_GROUP_ROWS)
         runs = pq.ParquetFile(pa.BufferReader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
         if ledger.memo is not None:
@@ -267,7 +275,53 @@ def _read_ledger(directory: Path, memo: Any = None) -> _Ledger:
         raise ExtractionError(f"{directory}: unreadable facts ledger ({problem}); remove the "
                               "folder to rebuild the facts from scratch")
     ledger.runs = runs
+    ledger.runs_data = runs_data
     return ledger
+
+
+def _ledger_sha(name: str, data: bytes, info: os.stat_result, claimed: Any,
+                vouched: Vouched | None) -> str:
+    """The sha256 of a ledger file's bytes: the memo's claim while the file keeps the
+    stamp it was published with under that sha256 (no 29 MB hashed at 10,000 documents),
+    else computed."""
+    if isinstance(claimed, str) and vouched is not None and vouched(name, info, claimed):
+        return claimed
+    return hashlib.sha256(data).hexdigest()
+
+
+RUN_GROUP_ROWS = 4096  # rows of the runs file per row group: each full but the last
+
+
+def _runs_file(new_runs: list[dict[str, Any]], seq: int, version: str,
+               ledger: _Ledger) -> tuple[bytes, int]:
+    """The runs file with this build's runs added. They sort after every earlier run
+    (by build_seq first), so the previous file of our own (the memo's) keeps its full row
+    groups, copied, and only its last is encoded again, with the new runs: the same bytes
+    as the whole table cut every RUN_GROUP_ROWS rows, at the cost of what was added.
+    Also how many row groups were copied."""
+    import pyarrow.compute as pc
+
+    previous = ledger.runs
+    if ledger.memo is not None and previous is not None and previous.num_rows and \
+            pc.max(previous.column("build_seq")).as_py() < seq:
+        try:
+            parts = read_parts(ledger.runs_data)
+            kept = len(parts.groups) - 1
+            if kept >= 0 and all(group.rows == RUN_GROUP_ROWS
+                                 for group in parts.groups[:kept]):
+                tail = runs_table(new_runs, seq, version,
+                                  previous.slice(kept * RUN_GROUP_ROWS))
+                fresh = parquet_bytes(tail, group_starts=_run_group_starts(tail.num_rows))
+                return replace_runs(parts.groups, encoding_of(parts.footer), [(
+                    kept, kept + 1, len(_run_group_starts(tail.num_rows)))], fresh)[0], kept
+        except SpliceError:
+            pass  # (written by another pyarrow: written whole)
+    table = runs_table(new_runs, seq, version, previous)
+    return parquet_bytes(table, group_starts=_run_group_starts(table.num_rows)), 0
+
+
+def _run_group_starts(rows: int) -> list[int]:
+    return list(range(0, rows, RUN_GROUP_ROWS)) or [0]
 
 
 # What the plan and the merge read of a source's last run.
@@ -427,14 +481,16 @@ def _plan(sources: list[Source], latest: dict[str, dict], digests: dict[str, str
 
 
 def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked=None,
-              store=None, may_let_go: bool = False) -> Outcome:
+              store=None, may_let_go: bool = False, vouched: Vouched | None = None
+              ) -> Outcome:
     """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir
     (the previous ones are in the ledger folder, Config.facts_ledger). store: where the
     memo of the ledger is kept (the build's unit store: value, values, put, remove,
     keys), or None; its changes are left for the caller to save once the files are
     written. may_let_go: nothing after this needs checked's typed documents (a process
     of its own), so a first build lets them go once it has extracted: some 60 KB a
-    document less under the merge.
+    document less under the merge. vouched(name, stat, sha256): whether a ledger file
+    with this stat is the one published with this sha256 (it need not be hashed).
 
     Only the facts a build changes become Python objects. With the memo of the ledger
     (facts/memo.py), only the row groups that hold them are read and encoded again, and
@@ -466,7 +522,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
-    ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None)
+    ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None,
+                          vouched)
     prior_seq = ledger.seq
     latest = _latest_runs(ledger.runs)
     work = _plan(sources, latest, digests, version)
@@ -560,9 +617,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             ledger = _read_ledger(ledger_dir)  # read whole, as for a stranger's ledger
     if written is None:
         written = _merge_whole(ledger, merge, present)
-    write_atomic(out_dir / FACTS_FILE, written.facts_file)
-    runs_file = parquet_bytes(runs_table(new_runs, seq, version, ledger.runs))
-    write_atomic(out_dir / RUNS_FILE, runs_file)
+    facts_digest = write_atomic(out_dir / FACTS_FILE, written.facts_file)  # (hashed beside)
+    runs_file, run_groups_copied = _runs_file(new_runs, seq, version, ledger)
+    runs_digest = write_atomic(out_dir / RUNS_FILE, runs_file)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
     # delta names that instead of repeating the whole table (700 MB at 10,000 documents).
     snapshot = prior_seq == 0
@@ -573,12 +630,11 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         "runs": sorted(r["run_id"] for r in new_runs),
         "counts": written.changes, "snapshot": snapshot,
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
-    facts_sha = hashlib.sha256(written.facts_file).hexdigest()
     if store is not None and written.memo is None:
         store.remove(RECORD)  # (a file the footer walker refused: read whole next time)
     elif store is not None:
-        written.memo.facts_sha = facts_sha
-        written.memo.runs_sha = hashlib.sha256(runs_file).hexdigest()
+        written.memo.facts_sha = facts_digest()
+        written.memo.runs_sha = runs_digest()
         store.put(RECORD, written.memo.as_data())
         for path, entry in written.entries.items():
             if entry is None:
@@ -589,9 +645,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                 store.put(SOURCE + path, entry)
     rows, active = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
-                  fact_groups_copied=written.copied)
+                  fact_groups_copied=written.copied, run_groups_copied=run_groups_copied)
     return Outcome(seq, True, _final_counts(counts, rows, active, seq, written.changes),
-                   facts_sha)
+                   facts_digest())
 
 
 @dataclass

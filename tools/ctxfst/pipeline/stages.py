@@ -754,15 +754,19 @@ def stage_facts(config: Config) -> None:
     from ..facts.build import run_facts
     from ..facts.extractors import ExtractionError
     from .beside import forked
+    from .units import LEDGER_STAMP, PUBLISHED, as_published
 
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     checked = _load_validated(config)
     store = unit_store(config)  # the memo of the facts ledger (facts/memo.py)
+    published = store.value(PUBLISHED)
     try:
         outcome = run_facts(config.root, checked.kb, config.build, staging(config),
                             config.facts_ledger, checked, store,
-                            may_let_go=forked())  # (the parent keeps its own)
+                            may_let_go=forked(),  # (the parent keeps its own)
+                            vouched=lambda name, info, sha256: as_published(
+                                published, LEDGER_STAMP + name, info, sha256))
         store.save()
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None
@@ -812,6 +816,7 @@ def stage_manifest(config: Config) -> None:
     for record in records.values():
         rows = record.get("artifact_rows")
         counted.update(rows if isinstance(rows, dict) else {})
+    from ..facts.build import LEDGER_FILES
     from .units import published_rows, remember_published
 
     store = unit_store(config)
@@ -863,7 +868,8 @@ def stage_manifest(config: Config) -> None:
     try:
         remember_published(store, staging(config), {item["path"]: item["sha256"]
                                                     for item in artifacts},
-                           {item["sha256"]: item["rows"] for item in artifacts})
+                           {item["sha256"]: item["rows"] for item in artifacts},
+                           config.facts_ledger, LEDGER_FILES)
     finally:
         store.close()
 

@@ -1166,19 +1166,27 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False,
     return data, handle, file_stamp(info)
 
 
+LEDGER_STAMP = "ledger:"  # + a facts ledger file's name, in the PUBLISHED record
+
+
 def remember_published(store: UnitStore, staging: Path, digests: dict[str, str],
-                       rows: dict[str, int]) -> None:
+                       rows: dict[str, int], ledger: Path, ledger_files: Collection[str]
+                       ) -> None:
     """After publishing: each staged file's stamp now (publishing links it, which moves
     its ctime) with the sha256 the manifest vouched for, so that the next compile need
-    not hash the previous chunk files again while they keep that stamp; and the rows the
-    manifest counted in each artifact, by its sha256, so that the next one need not
-    count them again in the artifacts that did not change (published_rows)."""
+    not hash the previous chunk files again while they keep that stamp, and likewise the
+    facts ledger's copies (LEDGER_STAMP + name: the next facts stage's prior state); and
+    the rows the manifest counted in each artifact, by its sha256, so that the next one
+    need not count them again in the artifacts that did not change (published_rows)."""
     from ..artifacts.io import file_stamp
 
     stamps = {}
-    for name, sha256 in digests.items():
+    places = [(name, staging / name, sha256) for name, sha256 in digests.items()]
+    places += [(LEDGER_STAMP + name, ledger / name, digests[name])
+               for name in ledger_files if name in digests]
+    for name, path, sha256 in places:
         try:
-            stamps[name] = [*file_stamp(os.lstat(staging / name)), sha256]
+            stamps[name] = [*file_stamp(os.lstat(path)), sha256]
         except OSError:
             continue
     store.put(PUBLISHED, stamps)
