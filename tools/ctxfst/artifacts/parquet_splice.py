@@ -154,7 +154,7 @@ def _list(data: bytes, at: int) -> tuple[int, int, int]:
 class Group:
     """One row group of a file: its rows, its bytes' place and its footer entry."""
 
-    data: bytes  # the whole file
+    data: bytes  # the whole file (b"" for a group of a file given as pieces)
     start: int   # where its column chunks begin
     size: int    # their bytes, together
     rows: int
@@ -372,7 +372,17 @@ def assemble_groups(groups: list[Group], footer: list[tuple[int, int, bytes]]
                     ) -> tuple[bytes, list[Group]]:
     """assemble(), and the row groups as they lie in the new file (its footer need not
     be walked to splice it again)."""
-    pieces: list[bytes | memoryview] = [MAGIC]  # (joined once: no copy per group)
+    pieces, placed = assemble_pieces(groups, footer)
+    data = b"".join(pieces)
+    return data, [Group(data, *fields) for fields in placed]
+
+
+def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]]
+                    ) -> tuple[list[bytes | memoryview], list[tuple]]:
+    """assemble_groups() as the pieces that make the file end to end (views of the
+    groups' files, not copies: a caller may write them without joining them), and each
+    row group's fields but its file (start, size, rows, entry, patches)."""
+    pieces: list[bytes | memoryview] = [MAGIC]
     start = len(MAGIC)
     entries = []
     placed = []
@@ -401,9 +411,9 @@ def assemble_groups(groups: list[Group], footer: list[tuple[int, int, bytes]]
             value = head + b"".join(entries)
         encoded += value
     encoded.append(_STOP)
-    data = b"".join([*pieces, encoded, struct.pack("<I", len(encoded)), MAGIC])
-    return data, [Group(data, start, group.size, group.rows, entry, patches)
-                  for start, group, entry, patches in placed]
+    pieces += [bytes(encoded), struct.pack("<I", len(encoded)), MAGIC]
+    return pieces, [(start, group.size, group.rows, entry, patches)
+                    for start, group, entry, patches in placed]
 
 
 def group_record(group: Group) -> dict:
@@ -610,11 +620,12 @@ def _splice(old: dict[str, tuple[Group, str]], encoding: str, keys: list[str],
 
 
 def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int, int]],
-                 fresh: bytes) -> tuple[bytes, list[Group]]:
+                 fresh: bytes) -> tuple[list[bytes | memoryview], list[tuple]]:
     """The file of `previous`'s row groups (written under a footer of this encoding_of)
     with each run [begin, end) of them replaced by the next `count` groups of `fresh`
     (runs: (begin, end, count), in order, apart); the footer's other fields come from
-    fresh. Also the new file's groups (assemble_groups)."""
+    fresh. As assemble_pieces() gives it: the pieces of the file, and its groups'
+    fields."""
     parts = read_parts(fresh)
     if len(parts.groups) != sum(count for _, _, count in runs):
         raise SpliceError("encoded row groups do not match the runs")
@@ -630,4 +641,4 @@ def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int
         groups.extend(next(made) for _ in range(count))
         at = end
     groups.extend(previous[at:])
-    return assemble_groups(groups, parts.footer)
+    return assemble_pieces(groups, parts.footer)

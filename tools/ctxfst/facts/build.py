@@ -35,8 +35,8 @@ from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_t
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
 from ..artifacts.io import (compact_json, json_bytes, parquet_bytes, parquet_groups_bytes,
-                           write_atomic)
-from ..artifacts.parquet_splice import (SpliceError, content_group_starts, encoding_of,
+                           write_atomic, write_pieces)
+from ..artifacts.parquet_splice import (Group, SpliceError, content_group_starts, encoding_of,
                                         group_ranges, read_parts, replace_runs, starts_group)
 from .columns import FreshFacts, candidate_batch
 from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
@@ -312,8 +312,8 @@ def _runs_file(new_runs: list[dict[str, Any]], seq: int, version: str,
                 tail = runs_table(new_runs, seq, version,
                                   previous.slice(kept * RUN_GROUP_ROWS))
                 fresh = parquet_bytes(tail, group_starts=_run_group_starts(tail.num_rows))
-                return replace_runs(parts.groups, encoding_of(parts.footer), [(
-                    kept, kept + 1, len(_run_group_starts(tail.num_rows)))], fresh)[0], kept
+                return b"".join(replace_runs(parts.groups, encoding_of(parts.footer), [(
+                    kept, kept + 1, len(_run_group_starts(tail.num_rows)))], fresh)[0]), kept
         except SpliceError:
             pass  # (written by another pyarrow: written whole)
     table = runs_table(new_runs, seq, version, previous)
@@ -617,7 +617,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             ledger = _read_ledger(ledger_dir)  # read whole, as for a stranger's ledger
     if written is None:
         written = _merge_whole(ledger, merge, present)
-    facts_digest = write_atomic(out_dir / FACTS_FILE, written.facts_file)  # (hashed beside)
+    facts_sha = write_pieces(out_dir / FACTS_FILE, written.facts_file
+                             if isinstance(written.facts_file, list) else [written.facts_file])
     runs_file, run_groups_copied = _runs_file(new_runs, seq, version, ledger)
     runs_digest = write_atomic(out_dir / RUNS_FILE, runs_file)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
@@ -633,7 +634,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if store is not None and written.memo is None:
         store.remove(RECORD)  # (a file the footer walker refused: read whole next time)
     elif store is not None:
-        written.memo.facts_sha = facts_digest()
+        written.memo.facts_sha = facts_sha
         written.memo.runs_sha = runs_digest()
         store.put(RECORD, written.memo.as_data())
         for path, entry in written.entries.items():
@@ -647,7 +648,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
                   fact_groups_copied=written.copied, run_groups_copied=run_groups_copied)
     return Outcome(seq, True, _final_counts(counts, rows, active, seq, written.changes),
-                   facts_digest())
+                   facts_sha)
 
 
 @dataclass
@@ -712,7 +713,7 @@ class Merge:
 
 @dataclass
 class _Written:
-    facts_file: bytes
+    facts_file: bytes | list[bytes | memoryview]  # its bytes, or pieces of them end to end
     delta: dict[str, list[dict]]           # the changed rows (none listed in a snapshot)
     memo: LedgerMemo | None                # of the new file (its sha256s filled in later)
     # sources' new digests (or their compact_json); None: forget the source
@@ -896,7 +897,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         merge.metadata())
     fresh = parquet_bytes(fresh_table.combine_chunks(), group_starts=starts)
     try:
-        facts_file, placed_groups = replace_runs(
+        facts_file, placed = replace_runs(
             memo.groups, memo.encoding,
             [(begin, end, len(run_keys)) for (begin, end), run_keys in zip(runs, keys)], fresh)
     except SpliceError:
@@ -909,7 +910,8 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     new_keys.extend(memo.keys[at:])
     for path in merge.deleted:
         entries[path] = None
-    made = LedgerMemo("", "", memo.group_rows, memo.encoding, new_keys, placed_groups)
+    made = LedgerMemo("", "", memo.group_rows, memo.encoding, new_keys,
+                      [Group(b"", *fields) for fields in placed])  # (its file is not joined)
     return _Written(facts_file, delta, made, entries,
                     (sum(k.rows for k in new_keys), sum(k.active for k in new_keys)),
                     len(new_keys) - sum(len(run_keys) for run_keys in keys))
