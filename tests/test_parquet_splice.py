@@ -47,11 +47,13 @@ def spliced(before, after, target, edited: set[str]):
     encode = encoder(after)
     previous = whole(before, target)
     previous_keys = [r[0] for r in before]
-    by_keys = splice(previous, previous_keys, keys, starts, lambda i: keys[i] not in edited,
-                     encode)
+    def unchanged(start: int, end: int) -> bool:
+        return edited.isdisjoint(keys[start:end])
+
+    by_keys = splice(previous, previous_keys, keys, starts, unchanged, encode)
     record = record_of(previous, previous_keys, content_group_starts(previous_keys, target))
     by_record, made = splice_recorded(previous, record, keys, starts,
-                                      lambda i: keys[i] not in edited, encode)
+                                      unchanged, encode)
     assert by_record == by_keys and made == record_of(by_record, keys, starts)
     return by_keys
 
@@ -92,7 +94,8 @@ def test_unchanged_groups_are_copied_not_encoded():
     encoded: list = []
     encode = encoder(rows, encoded)
     edited = {"id0500"}
-    result = splice(whole(rows, 64), keys, keys, starts, lambda i: keys[i] not in edited,
+    result = splice(whole(rows, 64), keys, keys, starts,
+                    lambda start, end: edited.isdisjoint(keys[start:end]),
                     encode)
     assert result == whole(rows, 64)
     assert len(encoded) == 1 and encoded[0][0] <= 500 < encoded[0][1]
@@ -104,7 +107,7 @@ def test_bytes_that_are_no_such_file_are_refused():
         with pytest.raises(SpliceError):
             read_parts(bad)
     with pytest.raises(SpliceError):  # keys that do not describe the file
-        splice(good, ["a", "b"], ["a"], [0], lambda i: True, lambda r: good)
+        splice(good, ["a", "b"], ["a"], [0], lambda start, end: True, lambda r: good)
     record = record_of(good, ["a"], [0])
     part = record["groups"][0]["part"]
     for broken in ({}, {"encoding": record["encoding"], "groups": [{"first": 1}]},
@@ -116,7 +119,7 @@ def test_bytes_that_are_no_such_file_are_refused():
                    {**record, "groups": [{**record["groups"][0],
                                           "part": {**part, "entry": "AA=="}}]}):
         with pytest.raises(SpliceError):  # a record that does not describe the file
-            splice_recorded(good, broken, ["a"], [0], lambda i: True, lambda r: good)
+            splice_recorded(good, broken, ["a"], [0], lambda start, end: True, lambda r: good)
 
 
 def test_group_spans_are_the_walked_footers_groups():
@@ -145,11 +148,11 @@ def test_a_previous_file_written_otherwise_is_not_spliced():
     encode = encoder(rows)
     fewer_columns = parquet_bytes(table(rows).drop_columns(["tags"]), group_starts=starts)
     with pytest.raises(SpliceError):
-        splice(fewer_columns, keys, keys, starts, lambda i: True, encode)
+        splice(fewer_columns, keys, keys, starts, lambda start, end: True, encode)
     older_writer = whole(rows, 8).replace(b"parquet-cpp-arrow version",
                                           b"parquet-cpp-arrow versioN")
     with pytest.raises(SpliceError):
-        splice(older_writer, keys, keys, starts, lambda i: True, encode)
+        splice(older_writer, keys, keys, starts, lambda start, end: True, encode)
     sink = pa.BufferOutputStream()
     pq.write_table(table(rows), sink, bloom_filter_options={"id": {"ndv": 50}})
     with pytest.raises(SpliceError):

@@ -925,10 +925,10 @@ class _ChunkRows:
         self.pieces.append(Span(self._fd, first, body[first:last - 1], self._stamp))
         self.copied += end - begin
 
-    def changed_rows(self, changed: set[str]) -> list[bool]:
+    def changed_rows(self, changed: set[str]) -> np.ndarray:
         """Whether each row belongs to one of these documents."""
-        return np.array([path in changed for path in self.paths], bool)[self.docs].tolist() \
-            if self.paths else []
+        return np.array([path in changed for path in self.paths], bool)[self.docs] \
+            if self.paths else np.zeros(0, bool)
 
     def texts(self) -> list[bytes | Span]:
         return self.pieces
@@ -1071,7 +1071,8 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
         try:
             changed_row = rows.changed_rows(changed)
             return splice_recorded(base, made_from.get("layout"), keys, starts,
-                                   lambda row: not changed_row[row], encode)
+                                   lambda start, end: not changed_row[start:end].any(),
+                                   encode)
         except SpliceError:
             pass  # a layout that does not fit the file: every group is encoded
     data = encode(group_ranges(starts, len(keys)))
