@@ -174,16 +174,17 @@ def _link_out(path: Path):
                 "never ends; it is not read", display_path(path))
 
 
-def display_path(path: Path, cwd: str | None = None) -> str:
+def display_path(path: Path | str, cwd: str | None = None) -> str:
     """A path as diagnostics show it: as given, or relative to the working directory
     (cwd: os.getcwd(), when the caller asked it already) when it is an absolute path
     inside it."""
-    if path.is_absolute():
-        text, cwd = str(path), cwd or os.getcwd()
+    text = os.fspath(path)
+    if os.path.isabs(text):
+        cwd = cwd or os.getcwd()
         prefix = cwd if cwd.endswith(os.sep) else cwd + os.sep
         if text.startswith(prefix) and len(text) > len(prefix):  # str ops: parents is slow
             return text[len(prefix):].replace(os.sep, "/")
-    return path.as_posix()
+    return Path(text).as_posix()
 
 
 def plain_relative(relative: str) -> bool:

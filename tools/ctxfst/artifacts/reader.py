@@ -87,6 +87,7 @@ class DigestCache:
             if isinstance(data, dict):
                 self.entries = data  # (each entry is checked when a file asks for it)
         self._loaded = dict(self.entries)
+        self._checked: set[str] = set()  # keys whose entry is known well-formed
 
     @staticmethod
     def identity(info: os.stat_result) -> list[int]:
@@ -96,7 +97,9 @@ class DigestCache:
         entry = self.entries.get(key)
         if type(entry) is list and len(entry) == 5 and entry[0] == info.st_size \
                 and entry[1] == info.st_mtime_ns and entry[2] == info.st_ino \
-                and entry[3] == info.st_ctime_ns and _valid_entry(entry):
+                and entry[3] == info.st_ctime_ns and (key in self._checked
+                                                      or _valid_entry(entry)):
+            self._checked.add(key)
             return entry[4]  # (identity(), compared without making a list per file)
         return None
 
@@ -107,6 +110,7 @@ class DigestCache:
             self.entries.pop(key, None)
             return
         self.entries[key] = [*self.identity(info), digest]
+        self._checked.add(key)
 
     def sha256(self, key: str, path: Path) -> str:
         """path's sha256, hashed only when its identity changed since it last was (a file
@@ -143,7 +147,8 @@ class DigestCache:
 
         try:
             write_json(self.path, {key: value for key, value in self.entries.items()
-                                   if _valid_entry(value)}, compact=True)
+                                   if key in self._checked or _valid_entry(value)},
+                       compact=True)
             self._loaded = dict(self.entries)
         except OSError:
             pass
@@ -151,8 +156,11 @@ class DigestCache:
 
 def _valid_entry(value: Any) -> bool:
     return (isinstance(value, list) and len(value) == 5
-            and all(type(part) is int and part >= 0 for part in value[:4])
+            and list(map(type, value[:4])) == _FOUR_INTS and min(value[:4]) >= 0
             and is_sha256(value[4]))
+
+
+_FOUR_INTS = [int] * 4
 
 
 def read_manifest(build_dir: Path) -> dict[str, Any] | None:

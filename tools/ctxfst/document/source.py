@@ -20,7 +20,7 @@ class Source:
     """
 
     path: str
-    fs_path: Path | None = None
+    fs_path: Path | str | None = None  # (a project's walk gives strings)
     data: bytes | None = None
 
     def read_bytes(self, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, Diagnostic | None]:

@@ -455,7 +455,7 @@ def stage_skills(config: Config) -> None:
 
     started = time.perf_counter()
     inputs = [item for item in project_inputs(config)
-              if Path(item.source.path).name == SKILL_FILE]
+              if os.path.basename(item.source.path) == SKILL_FILE]
     kb = load_kb(config.root, inputs)
     index = build_index(kb.skills, config.root)
     write_json(staged(config, "skill-index.json"), index)
