@@ -48,7 +48,9 @@ def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: s
     import pyarrow as pa
 
     dim = int(matrix.shape[1]) if matrix.ndim == 2 else 0
-    flat = pa.array(matrix.reshape(-1), type=pa.float32())
+    values = np.ascontiguousarray(matrix, np.float32).reshape(-1)
+    # (from the buffer: pa.array() of an ndarray imports numpy.ma to look for a mask)
+    flat = pa.Array.from_buffers(pa.float32(), len(values), [None, pa.py_buffer(values)])
     vectors = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array(
         [], pa.list_(pa.float32(), 0))
     table = pa.table({"id": pa.array(ids, pa.string()), "vector": vectors})

@@ -562,6 +562,7 @@ def embedding_cache(config: Config):
 def stage_embed(config: Config) -> None:
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts
+    from .units import PUBLISHED
     import pyarrow.parquet as pq
 
     started = time.perf_counter()
@@ -576,7 +577,8 @@ def stage_embed(config: Config) -> None:
     store = unit_store(config)  # what the staged vectors were made from (owner-checked)
     try:
         vectors, state, unchanged, rows = _chunk_vectors(config, cache, stats,
-                                                         store.value("embedded"))
+                                                         store.value("embedded"),
+                                                         store.value(PUBLISHED))
         entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
                                               settings.embedding_model, cache,
                                               settings.embed_batch_size, stats)
@@ -601,14 +603,15 @@ def stage_embed(config: Config) -> None:
                            "entity_vectors.parquet": len(profiles)})
 
 
-def _chunk_vectors(config: Config, cache, stats, recorded: Any
+def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
                    ) -> tuple[bytes, dict[str, Any], int, int]:
     """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
     whose chunks group holds the bytes it held at the last embed (`recorded`, from the
     unit store) is copied from the previous file (artifacts/parquet_splice.py); the
     others are embedded (cached by text) and encoded. The same bytes as embedding every
     group. Returns them, the record to keep, how many vectors were copied, and how many
-    there are."""
+    there are. `published`: the unit store's PUBLISHED record (the previous file need
+    not be hashed while it is as published)."""
     import hashlib
 
     import pyarrow as pa
@@ -616,7 +619,8 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
     import numpy as np
 
     from ..artifacts.io import parquet_bytes, read_regular
-    from ..artifacts.parquet_splice import SpliceError, assemble, group_spans, read_parts
+    from ..artifacts.parquet_splice import (SpliceError, assemble_groups, group_record,
+                                            group_spans, read_parts)
     from ..artifacts.vectors import vectors_table
     from ..compile.embed import chunk_text, embed_texts, model_id_of
 
@@ -631,7 +635,7 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
                for start, size, _ in spans]
     model_id = model_id_of(settings.embedding_model)
     made_by = [__version__, pa.__version__, model_id]
-    kept, dim = _previous_vector_groups(config, made_by, recorded)
+    kept, dim = _previous_vector_groups(config, made_by, recorded, published)
     # a kept group must hold as many rows as the chunks group it is filed under
     rows_of = {digest: rows for digest, (_, _, rows) in zip(digests, spans)}
     kept = {digest: group for digest, group in kept.items()
@@ -655,32 +659,40 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any
     fresh = read_parts(parquet_bytes(vectors_table(ids, matrix, model_id, "chunk_vectors"),
                                      dictionary=False, group_starts=starts))
     made = iter(fresh.groups)
-    vectors = assemble([kept[d] if d in kept else next(made) for d in digests], fresh.footer)
+    vectors, placed = assemble_groups([kept[d] if d in kept else next(made) for d in digests],
+                                      fresh.footer)
     return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
                      else 0, "sha256": hashlib.sha256(vectors).hexdigest(),
-                     "groups": digests}, sum(kept[d].rows for d in digests if d in kept), \
-        sum(rows for _, _, rows in spans)
+                     "groups": digests, "parts": [group_record(g) for g in placed]}, \
+        sum(kept[d].rows for d in digests if d in kept), sum(rows for _, _, rows in spans)
 
 
-def _previous_vector_groups(config: Config, made_by: list[str], state: Any
-                            ) -> tuple[dict, int]:
+def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
+                            published: Any) -> tuple[dict, int]:
     """The previous staged chunk_vectors.parquet's row groups by the digest of the chunks
     group each was made from, and its dimension, when it is the file the last embed
-    recorded (by sha256) with this toolchain, Arrow and model; else nothing."""
+    recorded (by sha256: hashed unless it is as published) with this toolchain, Arrow
+    and model; else nothing. Its groups are those the record describes (checked against
+    its bytes), its footer is not walked."""
     import hashlib
 
     from ..artifacts.io import read_regular
-    from ..artifacts.parquet_splice import SpliceError, read_parts
+    from ..artifacts.parquet_splice import SpliceError, groups_from_records
+    from .units import as_published
 
     if not (isinstance(state, dict) and state.get("made_by") == made_by
             and isinstance(state.get("groups"), list) and type(state.get("dim")) is int
-            and all(isinstance(d, str) for d in state["groups"])):
+            and all(isinstance(d, str) for d in state["groups"])
+            and isinstance(state.get("sha256"), str)):
         return {}, 0
+    name = "chunk_vectors.parquet"
     try:
-        data = read_regular(staged(config, "chunk_vectors.parquet"), follow_links=False)[0]
-        if hashlib.sha256(data).hexdigest() != state.get("sha256"):
+        data, info = read_regular(staged(config, name), follow_links=False)
+        if not (as_published(published, name, info, state["sha256"])
+                and len(data) == info.st_size
+                or hashlib.sha256(data).hexdigest() == state["sha256"]):
             return {}, 0
-        groups = read_parts(data).groups
+        groups = groups_from_records(data, state.get("parts"))
     except (OSError, ValueError, SpliceError):
         return {}, 0
     if len(groups) != len(state["groups"]):
