@@ -106,3 +106,19 @@ def add_skill_script(kb: Path, skill: str, body: str) -> None:
     script.chmod(0o755)
     skill_file = kb / "skills" / skill / "SKILL.md"
     skill_file.write_text(skill_file.read_text().replace("cost:", "script: run.py\ncost:", 1))
+
+
+def counted_sha256(monkeypatch, module) -> list[int]:
+    """The sizes of what `module` hashes with hashlib.sha256 from now on (its hashlib
+    replaced by one that counts)."""
+    import hashlib
+
+    hashed: list[int] = []
+
+    class Counting:
+        def sha256(self, data=b""):
+            hashed.append(len(data))
+            return hashlib.sha256(data)
+
+    monkeypatch.setattr(module, "hashlib", Counting())
+    return hashed

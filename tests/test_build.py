@@ -25,7 +25,7 @@ from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
 from ctxfst.mock import generate
 
-from .conftest import CH22, REPO, UPSTREAM, copy_example, write
+from .conftest import CH22, REPO, UPSTREAM, copy_example, counted_sha256, write
 
 SCHEMAS = REPO / "schemas"
 PUBLISHED = [*ARTIFACTS, "manifest.json"]
@@ -477,22 +477,13 @@ def test_the_previous_chunk_files_are_not_hashed_again_while_they_are_as_publish
     """The last publication recorded each staged file's stamp (size, mtime, ctime,
     inode) with its sha256: compile reads the previous chunks.json and chunks.parquet
     without hashing them while they keep it."""
-    import hashlib as real_hashlib
-
     from ctxfst.pipeline import units
 
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     sizes = {(root / "build/.staging" / name).stat().st_size
              for name in ("chunks.json", "chunks.parquet")}
-    hashed: list[int] = []
-
-    class Counting:
-        def sha256(self, data=b""):
-            hashed.append(len(data))
-            return real_hashlib.sha256(data)
-
-    monkeypatch.setattr(units, "hashlib", Counting())
+    hashed = counted_sha256(monkeypatch, units)
     doc = root / "content/deployment.zh-TW.ctxfst.md"
     doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
     assert build(root, capsys)[0] == 0

@@ -20,7 +20,7 @@ from ctxfst.facts.build import facts_bytes
 from ctxfst.facts.model import Fact, facts_schema, facts_table, runs_schema
 from ctxfst.facts.query import FactsError, Store, ask
 
-from .conftest import REPO, copy_example, run_process, write
+from .conftest import REPO, copy_example, counted_sha256, run_process, write
 
 FACTS = "build/semantic_facts.parquet"
 RUNS = "build/semantic_fact_extraction_runs.parquet"
@@ -866,8 +866,6 @@ def test_ledger_files_as_published_are_not_hashed_again_and_one_changed_in_place
     inode) with their sha256: the facts stage takes the memo's sha256 for them while they
     keep it, and hashes one written in place since (its mtime put back), even with the
     same bytes."""
-    import hashlib as real_hashlib
-
     from ctxfst.facts import build as facts_build
     from ctxfst.pipeline import beside
 
@@ -876,14 +874,7 @@ def test_ledger_files_as_published_are_not_hashed_again_and_one_changed_in_place
     build(root, capsys)
     ledger = {name: root / ".ctxfst/facts" / name
               for name in ("semantic_facts.parquet", "semantic_fact_extraction_runs.parquet")}
-    hashed: list[int] = []
-
-    class Counting:
-        def sha256(self, data=b""):
-            hashed.append(len(data))
-            return real_hashlib.sha256(data)
-
-    monkeypatch.setattr(facts_build, "hashlib", Counting())
+    hashed = counted_sha256(monkeypatch, facts_build)
     target = next((root / "content").rglob("*.md"))
     for number in range(2):
         sizes = {path.stat().st_size for path in ledger.values()}
