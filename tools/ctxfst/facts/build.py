@@ -284,7 +284,8 @@ def _ledger_sha(name: str, data: bytes, info: os.stat_result, claimed: Any,
     """The sha256 of a ledger file's bytes: the memo's claim while the file keeps the
     stamp it was published with under that sha256 (no 29 MB hashed at 10,000 documents),
     else computed."""
-    if isinstance(claimed, str) and vouched is not None and vouched(name, info, claimed):
+    if isinstance(claimed, str) and vouched is not None and vouched(name, info, claimed) \
+            and len(data) == info.st_size:  # (and read whole: no writer since the stat)
         return claimed
     return hashlib.sha256(data).hexdigest()
 
@@ -303,7 +304,7 @@ def _runs_file(new_runs: list[dict[str, Any]], seq: int, version: str,
 
     previous = ledger.runs
     if ledger.memo is not None and previous is not None and previous.num_rows and \
-            pc.max(previous.column("build_seq")).as_py() < seq:
+            (pc.max(previous.column("build_seq")).as_py() or seq) < seq:
         try:
             parts = read_parts(ledger.runs_data)
             kept = len(parts.groups) - 1
