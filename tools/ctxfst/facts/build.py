@@ -219,7 +219,7 @@ class _Ledger:
     runs_data: bytes = b""  # the runs file's bytes
 
 
-Vouched = Callable[[str, os.stat_result, str], bool]
+Vouched = Callable[[str, bytes, os.stat_result, str], bool]
 
 
 def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = None
@@ -284,8 +284,7 @@ def _ledger_sha(name: str, data: bytes, info: os.stat_result, claimed: Any,
     """The sha256 of a ledger file's bytes: the memo's claim while the file keeps the
     stamp it was published with under that sha256 (no 29 MB hashed at 10,000 documents),
     else computed."""
-    if isinstance(claimed, str) and vouched is not None and vouched(name, info, claimed) \
-            and len(data) == info.st_size:  # (and read whole: no writer since the stat)
+    if isinstance(claimed, str) and vouched is not None and vouched(name, data, info, claimed):
         return claimed
     return hashlib.sha256(data).hexdigest()
 
@@ -312,9 +311,10 @@ def _runs_file(new_runs: list[dict[str, Any]], seq: int, version: str,
                                  for group in parts.groups[:kept]):
                 tail = runs_table(new_runs, seq, version,
                                   previous.slice(kept * RUN_GROUP_ROWS))
-                fresh = parquet_bytes(tail, group_starts=_run_group_starts(tail.num_rows))
+                starts = _run_group_starts(tail.num_rows)
+                fresh = parquet_bytes(tail, group_starts=starts)
                 return b"".join(replace_runs(parts.groups, encoding_of(parts.footer), [(
-                    kept, kept + 1, len(_run_group_starts(tail.num_rows)))], fresh)[0]), kept
+                    kept, kept + 1, len(starts))], fresh)[0]), kept
         except SpliceError:
             pass  # (written by another pyarrow: written whole)
     table = runs_table(new_runs, seq, version, previous)
@@ -490,8 +490,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     keys), or None; its changes are left for the caller to save once the files are
     written. may_let_go: nothing after this needs checked's typed documents (a process
     of its own), so a first build lets them go once it has extracted: some 60 KB a
-    document less under the merge. vouched(name, stat, sha256): whether a ledger file
-    with this stat is the one published with this sha256 (it need not be hashed).
+    document less under the merge. vouched(name, bytes, stat, sha256): whether a ledger
+    file's bytes, read after this stat, are the ones published with this sha256 (they
+    need not be hashed).
 
     Only the facts a build changes become Python objects. With the memo of the ledger
     (facts/memo.py), only the row groups that hold them are read and encoded again, and
@@ -618,8 +619,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             ledger = _read_ledger(ledger_dir)  # read whole, as for a stranger's ledger
     if written is None:
         written = _merge_whole(ledger, merge, present)
-    facts_sha = write_pieces(out_dir / FACTS_FILE, written.facts_file
-                             if isinstance(written.facts_file, list) else [written.facts_file])
+    facts_sha = write_pieces(out_dir / FACTS_FILE, written.facts_file)
     runs_file, run_groups_copied = _runs_file(new_runs, seq, version, ledger)
     runs_digest = write_atomic(out_dir / RUNS_FILE, runs_file)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
@@ -714,7 +714,7 @@ class Merge:
 
 @dataclass
 class _Written:
-    facts_file: bytes | list[bytes | memoryview]  # its bytes, or pieces of them end to end
+    facts_file: list[bytes | memoryview]  # its bytes: these pieces end to end
     delta: dict[str, list[dict]]           # the changed rows (none listed in a snapshot)
     memo: LedgerMemo | None                # of the new file (its sha256s filled in later)
     # sources' new digests (or their compact_json); None: forget the source
@@ -759,7 +759,7 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
         facts.rows(start, end) for start, end in group_ranges(starts, facts.count)))
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
-    return _Written(facts_file, {"added": [], "updated": [], "invalidated": []},
+    return _Written([facts_file], {"added": [], "updated": [], "invalidated": []},
                     _memo_of(facts_file, facts.keys, starts), entries,
                     (facts.count, facts.count),
                     changes={"added": facts.count, "updated": 0, "invalidated": 0})
@@ -796,7 +796,7 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
     entries.update(found)
     for path in merge.deleted:
         entries.setdefault(path, None)
-    return _Written(facts_file, delta, _memo_of(facts_file, table, starts), entries,
+    return _Written([facts_file], delta, _memo_of(facts_file, table, starts), entries,
                     _table_size(table))
 
 

@@ -678,7 +678,7 @@ def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
 
     from ..artifacts.io import read_regular
     from ..artifacts.parquet_splice import SpliceError, groups_from_records
-    from .units import as_published
+    from .units import read_as_published
 
     if not (isinstance(state, dict) and state.get("made_by") == made_by
             and isinstance(state.get("groups"), list) and type(state.get("dim")) is int
@@ -688,8 +688,7 @@ def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
     name = "chunk_vectors.parquet"
     try:
         data, info = read_regular(staged(config, name), follow_links=False)
-        if not (as_published(published, name, info, state["sha256"])
-                and len(data) == info.st_size
+        if not (read_as_published(published, name, data, info, state["sha256"])
                 or hashlib.sha256(data).hexdigest() == state["sha256"]):
             return {}, 0
         groups = groups_from_records(data, state.get("parts"))
@@ -766,7 +765,7 @@ def stage_facts(config: Config) -> None:
     from ..facts.build import run_facts
     from ..facts.extractors import ExtractionError
     from .beside import forked
-    from .units import LEDGER_STAMP, PUBLISHED, as_published
+    from .units import LEDGER_STAMP, PUBLISHED, read_as_published
 
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
@@ -777,8 +776,8 @@ def stage_facts(config: Config) -> None:
         outcome = run_facts(config.root, checked.kb, config.build, staging(config),
                             config.facts_ledger, checked, store,
                             may_let_go=forked(),  # (the parent keeps its own)
-                            vouched=lambda name, info, sha256: as_published(
-                                published, LEDGER_STAMP + name, info, sha256))
+                            vouched=lambda name, data, info, sha256: read_as_published(
+                                published, LEDGER_STAMP + name, data, info, sha256))
         store.save()
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None

@@ -1156,7 +1156,7 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False,
     try:
         info = os.fstat(handle)
         data = _read_all(handle)
-        if not (as_published(published, path.name, info, sha256) and len(data) == info.st_size
+        if not (read_as_published(published, path.name, data, info, sha256)
                 or hashlib.sha256(data).hexdigest() == sha256):
             data = None
     except OSError:
@@ -1203,6 +1203,13 @@ def as_published(published: Any, name: str, info: os.stat_result, sha256: str) -
 
     known = published.get(name) if isinstance(published, dict) else None
     return known == [*file_stamp(info), sha256]
+
+
+def read_as_published(published: Any, name: str, data: bytes, info: os.stat_result,
+                      sha256: str) -> bool:
+    """as_published() for bytes read from the file whose stat was taken before the
+    read: they must also be the whole file (no writer in between)."""
+    return as_published(published, name, info, sha256) and len(data) == info.st_size
 
 
 def published_rows(store: UnitStore) -> dict[str, int]:
