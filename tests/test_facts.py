@@ -656,7 +656,7 @@ def test_changed_facts_are_spliced_into_the_previous_order():
 
 def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
     """A first build merges its candidates as Arrow columns (facts/columns.py); for any
-    mix of sources, repeats, ties and dates, the file and each run's count of facts are
+    mix of sources, repeats, ties and dates, cut into any streams, the file and each run's count of facts are
     those the merge of Fact objects (Merge.apply over no facts) gives."""
     import random
 
@@ -692,9 +692,16 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
                       version, [])
         _, rows = merge.apply({})
         expected = facts_bytes(rows_table(list(rows.values()), seq, version))
-        stream, supported = candidate_batch([(s.path, _run_id(seq, s.path), found)
-                                             for s, found in sources])
-        made = fresh_facts([stream], seq, version)
+        # (in streams of a few sources each, as workers send them: each with its own
+        # dictionaries, which the merge combines)
+        cut = sorted(rng.sample(range(len(sources) + 1), rng.randint(0, len(sources))))
+        streams, supported = [], []
+        for begin, end in zip([0, *cut], [*cut, len(sources)]):
+            stream, counts = candidate_batch([(s.path, _run_id(seq, s.path), found)
+                                              for s, found in sources[begin:end]])
+            streams.append(stream)
+            supported += counts
+        made = fresh_facts(streams, seq, version)
         assert facts_bytes(made) == expected, case
         assert supported == [run["facts_written"] for run in merge.new_runs], case
 

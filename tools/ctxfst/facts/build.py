@@ -25,6 +25,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Callable
 
+from ..collector import return_free_memory
 from ..document.facts import canonical_date, tenant_problem
 from ..document.ids import DEFAULT_TENANT
 from ..document.rules import passage_file
@@ -593,6 +594,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         outcomes = forked_map(extract_one, work)
     if fresh and may_let_go and checked is not None:
         checked.let_go_typed()  # (extracted: the merge that follows is the peak)
+        return_free_memory()
     failed: list[str] = []
     for (source, trigger), (status, result) in zip(work, outcomes):
         if status == "changed":  # its fingerprint would describe bytes never validated
@@ -754,6 +756,7 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
     object per fact."""
     merge.record_runs()
     facts = FreshFacts(streams, merge.seq, merge.version)
+    return_free_memory()  # (the workers' streams, let go)
     starts = content_group_starts(facts.keys.column("fact_id").to_pylist(), FACT_GROUP_ROWS)
     facts_file = parquet_groups_bytes(facts_schema().with_metadata(merge.metadata()), (
         facts.rows(start, end) for start, end in group_ranges(starts, facts.count)))

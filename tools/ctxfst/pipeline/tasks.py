@@ -19,7 +19,7 @@ from doit.reporter import ConsoleReporter
 from doit.tools import config_changed
 
 from ..artifacts.layout import JOURNAL, RESULTS, result_path, staged, staging
-from ..collector import collector_paused
+from ..collector import collector_paused, return_free_memory
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
@@ -247,6 +247,7 @@ def _action(config, stage):
     def run() -> None:
         with collector_paused():  # stages hold the KB's many acyclic objects
             run_stage(config, stage)
+        return_free_memory()  # (for the stages after it, and a process forked for one)
 
     def action():
         hold_build_lock(config)  # (taken already, unless doit runs with another reporter)

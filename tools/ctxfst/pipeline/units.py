@@ -700,13 +700,15 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         entities = _catalog(checked, store)
         parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed,
                                           published)
+        recompiled = len(fresh)
+        fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
         entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
         pieces = chunks_json(entities_json, rows.texts())
         made_from = {"sha256": None, "documents": [entries[unit.path] for unit in
                                                    checked.units],
                      "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
         return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
-                        len(fresh), made_from, rows.copied,
+                        recompiled, made_from, rows.copied,
                         [before[2]] if before is not None else [], read_from)
     except BaseException:
         if before is not None:
@@ -1034,11 +1036,11 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     from the rows (compiled now, or parsed from their text); every group is encoded
     when there is no usable previous file. The bytes are the same either way. Also the
     file's layout (parquet_splice.file_record), for the next build to splice it by."""
-    from ..artifacts.io import parquet_bytes
+    from ..artifacts.io import parquet_groups_bytes
     import pyarrow as pa
 
     from ..artifacts.parquet_splice import (SpliceError, content_group_starts, group_ranges,
-                                            record_of, relative_starts, splice_recorded)
+                                            record_of, splice_recorded)
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
@@ -1051,8 +1053,9 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     def row(index: int) -> dict[str, Any]:
         return compiled.get(keys[index]) or rows.row(index)
 
-    def encode(ranges: list[tuple[int, int]]) -> bytes:
-        indexes = [i for start, end in ranges for i in range(start, end)]
+    def group(start: int, end: int):
+        """The table of one row group's rows."""
+        indexes = range(start, end)
         # Rows copied from the previous chunks.json are taken from the previous
         # chunks.parquet as Arrow (parsing their JSON was most of an edit's compile).
         old = {i: rows.old_row(i) for i in indexes if keys[i] not in compiled} \
@@ -1065,7 +1068,13 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
                 table = copied.combined([old[i] for i in taken], table, taken, made)
             except pa.ArrowException:  # (a previous file of another schema: from JSON)
                 table = chunks_table([row(i) for i in indexes])
-        return parquet_bytes(table, group_starts=relative_starts(ranges))
+        return table
+
+    def encode(ranges: list[tuple[int, int]]) -> bytes:
+        # A group at a time: a first build holds one group's table, not all 70,000 rows'
+        # (the bytes are those of the whole table cut at the same rows)
+        return parquet_groups_bytes(chunks_table([]).schema,
+                                    (group(start, end) for start, end in ranges))
 
     if base is not None:
         try:
