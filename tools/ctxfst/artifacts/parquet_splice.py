@@ -500,15 +500,24 @@ def content_group_starts(keys: list[str], target: int) -> list[int]:
     changed rows; a row added or removed moves no boundary but its own group's, except
     within a run cut by the 8 * target rule, whose cuts move up to the next key that
     starts a group by its CRC."""
-    if not keys:
-        return []
+    return capped_starts(natural_starts(keys, target), len(keys), target)
+
+
+def natural_starts(keys: list[str], target: int) -> list[int]:
+    """The rows after the first whose key starts a row group by its CRC-32 alone."""
     crc32 = zlib.crc32  # (starts_group inline: a call per key was half the time)
-    natural = [index for index, key in enumerate(keys)
-               if index and crc32(key.encode("utf-8")) % target == 0]
+    return [index for index, key in enumerate(keys)
+            if index and crc32(key.encode("utf-8")) % target == 0]
+
+
+def capped_starts(natural: list[int], rows: int, target: int) -> list[int]:
+    """content_group_starts() of `rows` rows from their natural_starts()."""
+    if not rows:
+        return []
     starts = [0]
-    for start in [*natural, len(keys)]:  # the gaps between natural starts, cut by the cap
+    for start in [*natural, rows]:  # the gaps between natural starts, cut by the cap
         starts.extend(range(starts[-1] + 8 * target, start, 8 * target))
-        if start < len(keys):
+        if start < rows:
             starts.append(start)
     return starts
 

@@ -588,7 +588,7 @@ def stage_embed(config: Config) -> None:
     finally:
         cache.close()
     try:
-        write_atomic(staged(config, "chunk_vectors.parquet"), vectors)
+        state["sha256"] = write_atomic(staged(config, "chunk_vectors.parquet"), vectors)()
         store.put("embedded", state)  # after the file: a kill between leaves no false record
         store.save()
     finally:
@@ -631,7 +631,8 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
     except (OSError, SpliceError) as error:
         raise BuildFailed(f"{staged(config, 'chunks.parquet')}: {error}; run `doit clean`, "
                           "then `doit`") from None
-    digests = [hashlib.sha256(data[start:start + size]).hexdigest()
+    view = memoryview(data)  # (slices of bytes would copy the file once more)
+    digests = [hashlib.sha256(view[start:start + size]).hexdigest()
                for start, size, _ in spans]
     model_id = model_id_of(settings.embedding_model)
     made_by = [__version__, pa.__version__, model_id]
@@ -661,9 +662,9 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
     made = iter(fresh.groups)
     vectors, placed = assemble_groups([kept[d] if d in kept else next(made) for d in digests],
                                       fresh.footer)
+    # (its sha256 is added once it is written: write_atomic hashes what it writes)
     return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
-                     else 0, "sha256": hashlib.sha256(vectors).hexdigest(),
-                     "groups": digests, "parts": [group_record(g) for g in placed]}, \
+                     else 0, "groups": digests, "parts": [group_record(g) for g in placed]}, \
         sum(kept[d].rows for d in digests if d in kept), sum(rows for _, _, rows in spans)
 
 
