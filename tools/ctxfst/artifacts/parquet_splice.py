@@ -352,13 +352,19 @@ def _moved_entry(group: Group, delta: int, ordinal: int
     out = bytearray()
     patches = []
     last = 0
+    entry = group.entry
     for start, end, what, value in group.patches:
-        out += group.entry[last:start]
+        out += entry[last:start]
         moved = value + delta if what == _SHIFT else ordinal
-        patches.append((len(out), len(out) + len(_zigzag_bytes(moved)), what, moved))
-        out += _zigzag_bytes(moved)
+        at = len(out)
+        number = (moved << 1) ^ (moved >> 63)  # (_zigzag_bytes, inline: 20,000 a file)
+        while number >= 0x80:
+            out.append(number & 0x7F | 0x80)
+            number >>= 7
+        out.append(number)
+        patches.append((at, len(out), what, moved))
         last = end
-    out += group.entry[last:]
+    out += entry[last:]
     return bytes(out), patches
 
 
