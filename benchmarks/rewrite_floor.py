@@ -36,7 +36,10 @@ def measure(source: Path) -> dict[str, float]:
         started = time.perf_counter()
         done = 0
         while done < len(data):
-            done += os.copy_file_range(source_fd, target_fd, len(data) - done, done, done)
+            copied = os.copy_file_range(source_fd, target_fd, len(data) - done, done, done)
+            if not copied:
+                raise SystemExit(f"{source}: shorter than it was read")
+            done += copied
         times["copy"] = time.perf_counter() - started
         started = time.perf_counter()
         os.fsync(target_fd)

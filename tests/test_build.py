@@ -446,6 +446,79 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
             (clean / "build/chunks.json").read_bytes(), damage
 
 
+def test_row_group_starts_taken_from_the_previous_layout_equal_those_of_every_id(tmp_path):
+    """An edit's compile finds the rows that start a chunks.parquet row group by their
+    CRC only for the rows it reads; for the rows it copies it takes them from the
+    layout the last compile recorded. Over random rounds of added, changed and removed
+    documents (ids that sort before the old first row among them), they are the ones a
+    CRC of every id gives."""
+    import random
+
+    from ctxfst.artifacts.io import Span
+    from ctxfst.artifacts.parquet_splice import natural_starts
+    from ctxfst.compile.chunks import chunks_json
+    from ctxfst.pipeline.units import _ChunkRows, _unpacked
+
+    target = 4
+
+    def compiled(docs: dict, before, keep: set, read: set):
+        rows = _ChunkRows({path: [(chunk_id, json.dumps(
+            {"id": chunk_id, "v": version}, ensure_ascii=False, separators=(",", ":")
+        ).encode()) for chunk_id, version in docs[path]] for path in read}, before, keep)
+        assert rows.natural_starts(target) == natural_starts(rows.ids, target)
+        pieces = chunks_json(b"[]", rows.texts())
+        data = b"".join(bytes(p.data) if isinstance(p, Span) else p for p in pieces)
+        return data, rows.layout(pieces)
+
+    def previous(data: bytes, layout: dict, number: int):
+        path = tmp_path / f"chunks-{number}.json"
+        path.write_bytes(data)
+        handle = os.open(path, os.O_RDONLY)
+        opened.append(handle)
+        return data, {**layout, "ids": layout["ids"].split("\n") if layout["ids"] else [],
+                      "docs": _unpacked(layout["docs"]),
+                      "lengths": _unpacked(layout["lengths"]),
+                      "natural": _unpacked(layout.get("natural"))}, handle, ()
+
+    opened: list[int] = []
+    try:
+        for seed in range(400):
+            rng = random.Random(seed)
+
+            def new_ids(count: int, used: set) -> list[str]:
+                ids = {"".join(rng.choice("abcdé") for _ in range(rng.randint(1, 4)))
+                       for _ in range(count)}
+                return sorted(ids - used)
+
+            docs: dict[str, list] = {}
+            for number in range(rng.randint(1, 6)):
+                used = {chunk_id for rows in docs.values() for chunk_id, _ in rows}
+                docs[f"d{number}"] = [(i, 0) for i in new_ids(rng.randint(0, 5), used)]
+            data, layout = compiled(docs, None, set(), set(docs))
+            for step in range(1, 6):
+                before = previous(data, layout, seed * 10 + step)
+                changed = set()
+                for path in list(docs):
+                    draw = rng.random()
+                    used = {c for other, rows in docs.items() if other != path
+                            for c, _ in rows}
+                    if draw < 0.15:
+                        del docs[path]
+                        changed.add(path)
+                    elif draw < 0.35:
+                        docs[path] = [(i, step) for i in new_ids(rng.randint(0, 5), used)]
+                        changed.add(path)
+                if rng.random() < 0.5:
+                    used = {c for rows in docs.values() for c, _ in rows}
+                    docs[f"n{step}"] = [(i, step) for i in new_ids(rng.randint(1, 4), used)]
+                    changed.add(f"n{step}")
+                data, layout = compiled(docs, before, set(docs) - changed,
+                                        changed & set(docs))
+    finally:
+        for handle in opened:
+            os.close(handle)
+
+
 def test_a_published_chunks_json_edited_in_place_is_not_copied_from(tmp_path, capsys):
     """build/chunks.json is its staged twin: an edit in place that keeps its size and
     puts its mtime back (rsync --inplace -t, cp -p onto it) must not reach the next

@@ -706,6 +706,28 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
         assert supported == [run["facts_written"] for run in merge.new_runs], case
 
 
+def test_candidates_sort_as_their_strings_whatever_their_dictionaries_hold():
+    """The merge sorts the candidates by their dictionaries' indices once each dictionary
+    is put in order: with values repeated in a dictionary, or a null among them (another
+    Arrow could combine streams so), equal strings still sort together, as the strings
+    themselves do."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ctxfst.facts.columns import _in_order, _plain, _sortable
+
+    indices = pa.array([0, 2, 1, 3, None, 2, 0, 4], pa.int32())
+    for dictionary in (["b", "a", "b", "é", "a"], ["b", None, "a", "é", "b"]):
+        column = pa.DictionaryArray.from_arrays(indices, pa.array(dictionary, pa.string()))
+        table = pa.table({"key": column, "tie": pa.array(range(len(indices)))})
+        plain = pa.table({"key": _plain(column), "tie": table.column("tie")})
+        ordered = pa.table({"key": _in_order(column), "tie": table.column("tie")})
+        keys = [("key", "ascending"), ("tie", "descending")]
+        assert pc.sort_indices(_sortable(ordered), sort_keys=keys).to_pylist() == \
+            pc.sort_indices(plain, sort_keys=keys).to_pylist(), dictionary
+        assert _plain(ordered.column("key")).to_pylist() == plain.column("key").to_pylist()
+
+
 def test_facts_extracted_in_workers_equal_a_serial_extraction(tmp_path, capsys, monkeypatch):
     """A first build extracts its sources in forked workers; the facts artifacts are the
     bytes a one-process extraction gives."""

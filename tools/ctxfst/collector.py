@@ -7,6 +7,7 @@ server should not freeze what each request leaves. And giving back what a stage 
 from __future__ import annotations
 
 import gc
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -38,9 +39,13 @@ def return_free_memory() -> None:
     if not _trim:
         import ctypes
 
-        try:
-            _trim.append(ctypes.CDLL(None).malloc_trim)
+        try:  # (glibc's; musl and macOS have none, Windows no CDLL(None))
+            trim = ctypes.CDLL(None).malloc_trim if sys.platform.startswith("linux") \
+                else None
         except (OSError, AttributeError):
-            _trim.append(None)
+            trim = None
+        if trim is not None:
+            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        _trim.append(trim)
     if _trim[0] is not None:
         _trim[0](0)

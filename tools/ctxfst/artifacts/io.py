@@ -68,6 +68,9 @@ def write_atomic(path: Path, data: bytes, sha256: str | None = None
 HASH_BESIDE_BYTES = 1 << 22
 
 
+_HASHED_ALONE = 1 << 16  # a buffer this large is hashed as it is
+
+
 def _hash_beside(buffers: list) -> Callable[[], str]:
     """The sha256 of the buffers put end to end, computed in a thread; the function
     returned waits for it. (The thread ends by itself: one whose caller failed is left
@@ -75,8 +78,21 @@ def _hash_beside(buffers: list) -> Callable[[], str]:
     digest = hashlib.sha256()
 
     def run() -> None:
+        # Small buffers (a first build's chunks.json is 140,000 rows) are hashed in
+        # batches: hashlib holds the GIL over less than 2 KB, and the writer waits.
+        small = bytearray()
         for buffer in buffers:
-            digest.update(buffer)
+            if len(buffer) >= _HASHED_ALONE:
+                if small:
+                    digest.update(small)
+                    small.clear()
+                digest.update(buffer)
+                continue
+            small += buffer
+            if len(small) >= _HASHED_ALONE:
+                digest.update(small)
+                small.clear()
+        digest.update(small)
 
     thread = threading.Thread(target=run, name="ctxfst-sha256", daemon=True)
     thread.start()

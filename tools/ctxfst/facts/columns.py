@@ -63,6 +63,9 @@ def _in_order(column):
     if not pa.types.is_dictionary(column.type):
         return column
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if column.dictionary.null_count or len(pc.unique(column.dictionary)) != len(
+            column.dictionary):  # (each value once: equal values must rank equal)
+        column = column.cast(column.type.value_type).dictionary_encode()
     order = pc.sort_indices(column.dictionary).to_numpy()
     rank = np.empty(len(order), np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)

@@ -946,6 +946,10 @@ class _ChunkRows:
             for first, old_row, count in self._segments:
                 begin, end = np.searchsorted(old, [old_row, old_row + count])
                 found.extend((old[begin:end] - old_row + first).tolist())
+                # (the old first row is never recorded: copied after a row added before
+                # it, it starts a group by its CRC like any other)
+                if old_row == 0 and count and starts_group(old_ids[0], target):
+                    found.append(first)
             found = sorted(row for row in found if row)  # (never the first row)
         self.natural = (found, target)
         return found
