@@ -8,6 +8,8 @@ benchmark runs an hour apart say little).
 /tmp/old`); its `tools/` is put on `PYTHONPATH` for its runs, this checkout's for the
 others. Each run follows a fresh change of its own kind, made after the other side's run,
 so both sides start from the state the other left (both must read the same caches).
+With `--separate`, each side works on a copy of its own instead (the same changes):
+a side that keeps records the other does not write then finds its own records.
 Prints every pair's whole-process wall times and each side's median.
 """
 
@@ -23,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from build_speed import _edit_once, make_project
+from build_speed import DOIT_ENV, _edit_once, make_project
 
 HERE = Path(__file__).resolve().parents[1] / "tools"
 
@@ -32,7 +34,7 @@ def _doit(root: Path, tools: Path) -> float:
     doit_bin = Path(sys.executable).with_name("doit")
     started = time.perf_counter()
     proc = subprocess.run([str(doit_bin)], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tools)})
+                          env={**DOIT_ENV, "PYTHONPATH": str(tools)})
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         sys.exit(f"doit ({tools}) failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -44,6 +46,8 @@ def main() -> None:
     parser.add_argument("--against", type=Path, required=True)
     parser.add_argument("--docs", type=int, default=10000)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--separate", action="store_true",
+                        help="each side on its own copy of the knowledge base")
     args = parser.parse_args()
     other = args.against.resolve() / "tools"
     if not (other / "ctxfst").is_dir():
@@ -53,13 +57,20 @@ def main() -> None:
         make_project(root, args.docs, "hash-256")
         _doit(root, HERE)
         _doit(root, HERE)  # (settled: the first no-op after a build may still hash)
-        target = next((root / "content").rglob("notes-00042.ctxfst.md"))
-        print(f"{args.docs} documents; A = {args.against}, B = this checkout")
+        roots = {"A": root, "B": root}
+        if args.separate:
+            roots["B"] = root.with_name(root.name + "-b")
+            shutil.copytree(root, roots["B"], symlinks=True)
+            _doit(roots["A"], other)  # (each side settled on its own copy)
+            _doit(roots["B"], HERE)
+        print(f"{args.docs} documents; A = {args.against}, B = this checkout"
+              + (", each on its own copy" if args.separate else ""))
         for kind in ("edit", "add", "delete"):
             times: dict[str, list[float]] = {"A": [], "B": []}
             for round_ in range(args.rounds):
                 pair = []
                 for side, tools in (("A", other), ("B", HERE)):
+                    target = next((roots[side] / "content").rglob("notes-00042.ctxfst.md"))
                     added = target.with_name(f"notes-ab-{round_}-{side}.ctxfst.md")
                     if kind == "edit":
                         _edit_once(target, f"Edit{round_}{side}")
@@ -69,13 +80,14 @@ def main() -> None:
                     else:
                         added.unlink()
                     time.sleep(0.2)  # (past the racy window: both sides hash alike)
-                    times[side].append(_doit(root, tools))
+                    times[side].append(_doit(roots[side], tools))
                     pair.append(f"{side} {times[side][-1]:.2f} s")
                 print(f"  {kind} {round_ + 1}: " + ", ".join(pair))
             print(f"{kind}: median A {statistics.median(times['A']):.2f} s, "
                   f"B {statistics.median(times['B']):.2f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root.with_name(root.name + "-b"), ignore_errors=True)
 
 
 if __name__ == "__main__":

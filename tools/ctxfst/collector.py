@@ -6,6 +6,7 @@ server should not freeze what each request leaves. And giving back what a stage 
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 from contextlib import contextmanager
@@ -28,7 +29,18 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-_trim: list = []  # glibc's malloc_trim, once looked up (None: not there)
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim (musl and macOS have none, Windows no CDLL(None)), or None."""
+    import ctypes
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
 
 
 def return_free_memory() -> None:
@@ -36,16 +48,6 @@ def return_free_memory() -> None:
     10,000-document validate, 200 MB after its compile, which the facts process forked
     from the build would hold as well. Some milliseconds; nothing where malloc_trim is
     missing (another C library)."""
-    if not _trim:
-        import ctypes
-
-        try:  # (glibc's; musl and macOS have none, Windows no CDLL(None))
-            trim = ctypes.CDLL(None).malloc_trim if sys.platform.startswith("linux") \
-                else None
-        except (OSError, AttributeError):
-            trim = None
-        if trim is not None:
-            trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-        _trim.append(trim)
-    if _trim[0] is not None:
-        _trim[0](0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

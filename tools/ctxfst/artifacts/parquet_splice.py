@@ -356,13 +356,9 @@ def _moved_entry(group: Group, delta: int, ordinal: int
     for start, end, what, value in group.patches:
         out += entry[last:start]
         moved = value + delta if what == _SHIFT else ordinal
-        at = len(out)
-        number = (moved << 1) ^ (moved >> 63)  # (_zigzag_bytes, inline: 20,000 a file)
-        while number >= 0x80:
-            out.append(number & 0x7F | 0x80)
-            number >>= 7
-        out.append(number)
-        patches.append((at, len(out), what, moved))
+        encoded = _zigzag_bytes(moved)  # (once: some 20,000 numbers a file)
+        patches.append((len(out), len(out) + len(encoded), what, moved))
+        out += encoded
         last = end
     out += entry[last:]
     return bytes(out), patches
