@@ -1466,3 +1466,67 @@ def test_readers_see_an_edited_passage_outside_content(tmp_path, capsys):
     assert stale_reason(config, root / "build") is None
     write(root, "passages/outside.md", "Other words outside.\n")
     assert "passages/outside.md" in stale_reason(config, root / "build")
+
+
+def test_an_edit_looks_up_only_the_documents_whose_files_changed(tmp_path, capsys,
+                                                                 monkeypatch):
+    """A document whose file keeps the identity (size, mtime, inode, ctime) its unit was
+    checked with is taken from its unit: neither hashed nor its digest looked up (git's
+    index). One whose identity changed is looked up (hashed when its bytes are new) and,
+    its bytes the same, keeps the new identity; one changed within a clock tick of its
+    build is looked up again by the next one; one with content_path passages (other
+    files) always is."""
+    import ctxfst.artifacts.io as artifact_io
+    from ctxfst.artifacts.reader import DigestCache
+
+    hashed: list[str] = []
+    looked_up: set[str] = set()
+    real_hash, real_lookup = artifact_io.sha256_file_and_size, DigestCache.sha256_and_size
+
+    def counted_hash(path):
+        if "/content/" in str(path):
+            hashed.append(Path(path).name)
+        return real_hash(path)
+
+    def counted_lookup(self, key, path, info=None):
+        if key.startswith("content/"):
+            looked_up.add(Path(key).name)
+        return real_lookup(self, key, path, info)
+
+    monkeypatch.setattr(artifact_io, "sha256_file_and_size", counted_hash)
+    monkeypatch.setattr(DigestCache, "sha256_and_size", counted_lookup)
+    root = example(tmp_path)
+    content = root / "content"
+    a, c, d, volatile = (content / name for name in (
+        "backend-frameworks.ctxfst.md", "ai-assistant.zh-TW.ctxfst.md",
+        "deployment.zh-TW.ctxfst.md", "career-world-model.ctxfst.md"))
+
+    def edit(path: Path) -> None:
+        path.write_text(path.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+
+    def built(settle: bool = True) -> tuple[list[str], set[str]]:
+        if settle:
+            time.sleep(0.2)  # (past the racy window: files.RACY_NS)
+        hashed.clear()
+        looked_up.clear()
+        code, out = build(root, capsys)
+        assert code == 0, out
+        return sorted(hashed), looked_up - {volatile.name}
+
+    assert len(built()[0]) == len(list(content.rglob("*.md")))  # the first build
+    edit(a)
+    assert built() == ([a.name], {a.name})
+    assert volatile.name in looked_up and volatile.name not in hashed
+    os.utime(c, ns=(time.time_ns(), time.time_ns()))  # touched: the same bytes
+    edit(d)
+    assert built() == ([c.name, d.name], {c.name, d.name})
+    edit(a)
+    assert built() == ([a.name], {a.name})  # (c kept its new identity)
+    edit(d)
+    found, found_looked_up = built(settle=False)  # at once: d's identity is not kept
+    assert set(found) == {d.name} and found_looked_up == {d.name}  # (doit's state
+    edit(a)                                                         # hashes it, too)
+    assert built() == (sorted([a.name, d.name]), {a.name, d.name})
+    edit(c)
+    assert built() == ([c.name], {c.name})
+    assert_consistent(root)

@@ -124,6 +124,12 @@ _walks: dict[tuple, Walk] = {}
 RACY_NS = 100_000_000
 
 
+def changed_lately(info: os.stat_result, now_ns: int, racy_ns: int = RACY_NS) -> bool:
+    """Whether a file changed within a clock tick of now_ns: it could change again and
+    keep its identity (git's "racily clean" entries), so none is remembered for it."""
+    return now_ns - max(info.st_mtime_ns, info.st_ctime_ns) < racy_ns
+
+
 def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
                      root: Path) -> Walk:
     """_walk with diagnostics, remembered while no folder it listed has changed (like
@@ -235,6 +241,16 @@ class ProjectRelative:
         if prefix is None:
             return project_relative(self.root, path, fallback)
         return prefix + name
+
+    def of_regular(self, path: str) -> str | None:
+        """The relative path of a regular file (no link) the walk found, by its folder
+        alone; None when that takes the exact way (__call__)."""
+        folder, _, name = path.rpartition(os.sep)
+        prefix = self._folders.get(folder, False)
+        if prefix is False:
+            prefix = self._folders[folder] = self._folder(folder) if (
+                os.path.isabs(folder) and "/." not in folder) else None
+        return None if prefix is None or name.startswith(".") else prefix + name
 
     def _folder(self, folder: str) -> str | None:
         try:

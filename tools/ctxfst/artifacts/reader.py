@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..files import RACY_NS
+from ..files import changed_lately
 from .io import FileTooLarge, is_sha256, read_regular
 
 REBUILD = "run `doit clean`, then run `doit`"  # plain `doit` trusts build/ as it is
@@ -106,7 +106,7 @@ class DigestCache:
     def put(self, key: str, info: os.stat_result, digest: str) -> None:
         # A file changed in the last moments may change again within the same clock tick,
         # keeping its identity (git's "racy" entries): with racy_ns, hash it again next time.
-        if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) < self.racy_ns:
+        if changed_lately(info, time.time_ns(), self.racy_ns):
             self.entries.pop(key, None)
             return
         self.entries[key] = [*self.identity(info), digest]

@@ -183,14 +183,15 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     try:
         try:
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store, _run_stats)
+                                          store, _run_stats, digested)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             # Units that are not what this toolchain wrote (a damaged or edited cache; a
             # copied one is emptied on open): start over from the sources alone. A
             # failure then is a real one, and is raised.
             store.clear()
+            digested.clear()  # (what the units gave is not trusted either)
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store)
+                                          store, digested=digested)
         except sqlite3.DatabaseError as error:  # damaged pages: a fresh file, computed again
             from ..artifacts.cache import busy, discard
 
@@ -200,8 +201,9 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
             store.close()
             discard(config.unit_store)
             store = unit_store(config)
+            digested.clear()
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store)
+                                          store, digested=digested)
     finally:
         store.close()
     digests.save()

@@ -21,28 +21,31 @@ import hashlib
 import json
 import os
 import sqlite3
+import time
 from json.encoder import encode_basestring
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Mapping
 
 import numpy as np
 
 from .. import __version__
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
+from ..files import changed_lately
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import Span, compact_json, write_atomic, write_pieces
+from ..artifacts.io import Span, compact_json, is_sha256, write_atomic, write_pieces
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
-UNIT_FORMAT = "4"  # 3: declarations keyed by their text; 4: units and link step as tables
+UNIT_FORMAT = "5"  # 3: declarations keyed by their text; 4: units and link step as tables;
+# 5: each unit keeps the stamp (unit_stamp) of the file it was checked from
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS unit_docs (path TEXT PRIMARY KEY, place BLOB NOT NULL,
   relative TEXT NOT NULL, sha256 TEXT NOT NULL, volatile INTEGER NOT NULL,
   tenant TEXT NOT NULL, ctxfst INTEGER NOT NULL, diagnostics TEXT,
-  declares TEXT NOT NULL) STRICT;
+  declares TEXT NOT NULL, stamp TEXT) STRICT;
 """ + LINK_TABLES
 _MAX_ROW = 64 * 1024 * 1024
 # Whether the last link step found nothing that spans documents (no CTX202, CTX203 or
@@ -63,7 +66,7 @@ class DocumentUnit:
     def __init__(self, path: str, relative: str, sha256: str, summary: Summary | None,
                  diagnostics: list[Diagnostic] | None = None, volatile: bool = False,
                  tenant: Any = None, place: bytes = b"", ctxfst: bool | None = None,
-                 declares: list[str] | None = None) -> None:
+                 declares: list[str] | None = None, stamp: str | None = None) -> None:
         self.path = path            # the input's path (the unit's key)
         self.relative = relative    # project-relative POSIX path, links resolved
         self.sha256 = sha256        # of its bytes
@@ -76,6 +79,9 @@ class DocumentUnit:
         self._summary = summary
         # the keys of its entity declarations, in entities[] order (link_index's dumps)
         self.declares = summary.dump_keys() if summary is not None else declares or []
+        # its file's identity when its bytes were hashed (unit_stamp); None: not known
+        # (a link, or a file changed within a clock tick of then): hashed again next time
+        self.stamp = stamp
 
     @property
     def summary(self) -> Summary | None:
@@ -97,13 +103,15 @@ class DocumentUnit:
         return (self.path, self.place, self.relative, self.sha256, int(self.volatile),
                 compact_json(self.tenant).decode("utf-8"), int(self.ctxfst),
                 compact_json(diagnostics).decode("utf-8") if diagnostics else None,
-                " ".join(self.declares))
+                " ".join(self.declares), self.stamp)
 
     @classmethod
     def from_row(cls, row: tuple) -> DocumentUnit | None:
-        path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics, declares = row
+        (path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics, declares,
+         stamp) = row
         tenant = None if tenant == "null" else _loads(tenant)  # (most: no tenant)
-        if volatile not in (0, 1) or ctxfst not in (0, 1) or tenant is not _tenant(tenant):
+        if volatile not in (0, 1) or ctxfst not in (0, 1) or tenant is not _tenant(tenant) \
+                or not is_sha256(sha256):
             return None
         found = []
         if diagnostics is not None:
@@ -111,7 +119,7 @@ class DocumentUnit:
             if found is None:
                 return None
         return cls(path, relative, sha256, None, found, bool(volatile), tenant, place,
-                   bool(ctxfst), declares.split(" ") if declares else [])
+                   bool(ctxfst), declares.split(" ") if declares else [], stamp)
 
 
 def _tenant(value: Any) -> Any:
@@ -197,7 +205,7 @@ class UnitStore:
         found: dict[str, DocumentUnit] = {}
         listed: set[str] = set()
         for row in self.db.execute("SELECT path, place, relative, sha256, volatile, tenant, "
-                                   "ctxfst, diagnostics, declares FROM unit_docs"):
+                                   "ctxfst, diagnostics, declares, stamp FROM unit_docs"):
             listed.add(row[0])
             unit = DocumentUnit.from_row(row)
             if unit is not None:
@@ -220,11 +228,16 @@ class UnitStore:
         transaction save() commits."""
         self.db.executemany("DELETE FROM unit_docs WHERE path = ?",
                             [(path,) for path in removed])
-        self.db.executemany("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self.db.executemany("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [unit.as_row() for unit in units])
         self.index.replace([(unit.path, unit.place, unit.summary if unit.ctxfst else None)
                             for unit in units] + [(path, b"", None) for path in removed],
                            known)
+
+    def put_stamps(self, units: list[DocumentUnit]) -> None:
+        """Keep these units' stamps (their files' identities changed, not their bytes)."""
+        self.db.executemany("UPDATE unit_docs SET stamp = ? WHERE path = ?",
+                            [(unit.stamp, unit.path) for unit in units])
 
     def put_diagnostics(self, unit: DocumentUnit) -> None:
         self.db.execute("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
@@ -371,11 +384,24 @@ class Checked:
         return {path: self.typed[path] for path in paths}
 
 
+def unit_stamp(info: os.stat_result, now_ns: int) -> str | None:
+    """A file's identity as a unit keeps it (size, mtime, inode, ctime, as git's index
+    does); None for a file changed within a clock tick of now_ns (files.changed_lately)."""
+    if changed_lately(info, now_ns):
+        return None
+    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}:{info.st_ctime_ns}"
+
+
 def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
                         open_parse_cache: Callable, store: UnitStore,
-                        regular_files: Collection[str] = ()) -> Checked:
+                        regular_files: Mapping[str, os.stat_result] | None = None,
+                        digested: dict[str, tuple[str, str, int]] | None = None) -> Checked:
     """Validate the project's inputs, typing only what changed (see the module doc).
-    regular_files: paths known to be regular files, not links."""
+    regular_files: the stat of the paths known to be regular files, not links, as this
+    run took it: a document whose stat is its unit's stamp, at the same place, is the
+    unit's, neither hashed nor its path resolved again (git's index). digested: where
+    the (file, relative path, sha256, size) of those documents are added (digests
+    gives the others')."""
     from ..document.kb import Input
     from ..document.rules import check_document
     from ..kb import check_kb_wide, load_kb
@@ -385,6 +411,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     from ..skills import SKILL_FILE
 
     root = config.root
+    regular_files = regular_files or {}
+    digested = {} if digested is None else digested
     relative_to_root = ProjectRelative(root, regular_files)
     previous, listed = store.documents()
     documents, others = [], []
@@ -394,17 +422,32 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     places = _places([(item.source.path, item.source.fs_path) for item in documents])
     found: dict[str, tuple[Any, str, str | None]] = {}  # path -> (input, relative, sha256)
     changed: list[str] = []
+    stamps: dict[str, str | None] = {}  # path -> its file's stamp now, when not its unit's
+    now_ns = time.time_ns()
     for item in documents:
         path = item.source.path
         if path in found:
             continue  # (walked twice: the skills folder inside content/): one unit
-        relative = relative_to_root(item.source.fs_path, path)
-        sha = digests(item.source.fs_path, relative)
-        found[path] = (item, relative, sha)
+        fs_path = item.source.fs_path
         unit = previous.get(path)
+        info = regular_files.get(fs_path)
+        if info is not None and unit is not None:
+            if unit.stamp is not None and unit.stamp == unit_stamp(info, now_ns) \
+                    and unit.place == places[path] and not unit.volatile \
+                    and unit.relative == relative_to_root.of_regular(fs_path):
+                found[path] = (item, unit.relative, unit.sha256)
+                digested[fs_path] = (unit.relative, unit.sha256, info.st_size)
+                continue
+        relative = relative_to_root(fs_path, path)
+        sha = digests(fs_path, relative)
+        found[path] = (item, relative, sha)
+        stamp = unit_stamp(info, now_ns) if info is not None and sha is not None else None
         if (sha is None or unit is None or unit.sha256 != sha or unit.relative != relative
                 or unit.volatile or unit.place != places[path]):
             changed.append(path)
+            stamps[path] = stamp
+        elif stamp != unit.stamp:
+            stamps[path] = stamp  # (its bytes are the unit's: its stamp is kept anew)
     order = list(found)
 
     def verified(paths: list[str], check: bool) -> list:
@@ -452,9 +495,11 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         _, relative, sha = found[path]
         if doc is not None:
             units[path] = DocumentUnit(path, relative, sha or "", summarize(doc), [],
-                                       is_volatile(doc), declared_tenant(doc), places[path])
+                                       is_volatile(doc), declared_tenant(doc), places[path],
+                                       stamp=stamps[path])
         elif path in changed:  # plain Markdown beside the documents
-            units[path] = DocumentUnit(path, relative, sha or "", None, place=places[path])
+            units[path] = DocumentUnit(path, relative, sha or "", None, place=places[path],
+                                       stamp=stamps[path])
         else:
             units[path] = previous[path]
     live = [units[path] for path in order if units[path].ctxfst]
@@ -492,6 +537,11 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     catalog_complete = (isinstance(linked_before, dict) and  # (as the last link left it)
                         linked_before.get("entities") == store.index.catalog_count())
     store.put_units([units[path] for path in changed], removed, listed)
+    changed_set = set(changed)
+    restamped = [previous[path] for path in stamps if path not in changed_set]
+    for unit in restamped:
+        unit.stamp = stamps[unit.path]
+    store.put_stamps(restamped)
     if everything:
         recheck.update(order)  # nothing known to compare with: check everything
     else:
