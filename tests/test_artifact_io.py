@@ -30,6 +30,15 @@ def test_indented_json_is_the_standard_librarys_text(value):
                                             indent=2) + "\n").encode("utf-8")
 
 
+@pytest.mark.parametrize("value", [
+    [{"path": "a},\n    {b", "sha256": "}]", "bytes": 3}, {"path": "{", "n": None}],
+    {"inputs": [{"x": 1.5, 2: True}], "artifacts": [{"inputs": ["a", "b"]}] * 2},
+    [{"only": "one"}], [{"a": 1}, {}], [{"a": [1]}], [{"a": 1}, "x"],
+])
+def test_lists_of_records_and_repeated_lists_encode_as_the_standard_library(value):
+    assert indented_json(value) == json.dumps(value, ensure_ascii=False, indent=2)
+
+
 class _Level(enum.IntEnum):
     HIGH = 3
 

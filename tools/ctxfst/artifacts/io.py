@@ -402,6 +402,7 @@ def indented_json(value: Any) -> str:
 
     parts: list[str] = []
     add = parts.append
+    said: dict[tuple[int, str], str] = {}  # (a list of strings, indent) -> its text
 
     def key_text(key: Any) -> str:
         if isinstance(key, str):
@@ -431,8 +432,15 @@ def indented_json(value: Any) -> str:
                 return
             inner = indent + "  "
             if all(type(member) is str for member in item):  # (ids: most of the lists)
-                add("[" + inner + ("," + inner).join(map(encode_basestring, item)) + indent
-                    + "]")
+                key = (id(item), indent)  # (one list in many places: a manifest's inputs)
+                if key not in said:
+                    said[key] = "[" + inner + ("," + inner).join(
+                        map(encode_basestring, item)) + indent + "]"
+                add(said[key])
+                return
+            if all(type(member) is dict and member and _FLAT.issuperset(
+                    map(type, member.values())) for member in item):
+                add(_flat_records(item, indent))
                 return
             opening = "[" + inner
             for member in item:
@@ -460,6 +468,23 @@ def indented_json(value: Any) -> str:
 
     encode(value, "\n")
     return "".join(parts)
+
+
+_FLAT = {str, int, float, bool, type(None)}
+
+
+def _flat_records(items: list | tuple, indent: str) -> str:
+    """indented_json of a list of non-empty dicts of scalars (a manifest's inputs), by
+    json's C encoder with the dicts' indent as its item separator; the list's own
+    breaks are put in after. Exact: a newline is never inside an encoded string, a
+    record ends in "}" and begins with "{" (a key begins with a quote), so `},` + break
+    + `{` is found only between two records."""
+    inner = indent + "  "
+    member = inner + "  "
+    text = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                            separators=("," + member, ": ")).encode(list(items))
+    body = text[2:-2].replace("}," + member + "{", inner + "}," + inner + "{" + member)
+    return "[" + inner + "{" + member + body + inner + "}" + indent + "]"
 
 
 def compact_json(value: Any) -> bytes:

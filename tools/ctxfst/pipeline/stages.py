@@ -838,26 +838,28 @@ def stage_manifest(config: Config) -> None:
         counted_before = published_rows(store)  # sha256 -> rows, of the last manifest
     finally:
         store.close()
+    lineages: dict[str, list[str]] = {}  # stage -> its artifacts' inputs (one list)
     for name, (stage, version) in ARTIFACTS.items():
         path = staged(config, name)
         sha256, size = _staged_digest(path, name, stage, records.get(stage))
         rows = counted.get(name, counted_before.get(sha256))
-        feeds = []
-        for item in BY_NAME[stage].lineage:
-            if item == "inputs":
-                feeds.extend(i["path"] for i in inputs)
-            elif item == "inputs:extra-edges":
-                feeds.extend(edge_inputs)
-            elif item.startswith("ledger:"):
-                feeds.append(item)  # the previous facts state (docs/facts.md)
-            elif item == "inputs:skills":
-                feeds.extend(i["path"] for i in inputs if i["path"].endswith("/SKILL.md"))
-            else:
-                feeds.append(item)
+        if stage not in lineages:  # (one list per stage: encoded once, json_bytes)
+            feeds = lineages[stage] = []
+            for item in BY_NAME[stage].lineage:
+                if item == "inputs":
+                    feeds.extend(i["path"] for i in inputs)
+                elif item == "inputs:extra-edges":
+                    feeds.extend(edge_inputs)
+                elif item.startswith("ledger:"):
+                    feeds.append(item)  # the previous facts state (docs/facts.md)
+                elif item == "inputs:skills":
+                    feeds.extend(i["path"] for i in inputs if i["path"].endswith("/SKILL.md"))
+                else:
+                    feeds.append(item)
         artifacts.append({"path": name, "stage": stage, "schema_version": version,
                           "sha256": sha256, "bytes": size,
                           "rows": rows if type(rows) is int else _rows(path),
-                          "inputs": feeds})
+                          "inputs": lineages[stage]})
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "toolchain": {"name": "ctxfst", "version": __version__},

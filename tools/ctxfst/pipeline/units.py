@@ -63,6 +63,9 @@ class DocumentUnit:
     it (a link inside content/ to another document is an input of its own). A unit read
     from the store has its summary read when asked for (UnitStore.load_summaries)."""
 
+    __slots__ = ("path", "relative", "sha256", "diagnostics", "volatile", "tenant", "place",
+                 "ctxfst", "_summary", "declares", "stamp")
+
     def __init__(self, path: str, relative: str, sha256: str, summary: Summary | None,
                  diagnostics: list[Diagnostic] | None = None, volatile: bool = False,
                  tenant: Any = None, place: bytes = b"", ctxfst: bool | None = None,
@@ -118,8 +121,14 @@ class DocumentUnit:
             found = diagnostics_from_rows(_loads(diagnostics))
             if found is None:
                 return None
-        return cls(path, relative, sha256, None, found, bool(volatile), tenant, place,
-                   bool(ctxfst), declares.split(" ") if declares else [], stamp)
+        # (set here, not through __init__: 10,000 units are read back in each edit)
+        unit = object.__new__(cls)
+        unit.path, unit.relative, unit.sha256, unit._summary = path, relative, sha256, None
+        unit.diagnostics, unit.volatile, unit.tenant, unit.place = (
+            found, volatile == 1, tenant, place)
+        unit.ctxfst, unit.stamp = ctxfst == 1, stamp
+        unit.declares = declares.split(" ") if declares else []
+        return unit
 
 
 def _tenant(value: Any) -> Any:
