@@ -1530,3 +1530,51 @@ def test_an_edit_looks_up_only_the_documents_whose_files_changed(tmp_path, capsy
     edit(c)
     assert built() == ([c.name], {c.name})
     assert_consistent(root)
+
+
+def test_a_stamp_is_kept_only_for_the_file_its_bytes_came_from(tmp_path, capsys,
+                                                                monkeypatch):
+    """A skills folder link pointed at another folder while the build reads a document
+    in it (a `git checkout`, say): the bytes are the other file's, so the stat doit took
+    before is not kept as their stamp, and once the link is back the next build takes
+    the document's real bytes again (and lists their sha256)."""
+    from ctxfst.document.source import Source
+
+    root = example(tmp_path)
+    for side, words in (("a", "Alpha notes here.\n"), ("b", "Beta notes, other.\n")):
+        folder = root / "shared" / side / "foo"
+        shutil.copytree(root / "skills" / "analyze-gaps", folder)
+        (folder / "notes.md").write_text(words)
+        skill = folder / "SKILL.md"
+        skill.write_text(skill.read_text().replace("name: analyze-gaps", "name: foo", 1))
+    link = root / "skills" / "foo"
+    os.symlink("../shared/a/foo", link)
+    time.sleep(0.2)  # (past the racy window: files.RACY_NS)
+    assert build(root, capsys)[0] == 0
+    notes = root / "shared/a/foo/notes.md"
+    notes.write_text("Alpha notes, edited.\n")
+    time.sleep(0.2)
+    real = Source.read_with_stat
+
+    def read_with_stat(self, *args, **kwargs):
+        if str(self.fs_path).endswith("skills/foo/notes.md") and not flipped:
+            flipped.append(True)
+            os.unlink(link)
+            os.symlink("../shared/b/foo", link)
+        return real(self, *args, **kwargs)
+
+    flipped: list[bool] = []
+    monkeypatch.setattr(Source, "read_with_stat", read_with_stat)
+    build(root, capsys)  # (it read the other file's bytes)
+    monkeypatch.setattr(Source, "read_with_stat", real)
+    assert flipped
+    os.unlink(link)
+    os.symlink("../shared/a/foo", link)
+    other = root / "content" / "backend-frameworks.ctxfst.md"
+    other.write_text(other.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    time.sleep(0.2)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    manifest = json.loads((root / "build/manifest.json").read_text())
+    listed = [i["sha256"] for i in manifest["inputs"] if i["path"].endswith("foo/notes.md")]
+    assert listed == [hashlib.sha256(notes.read_bytes()).hexdigest()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,20 +25,28 @@ class Source:
     data: bytes | None = None
 
     def read_bytes(self, limit: int = MAX_FILE_BYTES) -> tuple[bytes | None, Diagnostic | None]:
+        data, problem, _ = self.read_with_stat(limit)
+        return data, problem
+
+    def read_with_stat(self, limit: int = MAX_FILE_BYTES
+                       ) -> tuple[bytes | None, Diagnostic | None, os.stat_result | None]:
+        """read_bytes(), and the stat of the file the bytes were read from (one open
+        file; None for bytes given, or none read)."""
         if self.data is not None:
             if len(self.data) > limit:
-                return None, _too_large(self.path, len(self.data), limit)
-            return self.data, None
+                return None, _too_large(self.path, len(self.data), limit), None
+            return self.data, None, None
         assert self.fs_path is not None
         from ..artifacts.io import FileTooLarge, read_regular
 
         try:
-            return read_regular(self.fs_path, limit)[0], None
+            data, info = read_regular(self.fs_path, limit)
+            return data, None, info
         except FileTooLarge as error:
-            return None, _too_large(self.path, error.size, limit)
+            return None, _too_large(self.path, error.size, limit), None
         except (OSError, ValueError) as error:  # ValueError: a NUL byte in the name
             reason = getattr(error, "strerror", None) or error
-            return None, diag("CTX001", f"cannot read file: {reason}", self.path)
+            return None, diag("CTX001", f"cannot read file: {reason}", self.path), None
 
 
 def _too_large(path: str, size: int, limit: int) -> Diagnostic:

@@ -461,11 +461,16 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
 
     def verified(paths: list[str], check: bool) -> list:
         """The inputs of paths with the bytes to parse: exactly those whose sha256 the
-        unit records (check: a file edited since it was hashed stops the build)."""
+        unit records (check: a file edited since it was hashed stops the build). A
+        stamp is kept only when it is the identity of the file the bytes came from (a
+        folder link pointed elsewhere meanwhile reads another file)."""
         chosen = []
         for path in paths:
             item, relative, sha = found[path]
-            data, problem = item.source.read_bytes()
+            data, problem, read_from = item.source.read_with_stat()
+            if stamps.get(path) is not None and (
+                    read_from is None or unit_stamp(read_from, now_ns) != stamps[path]):
+                stamps[path] = None
             if problem is None and data is not None:
                 actual = hashlib.sha256(data).hexdigest()
                 if check and actual != sha:
