@@ -440,13 +440,12 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         fs_path = item.source.fs_path
         unit = previous.get(path)
         info = regular_files.get(fs_path)
-        if info is not None and unit is not None:
-            if unit.stamp is not None and unit.stamp == unit_stamp(info, now_ns) \
-                    and unit.place == places[path] and not unit.volatile \
-                    and unit.relative == relative_to_root.of_regular(fs_path):
-                found[path] = (item, unit.relative, unit.sha256)
-                digested[fs_path] = (unit.relative, unit.sha256, info.st_size)
-                continue
+        if info is not None and unit is not None and unit.stamp is not None \
+                and unit.stamp == unit_stamp(info, now_ns) and unit.place == places[path] \
+                and not unit.volatile and unit.relative == relative_to_root.of_regular(fs_path):
+            found[path] = (item, unit.relative, unit.sha256)
+            digested[fs_path] = (unit.relative, unit.sha256, info.st_size)
+            continue
         relative = relative_to_root(fs_path, path)
         sha = digests(fs_path, relative)
         found[path] = (item, relative, sha)
