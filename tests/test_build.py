@@ -1542,16 +1542,16 @@ def test_a_stamp_is_kept_only_for_the_file_its_bytes_came_from(tmp_path, capsys,
 
     root = example(tmp_path)
     for side, words in (("a", "Alpha notes here.\n"), ("b", "Beta notes, other.\n")):
-        folder = root / "shared" / side / "foo"
+        folder = root / "elsewhere" / side / "foo"
         shutil.copytree(root / "skills" / "analyze-gaps", folder)
         (folder / "notes.md").write_text(words)
         skill = folder / "SKILL.md"
         skill.write_text(skill.read_text().replace("name: analyze-gaps", "name: foo", 1))
     link = root / "skills" / "foo"
-    os.symlink("../shared/a/foo", link)
+    os.symlink("../elsewhere/a/foo", link)
     time.sleep(0.2)  # (past the racy window: files.RACY_NS)
     assert build(root, capsys)[0] == 0
-    notes = root / "shared/a/foo/notes.md"
+    notes = root / "elsewhere/a/foo/notes.md"
     notes.write_text("Alpha notes, edited.\n")
     time.sleep(0.2)
     real = Source.read_with_stat
@@ -1560,7 +1560,7 @@ def test_a_stamp_is_kept_only_for_the_file_its_bytes_came_from(tmp_path, capsys,
         if str(self.fs_path).endswith("skills/foo/notes.md") and not flipped:
             flipped.append(True)
             os.unlink(link)
-            os.symlink("../shared/b/foo", link)
+            os.symlink("../elsewhere/b/foo", link)
         return real(self, *args, **kwargs)
 
     flipped: list[bool] = []
@@ -1569,7 +1569,7 @@ def test_a_stamp_is_kept_only_for_the_file_its_bytes_came_from(tmp_path, capsys,
     monkeypatch.setattr(Source, "read_with_stat", real)
     assert flipped
     os.unlink(link)
-    os.symlink("../shared/a/foo", link)
+    os.symlink("../elsewhere/a/foo", link)
     other = root / "content" / "backend-frameworks.ctxfst.md"
     other.write_text(other.read_text(encoding="utf-8") + "\n", encoding="utf-8")
     time.sleep(0.2)
