@@ -232,15 +232,9 @@ class ProjectRelative:
             slow = "/." in text or (text not in self.regular_files and os.path.islink(text))
         except (TypeError, ValueError):
             slow = True
-        if slow:
-            return project_relative(self.root, path, fallback)
-        folder, name = os.path.split(text)
-        if folder not in self._folders:
-            self._folders[folder] = self._folder(folder)
-        prefix = self._folders[folder]
-        if prefix is None:
-            return project_relative(self.root, path, fallback)
-        return prefix + name
+        relative = None if slow else self.of_regular(text)
+        return relative if relative is not None else project_relative(self.root, path,
+                                                                       fallback)
 
     def of_regular(self, path: str) -> str | None:
         """The relative path of a regular file (no link) the walk found, by its folder

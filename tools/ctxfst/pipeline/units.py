@@ -35,7 +35,8 @@ from ..files import changed_lately
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import Span, compact_json, is_sha256, write_atomic, write_pieces
+from ..artifacts.io import (Span, compact_json, file_stamp, is_sha256, write_atomic,
+                             write_pieces)
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
 UNIT_FORMAT = "5"  # 3: declarations keyed by their text; 4: units and link step as tables;
@@ -394,11 +395,11 @@ class Checked:
 
 
 def unit_stamp(info: os.stat_result, now_ns: int) -> str | None:
-    """A file's identity as a unit keeps it (size, mtime, inode, ctime, as git's index
-    does); None for a file changed within a clock tick of now_ns (files.changed_lately)."""
+    """A file's identity (artifacts.io.file_stamp) as a unit keeps it; None for a file
+    changed within a clock tick of now_ns (files.changed_lately)."""
     if changed_lately(info, now_ns):
         return None
-    return f"{info.st_size}:{info.st_mtime_ns}:{info.st_ino}:{info.st_ctime_ns}"
+    return ":".join(map(str, file_stamp(info)))
 
 
 def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
@@ -1252,7 +1253,7 @@ def _recorded_file(path: Path, record: dict, keep_open: bool = False,
     when the last build published it with that sha256 (`published`, the unit store's
     record of it: remember_published): a published twin edited in place, even to the
     same size and mtime, has another ctime."""
-    from ..artifacts.io import file_stamp, open_no_follow
+    from ..artifacts.io import open_no_follow
 
     sha256 = record.get("sha256")
     if not isinstance(sha256, str):
@@ -1287,8 +1288,6 @@ def remember_published(store: UnitStore, staging: Path, digests: dict[str, str],
     facts ledger's copies (LEDGER_STAMP + name: the next facts stage's prior state); and
     the rows the manifest counted in each artifact, by its sha256, so that the next one
     need not count them again in the artifacts that did not change (published_rows)."""
-    from ..artifacts.io import file_stamp
-
     stamps = {}
     places = [(name, staging / name, sha256) for name, sha256 in digests.items()]
     places += [(LEDGER_STAMP + name, ledger / name, digests[name])
@@ -1307,8 +1306,6 @@ def as_published(published: Any, name: str, info: os.stat_result, sha256: str) -
     """Whether a staged file (its stat) is as the last build published it with this
     sha256 (`published`: the unit store's PUBLISHED record, remember_published), so that
     it need not be hashed again."""
-    from ..artifacts.io import file_stamp
-
     known = published.get(name) if isinstance(published, dict) else None
     return known == [*file_stamp(info), sha256]
 
