@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxfst.diagnostics import RULES
 from ctxfst.document.parse import parse_document
+from ctxfst.document.yamlpos import load_yaml
 from ctxfst.document.source import Source
 from ctxfst.kb import KnowledgeBase, validate
 
@@ -70,6 +72,49 @@ def mutated(draw):
 @given(mutated())
 def test_mutated_documents(data):
     check(data)
+
+
+
+# --- Positions made from the events alone (the facts stage's way) are the full load's.
+
+def assert_same_positions(text: str) -> None:
+    fast = load_yaml(text, "fuzz.md", 2)
+    if not fast.ok:
+        return
+    full = load_yaml(text, "fuzz.md", 2, positions=True)
+    assert (fast.source_map.keys, fast.source_map.values) == (full.source_map.keys,
+                                                              full.source_map.values)
+
+
+_scalars = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.none(),
+                     st.dates(), st.floats(allow_nan=False, allow_infinity=False))
+_keys = st.one_of(st.text(max_size=8), st.integers(-50, 3000), st.booleans(), st.dates())
+_trees = st.recursive(_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(_keys, inner, max_size=4)), max_leaves=25)
+
+
+@FUZZ
+@given(_trees, st.sampled_from([None, True, False]), st.booleans())
+def test_positions_from_events_are_the_full_loads(tree, flow, wide):
+    assert_same_positions(yaml.safe_dump(tree, default_flow_style=flow, allow_unicode=True,
+                                         width=20 if wide else 80))
+
+
+@FUZZ
+@given(_yamlish)
+def test_positions_from_events_of_odd_text(text):
+    assert_same_positions(text)
+
+
+def test_positions_from_events_of_the_shipped_documents():
+    seeds = [p.read_text(encoding="utf-8") for p in sorted(REPO.glob("tests/fixtures/**/*.md"))]
+    seeds += [p.read_text(encoding="utf-8") for p in sorted((REPO / "content").glob("*.md"))]
+    seeds += ["a: &x {b: 1}\nc: *x\n", "m:\n  <<: {x: 1}\n  y: 2\n", "2024-01-01 10:00:00: t\n",
+              "a: 1\na: 2\n", "? [complex]\n: v\n", "k: x\u0085y: z\n", "!!str 1: a\n"]
+    for text in seeds:
+        head = text.split("\n---", 1)[0].removeprefix("---\n") if text.startswith("---") \
+            else text
+        assert_same_positions(head)
 
 
 # --- Field-level mutation of a whole project: every frontmatter field of the documents,

@@ -70,8 +70,11 @@ class SourceMap:
         if self._pending is not None:
             text, path, line_offset = self._pending
             self._pending = None
-            built = load_yaml(text, path, line_offset, positions=True).source_map
-            self._keys, self._values = built._keys, built._values
+            found = _positions(text, line_offset)
+            if found is None:
+                built = load_yaml(text, path, line_offset, positions=True).source_map
+                found = built._keys, built._values
+            self._keys, self._values = found
 
     def alias(self, path: Path, source: Path) -> None:
         """Locate path where source is (a field lifted from elsewhere in the YAML)."""
@@ -220,21 +223,7 @@ class _Builder:
         self.emit(value, size, event.start_mark, None, raw=None)
 
     def scalar(self, event) -> None:
-        tag = event.tag
-        if tag is None or tag == "!":
-            if not event.implicit[0]:
-                # A quoted scalar without a tag is always a string.
-                self.emit(event.value, 1, event.start_mark, event.anchor, event.value)
-                return
-            cached = _plain_cache.get(event.value, _MISSING)
-            if cached is not _MISSING:
-                self.emit(cached, 1, event.start_mark, event.anchor, event.value)
-                return
-            tag = _resolver.resolve(ScalarNode, event.value, event.implicit)
-        value = self._construct(tag, event)
-        if event.tag is None and len(_plain_cache) < _PLAIN_CACHE_SIZE:
-            _plain_cache[event.value] = value  # results are immutable: str, int, date...
-        self.emit(value, 1, event.start_mark, event.anchor, event.value)
+        self.emit(_scalar_value(event), 1, event.start_mark, event.anchor, event.value)
 
     @staticmethod
     def _construct(tag: str, event) -> Any:
@@ -301,8 +290,7 @@ class _Builder:
         if isinstance(value, (dict, list)):
             raise _Refused("CTX017", "a mapping key must be a plain value, not a "
                            "list or mapping", mark)
-        # YAML 1.1 reads keys like `on` or `2024` as bool/int; keep the text as written.
-        key = value if isinstance(value, str) else (raw if raw is not None else str(value))
+        key = _key_text(value, raw)
         if key in parent.explicit:
             if not self.record:
                 raise _NeedPositions
@@ -326,6 +314,27 @@ class _Builder:
             for key, item in source.items():
                 if key not in parent.explicit and key not in parent.container:
                     parent.container[key] = item
+
+
+def _scalar_value(event) -> Any:
+    """The value a scalar event stands for (_Refused when it cannot be read)."""
+    tag = event.tag
+    if tag is None or tag == "!":
+        if not event.implicit[0]:
+            return event.value  # a quoted scalar without a tag is always a string
+        cached = _plain_cache.get(event.value, _MISSING)
+        if cached is not _MISSING:
+            return cached
+        tag = _resolver.resolve(ScalarNode, event.value, event.implicit)
+    value = _Builder._construct(tag, event)
+    if event.tag is None and len(_plain_cache) < _PLAIN_CACHE_SIZE:
+        _plain_cache[event.value] = value  # results are immutable: str, int, date...
+    return value
+
+
+def _key_text(value: Any, raw: str | None) -> str:
+    # YAML 1.1 reads keys like `on` or `2024` as bool/int; keep the text as written.
+    return value if isinstance(value, str) else (raw if raw is not None else str(value))
 
 
 class _MergeMarker:
@@ -395,6 +404,59 @@ def _load(text: str, path: str, line_offset: int, positions: bool) -> YamlResult
         builder.diagnostics.append(_syntax_error(error, text, path, line_offset))
         return YamlResult(None, builder.smap, builder.diagnostics, False)
     return YamlResult(builder.root, builder.smap, builder.diagnostics, True)
+
+
+def _positions(text: str, line_offset: int) -> tuple[dict, dict] | None:
+    """The keys' and values' positions the full load records, from the events alone (no
+    value is built: the facts stage locates a whole knowledge base's frontmatter this
+    way); None for a text where only the full load can say (anchors, aliases, merge
+    keys, tagged or odd keys, line breaks that files do not break at)."""
+    if any(char in text for char in _YAML_ONLY_BREAKS):
+        return None
+    keys: dict[Path, tuple] = {}
+    values: dict[Path, tuple] = {}
+    stack: list[list] = []  # [path, mapping?, pending key (_NO_KEY: a key comes next) or next index]
+    documents = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            kind = event.__class__
+            if kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
+                stack.pop()
+                continue
+            if kind is ev.DocumentStartEvent:
+                documents += 1
+                if documents > 1:
+                    return None
+                continue
+            if kind is ev.AliasEvent or getattr(event, "anchor", None):
+                return None
+            if kind is not ev.ScalarEvent and kind is not ev.MappingStartEvent \
+                    and kind is not ev.SequenceStartEvent:
+                continue  # (stream and document ends)
+            mark = event.start_mark
+            pos = (mark.line + 1 + line_offset, mark.column + 1)
+            path: Path = ()
+            if stack:
+                frame = stack[-1]
+                if frame[1] and frame[2] is _NO_KEY:  # a key
+                    if kind is not ev.ScalarEvent:
+                        return None
+                    value = _scalar_value(event)
+                    if value is _MERGE:
+                        return None
+                    frame[2] = _key_text(value, event.value)
+                    keys[frame[0] + (frame[2],)] = pos
+                    continue
+                path = frame[0] + (frame[2],)
+                frame[2] = _NO_KEY if frame[1] else frame[2] + 1
+                values[path] = pos
+            if kind is ev.MappingStartEvent:
+                stack.append([path, True, _NO_KEY])
+            elif kind is ev.SequenceStartEvent:
+                stack.append([path, False, 0])
+    except (_Refused, yaml.YAMLError):
+        return None
+    return keys, values
 
 
 def _syntax_error(error: yaml.YAMLError, text: str, path: str, line_offset: int) -> Diagnostic:
