@@ -98,7 +98,7 @@ def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
     them once); and the number of facts each source supports."""
     import pyarrow as pa
 
-    columns: list[list[Any]] = [[] for _ in candidate_schema()]
+    rows: list[tuple] = []
     supported: list[int] = []
     for path, run_id, candidates in sources:
         seen: set[tuple] = set()
@@ -113,10 +113,11 @@ def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
             if span in seen:
                 continue
             seen.add(span)
-            for column, value in zip(columns, row):
-                column.append(value)
+            rows.append(row)
         supported.append(len({fid for fid, _ in candidates}))
     schema = candidate_schema()
+    # (rows turned into columns in one C pass: an append per value cost a fifth of this)
+    columns = list(zip(*rows)) if rows else [() for _ in schema]
     batch = pa.RecordBatch.from_arrays(
         [_array(column, field) for column, field in zip(columns, schema)], schema=schema)
     sink = pa.BufferOutputStream()
