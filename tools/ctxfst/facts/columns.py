@@ -16,7 +16,7 @@ sort compares integers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from .model import SORT_COLUMNS, Candidate, facts_schema, rows_table, table_metadata
 
@@ -45,7 +45,7 @@ def candidate_schema():
         *(pa.field(name, pa.string()) for name in _FACT_FIELDS), *_evidence_type()]])
 
 
-def _array(values: list[Any], field):
+def _array(values: Sequence[Any], field):
     import pyarrow as pa
 
     if pa.types.is_dictionary(field.type):
