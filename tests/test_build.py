@@ -212,6 +212,31 @@ def test_published_artifacts_are_links_and_one_edited_in_place_is_caught(tmp_pat
     assert b'"nodes"' in graph.read_bytes()
 
 
+
+def test_the_facts_ledger_is_the_facts_stages_copy_and_one_not_as_written_is_not_linked(
+        tmp_path, capsys):
+    """The facts stage copies its files for the ledger beside the later stages, and
+    publishing links those copies; a copy that is not the file the stage wrote (replaced
+    since) is not linked: the ledger gets a copy of the published artifact instead."""
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    names = ("semantic_facts.parquet", "semantic_fact_extraction_runs.parquet",
+             "semantic_facts_delta.json")
+    for name in names:
+        ledger = root / ".ctxfst/facts" / name
+        assert ledger.samefile(root / "build/.staging/ledger" / name), name
+        assert not ledger.samefile(root / "build" / name), name
+        assert ledger.read_bytes() == (root / "build" / name).read_bytes(), name
+    copy = root / "build/.staging/ledger/semantic_facts.parquet"
+    copy.unlink()  # (the ledger keeps its file)
+    copy.write_bytes(b"not the facts")
+    code, out = build(root, capsys)
+    assert code == 0, out
+    ledger = root / ".ctxfst/facts/semantic_facts.parquet"
+    assert ledger.read_bytes() == (root / "build/semantic_facts.parquet").read_bytes()
+    assert not ledger.samefile(copy) and copy.read_bytes() == b"not the facts"
+    assert_consistent(root)
+
 def test_artifact_contents(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0

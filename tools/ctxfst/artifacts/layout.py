@@ -11,6 +11,7 @@ from pathlib import Path
 
 STAGING = ".staging"
 RESULTS = "stages"
+LEDGER_COPIES = "ledger"  # the facts stage's copies of its files, for the facts ledger
 JOURNAL = ".publish.json"
 MANIFEST = "manifest.json"
 RUN_RESULTS = "run_results.json"
@@ -23,6 +24,12 @@ def staging(config) -> Path:
 
 def staged(config, name: str) -> Path:
     return staging(config) / name
+
+
+def ledger_copy_name(name: str) -> str:
+    """The staged copy of a facts artifact that publishing links into the facts ledger
+    (a file of its own: the ledger must not change with build/'s file edited in place)."""
+    return f"{LEDGER_COPIES}/{name}"
 
 
 def result_name(stage: str) -> str:

@@ -24,8 +24,8 @@ from ..diagnostics import Diagnostic, render_text, summarize
 from ..artifacts.io import (copy_atomic, file_identity, link_atomic, note_written,
                             read_json, recording_writes, sha256_file, write_atomic,
                             write_json, written_so_far)
-from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS, result_path,
-                                staged, staging)
+from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS,
+                                ledger_copy_name, result_path, staged, staging)
 
 
 class BuildFailed(Exception):
@@ -786,6 +786,10 @@ def stage_facts(config: Config) -> None:
         raise BuildFailed(str(error)) from None
     finally:
         store.close()
+    from ..facts.build import LEDGER_FILES
+
+    for name in LEDGER_FILES:  # (here, beside the stages that follow, not when publishing)
+        copy_atomic(staged(config, name), staged(config, ledger_copy_name(name)))
     if outcome.counts["failed"]:
         print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "
               "their previous facts are kept (see semantic_fact_extraction_runs.parquet)",
@@ -929,14 +933,47 @@ def _copy_published(config: Config, names: list[str]) -> None:
     copies: stages never write a staged file in place (write_atomic renames a new one
     there), so a published file keeps its bytes when the next build stages others. The
     ledger gets copies: it is the only record of the facts' history, and must not change
-    with a file in build/ edited in place."""
+    with a file in build/ edited in place. The facts stage made those copies (links of
+    them are made here); one that is not as it wrote it is made again from the staged
+    artifact."""
     from ..facts.build import LEDGER_FILES
 
     for name in names:
         link_atomic(staged(config, name), config.build_dir / name)
+    outputs = _recorded_outputs(config, "facts")
     for name in LEDGER_FILES:
         if name in names:
-            copy_atomic(staged(config, name), config.facts_ledger / name)
+            copy = staged(config, ledger_copy_name(name))
+            if _same_written(outputs, staged(config, name), name, copy,
+                             ledger_copy_name(name)):
+                link_atomic(copy, config.facts_ledger / name)
+            else:
+                copy_atomic(staged(config, name), config.facts_ledger / name)
+
+
+def _recorded_outputs(config: Config, stage: str) -> dict:
+    """What a stage's result record says it wrote ({} when it cannot be read)."""
+    try:
+        outputs = read_json(result_path(config, stage)).get("outputs")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return outputs if isinstance(outputs, dict) else {}
+
+
+def _same_written(outputs: dict, path: Path, name: str, other: Path, other_name: str
+                  ) -> bool:
+    """Whether two staged files hold the same bytes: a stage wrote them with one sha256
+    (its recorded outputs) and both keep the identity they had then."""
+    first, second = outputs.get(name), outputs.get(other_name)
+    if not (isinstance(first, dict) and isinstance(second, dict)
+            and isinstance(first.get("sha256"), str)
+            and first.get("sha256") == second.get("sha256")):
+        return False
+    try:
+        return (file_identity(os.lstat(path)) == first.get("identity")
+                and file_identity(os.lstat(other)) == second.get("identity"))
+    except OSError:
+        return False
 
 
 def recover(config: Config) -> bool:
