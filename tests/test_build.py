@@ -1497,12 +1497,13 @@ def test_an_edit_looks_up_only_the_documents_whose_files_changed(tmp_path, capsy
                                                                  monkeypatch):
     """A document whose file keeps the identity (size, mtime, inode, ctime) its unit was
     checked with is taken from its unit: neither hashed nor its digest looked up (git's
-    index). One whose identity changed is looked up (hashed when its bytes are new) and,
-    its bytes the same, keeps the new identity; one changed within a clock tick of its
-    build is looked up again by the next one; one with content_path passages (other
-    files) always is."""
+    index). One whose identity changed is hashed and, its bytes the same, keeps the new
+    identity; one changed within a clock tick of its build is hashed again by the next
+    one. Their digests live in their units, not in the build's input digests: only one
+    with content_path passages (other files), checked every build, is looked up there."""
     import ctxfst.artifacts.io as artifact_io
     from ctxfst.artifacts.reader import DigestCache
+    from ctxfst.pipeline import stages
 
     hashed: list[str] = []
     looked_up: set[str] = set()
@@ -1519,6 +1520,7 @@ def test_an_edit_looks_up_only_the_documents_whose_files_changed(tmp_path, capsy
         return real_lookup(self, key, path, info)
 
     monkeypatch.setattr(artifact_io, "sha256_file_and_size", counted_hash)
+    monkeypatch.setattr(stages, "sha256_file_and_size", counted_hash)
     monkeypatch.setattr(DigestCache, "sha256_and_size", counted_lookup)
     root = example(tmp_path)
     content = root / "content"
@@ -1540,21 +1542,26 @@ def test_an_edit_looks_up_only_the_documents_whose_files_changed(tmp_path, capsy
 
     assert len(built()[0]) == len(list(content.rglob("*.md")))  # the first build
     edit(a)
-    assert built() == ([a.name], {a.name})
+    assert volatile.name in built()[0]  # (known from now on as one with passages)
+    edit(a)
+    assert built() == ([a.name], set())
     assert volatile.name in looked_up and volatile.name not in hashed
     os.utime(c, ns=(time.time_ns(), time.time_ns()))  # touched: the same bytes
     edit(d)
-    assert built() == ([c.name, d.name], {c.name, d.name})
+    assert built() == ([c.name, d.name], set())
     edit(a)
-    assert built() == ([a.name], {a.name})  # (c kept its new identity)
+    assert built() == ([a.name], set())  # (c kept its new identity)
     edit(d)
     found, found_looked_up = built(settle=False)  # at once: d's identity is not kept
-    assert set(found) == {d.name} and found_looked_up == {d.name}  # (doit's state
-    edit(a)                                                         # hashes it, too)
-    assert built() == (sorted([a.name, d.name]), {a.name, d.name})
+    assert set(found) == {d.name} and found_looked_up == set()  # (doit's state hashes it,
+    edit(a)                                                      # too)
+    assert built() == (sorted([a.name, d.name]), set())
     edit(c)
-    assert built() == ([c.name], {c.name})
+    assert built() == ([c.name], set())
     assert_consistent(root)
+    kept = json.loads((root / ".ctxfst/cache/build-inputs.json").read_text())
+    assert [key for key in kept if key.endswith(".md") and "SKILL" not in key] == [
+        volatile.relative_to(root).as_posix()]
 
 
 def test_a_stamp_is_kept_only_for_the_file_its_bytes_came_from(tmp_path, capsys,

@@ -318,8 +318,15 @@ class Config:
     @property
     def input_digests(self) -> Path:
         """sha256 of the sources by file identity (size, mtime, inode, ctime), like git's
-        index: shared by the build's stamp and the readers' freshness check."""
+        index: the readers' freshness check (artifacts/freshness.py)."""
         return self.cache_dir / "inputs.json"
+
+    @property
+    def build_input_digests(self) -> Path:
+        """input_digests of the build's inputs other than documents (skills, extra edges,
+        settings, content_path passages): a document's digest is in its unit, so an edit
+        does not rewrite a list of every document (0.56 s at 100,000)."""
+        return self.cache_dir / "build-inputs.json"
 
 
 def _settings_in(directory: Path) -> _Settings | None:

@@ -22,8 +22,8 @@ from .. import __version__
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
 from ..artifacts.io import (copy_atomic, file_identity, link_atomic, note_written,
-                            read_json, recording_writes, sha256_file, write_atomic,
-                            write_json, written_so_far)
+                            read_json, recording_writes, sha256_file,
+                            sha256_file_and_size, write_atomic, write_json, written_so_far)
 from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS,
                                 ledger_copy_name, result_path, staged, staging)
 
@@ -161,13 +161,18 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1]
     _validated.clear()
-    digests = input_digests(config)
     digested: dict[str, tuple[str, str, int]] = {}
 
-    def sha(path, relative: str) -> str | None:
+    def sha(path, relative: str, volatile: bool) -> str | None:
+        """A document its unit does not vouch for (new, edited, touched, or with
+        content_path passages): its digest is kept in its unit, and in the build's input
+        digests only when it is checked every build (volatile)."""
         try:
-            digest, size = digests.sha256_and_size(relative, path,
-                                                   _run_stats.get(os.fspath(path)))
+            if volatile:
+                digest, size = input_digests(config).sha256_and_size(
+                    relative, path, _run_stats.get(os.fspath(path)))
+            else:
+                digest, size = sha256_file_and_size(path)
         except OSError:
             return None  # unreadable: parsing reports it
         digested[os.fspath(path)] = (relative, digest, size)  # (validation.json's stamp)
@@ -206,7 +211,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
                                           store, digested=digested)
     finally:
         store.close()
-    digests.save()
+    input_digests(config).save()
     checked.digested = digested
     if counts is not None:
         counts.update(documents_parsed=sum(c.misses for c in caches),
@@ -224,16 +229,17 @@ _digests: dict[tuple, Any] = {}  # one DigestCache per project in a process (its
 
 
 def input_digests(config: Config):
-    """The project's input digests (DigestCache), loaded once per build process."""
+    """The build's input digests (DigestCache of Config.build_input_digests), loaded once
+    per build process."""
     from ..files import RACY_NS
     from ..artifacts.cache import caches_disabled
     from ..artifacts.reader import DigestCache
 
     # (entries are checked against each file's identity when used, whoever made them)
-    key = (config.input_digests, caches_disabled())
+    key = (config.build_input_digests, caches_disabled())
     if key not in _digests:
         _digests.clear()
-        _digests[key] = DigestCache(config.input_digests, RACY_NS)
+        _digests[key] = DigestCache(config.build_input_digests, RACY_NS)
     return _digests[key]
 
 

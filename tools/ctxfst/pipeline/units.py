@@ -411,7 +411,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     run took it: a document whose stat is its unit's stamp, at the same place, is the
     unit's, neither hashed nor its path resolved again (git's index). digested: where
     the (file, relative path, sha256, size) of those documents are added (digests
-    gives the others')."""
+    gives the others': digests(file, relative path, volatile) -> sha256 or None, where
+    volatile says the document's unit has content_path passages, checked every build)."""
     from ..document.kb import Input
     from ..document.rules import check_document
     from ..kb import check_kb_wide, load_kb
@@ -448,7 +449,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
             digested[fs_path] = (unit.relative, unit.sha256, info.st_size)
             continue
         relative = relative_to_root(fs_path, path)
-        sha = digests(fs_path, relative)
+        sha = digests(fs_path, relative, unit is not None and unit.volatile)
         found[path] = (item, relative, sha)
         stamp = unit_stamp(info, now_ns) if info is not None and sha is not None else None
         if (sha is None or unit is None or unit.sha256 != sha or unit.relative != relative
