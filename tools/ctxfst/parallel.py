@@ -28,6 +28,12 @@ def _run_one(index: int) -> Any:
     return function(items[index])
 
 
+def worker_count() -> int:
+    """How many workers forked_map() forks when it does: the usable cores, up to 8."""
+    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else os.cpu_count() or 1, 8)
+
+
 def forked_map(function: Callable[[Any], Any], items: Sequence[Any],
                threshold: int = PARALLEL_THRESHOLD, chunksize: int | None = None
                ) -> list[Any]:
@@ -48,8 +54,7 @@ def forked_results(function: Callable[[Any], Any], items: Sequence[Any],
     or on anything else, while they go on with the others. Serially (too few items or
     cores), each result is made when it is asked for."""
     global _job
-    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                  else os.cpu_count() or 1, 8)
+    workers = worker_count()
     if len(items) < threshold or workers < 2 or sys.platform != "linux" or _job is not None:
         yield map(function, items)
         return
