@@ -8,11 +8,10 @@ first, so the output is the same as a serial run's.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 PARALLEL_THRESHOLD = 200  # fewer items than this: forking costs more than it saves
 
@@ -41,23 +40,10 @@ def forked_map(function: Callable[[Any], Any], items: Sequence[Any],
     items and cores (Linux). function must not rely on changes it makes to the parent's
     state: they stay in the child. chunksize: items handed to a worker at a time (by
     default a quarter of each worker's share, at least 16)."""
-    with forked_results(function, items, threshold, chunksize) as results:
-        return list(results)
-
-
-@contextlib.contextmanager
-def forked_results(function: Callable[[Any], Any], items: Sequence[Any],
-                   threshold: int = PARALLEL_THRESHOLD, chunksize: int | None = None
-                   ) -> Iterator[Iterator[Any]]:
-    """forked_map()'s results as they come, in order: the workers are forked on entry
-    (they see the parent's state as it is then), so the parent can work on each result,
-    or on anything else, while they go on with the others. Serially (too few items or
-    cores), each result is made when it is asked for."""
     global _job
     workers = worker_count()
     if len(items) < threshold or workers < 2 or sys.platform != "linux" or _job is not None:
-        yield map(function, items)
-        return
+        return [function(item) for item in items]
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
@@ -66,9 +52,8 @@ def forked_results(function: Callable[[Any], Any], items: Sequence[Any],
         # (a dead worker breaks this pool, where multiprocessing.Pool would wait for ever)
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
                 as pool:
-            # (map submits every item now: the pool forks all its workers at the first)
-            yield pool.map(_run_one, range(len(items)),
-                           chunksize=chunksize or max(16, len(items) // (workers * 4)))
+            return list(pool.map(_run_one, range(len(items)),
+                                 chunksize=chunksize or max(16, len(items) // (workers * 4))))
     except BrokenProcessPool:
         raise WorkerDied("a worker process ended without an answer (out of memory, or "
                          "killed); run the build again, or with fewer documents") from None

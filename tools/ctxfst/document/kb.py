@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from ..diagnostics import Diagnostic
 from ..files import display_path, walk
-from ..parallel import forked_results
+from ..parallel import forked_map
 from .edges import EDGE_SUFFIXES, EdgeFile, is_edge_file, parse_edge_file
 from .model import Entity, ParsedDocument
 from .parse import looks_like_ctxfst, parse_document, type_document
@@ -102,17 +102,8 @@ def _parse_to_row(job: tuple[Input, int | None], parsers: Parsers) -> Any:
     return value
 
 
-def _typed(parsed: Any) -> Any:
-    """A document typed (here, not in a worker: typed models pickle slowly); anything
-    else as it is."""
-    if isinstance(parsed, ParsedDocument):
-        type_document(parsed)
-    return parsed
-
-
 def _parse_all(inputs: list[Input], parsers: Parsers) -> list:
-    with forked_results(partial(_parse_input, parsers=parsers), inputs) as parsed:
-        return [_typed(value) for value in parsed]  # (each as it comes)
+    return forked_map(partial(_parse_input, parsers=parsers), inputs)
 
 
 _PLAIN = object()  # a cache hit meaning "plain Markdown, no document" (None is a miss)
@@ -162,24 +153,19 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
     todo = [index for index, key in enumerate(keys) if key not in hits]
     results: list = [hits.get(key) if key else None for key in keys]
     fresh: dict[str, bytes] = {}
-    # The parent decodes and types each document the workers give as it comes, while
-    # they parse the others (a first build's parent otherwise idled, then worked alone).
-    with forked_results(partial(_parse_to_row, parsers=parsers),
-                        [(prepared[i], wanted.get(keys[i]) if keys[i] else None)
-                         for i in todo]) as parsed:
-        for value in hits.values():
-            _typed(value)
-        for index, value in zip(todo, parsed):
-            key = keys[index]
-            if isinstance(value, bytes):  # a row (the syntax pass)
-                fresh[key] = value
-                value = decode(key, value)
-                if value is None or value is _PLAIN:  # (a row decode refuses: parse it here)
-                    del fresh[key]
-                    value = _parse_input(prepared[index], parsers)
-            elif key and value is None:
-                fresh[key] = _PLAIN_ROW
-            results[index] = _typed(value)
+    parsed = forked_map(partial(_parse_to_row, parsers=parsers),
+                        [(prepared[i], wanted.get(keys[i]) if keys[i] else None) for i in todo])
+    for index, value in zip(todo, parsed):
+        key = keys[index]
+        if isinstance(value, bytes):  # a row (the syntax pass: typing happens after this)
+            fresh[key] = value
+            value = decode(key, value)
+            if value is None or value is _PLAIN:  # (a row decode refuses: parse it here)
+                del fresh[key]
+                value = _parse_input(prepared[index], parsers)
+        elif key and value is None:
+            fresh[key] = _PLAIN_ROW
+        results[index] = value
     cache.put_many(fresh)
     return [None if value is _PLAIN else value for value in results]
 
@@ -191,6 +177,9 @@ def parse_inputs(inputs: list[Input], cache=None, parsers: Parsers | None = None
     parsers = parsers or {}
     results = (_parse_cached(inputs, cache, parsers) if cache is not None
                else _parse_all(inputs, parsers))
+    for parsed in results:
+        if isinstance(parsed, ParsedDocument):
+            type_document(parsed)  # here, not in a worker: typed models pickle slowly
     return [parsed for parsed in results if parsed is not None]
 
 
