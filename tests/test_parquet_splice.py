@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.artifacts.io import parquet_bytes, parquet_groups_bytes, parquet_groups_bytes_forked
+from ctxfst.artifacts.io import parquet_bytes, parquet_groups_bytes, parquet_groups_bytes_threaded
 from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, group_spans,
                                               read_parts,
                                              record_of, relative_starts, splice,
@@ -87,7 +87,7 @@ def test_a_spliced_file_is_the_whole_write_after_any_edits():
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_row_groups_encoded_in_workers_and_put_together_are_the_whole_write(workers,
+def test_row_groups_encoded_in_threads_and_put_together_are_the_whole_write(workers,
                                                                             monkeypatch):
     import ctxfst.parallel
 
@@ -97,7 +97,7 @@ def test_row_groups_encoded_in_workers_and_put_together_are_the_whole_write(work
         groups = [table([(f"g{number}r{row}", "text " * rng.randint(0, 3), ["t"] * (row % 3))
                          for row in range(rng.randint(1, 40))]) for number in range(count)]
         schema = table([]).schema
-        made = parquet_groups_bytes_forked(schema, count, groups.__getitem__)
+        made = parquet_groups_bytes_threaded(schema, count, groups.__getitem__)
         assert made == parquet_groups_bytes(schema, groups), count
         assert pq.ParquetFile(pa.BufferReader(made)).metadata.num_row_groups == count
 

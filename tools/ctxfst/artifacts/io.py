@@ -531,23 +531,28 @@ def parquet_groups_bytes(schema, groups: Iterable[Any], dictionary: bool = True)
     return sink.getvalue().to_pybytes()
 
 
-def parquet_groups_bytes_forked(schema, count: int, group: Callable[[int], Any],
-                                dictionary: bool = True) -> bytes:
+def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any],
+                                  dictionary: bool = True) -> bytes:
     """parquet_groups_bytes() of the tables group(0) .. group(count - 1), a run of them
-    encoded in each forked worker (group is called there: it reads what the parent
-    holds) and the runs' row groups put together (parquet_splice): the same bytes, in
-    a fraction of the time where the cores are free."""
-    from ..parallel import forked_map, worker_count
+    encoded in each of a few threads (Arrow encodes, and group should make its table,
+    without holding the GIL; threads, not forked workers, so no process holds a second
+    copy of the caller's memory) and the runs' row groups put together
+    (parquet_splice): the same bytes, in a fraction of the time where cores are free."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..parallel import worker_count
     from .parquet_splice import SpliceError, assemble, read_parts
 
     def encoded(numbers: range) -> bytes:
         return parquet_groups_bytes(schema, (group(number) for number in numbers), dictionary)
 
-    share = -(-count // worker_count()) if count else 1
+    workers = worker_count()
+    share = -(-count // workers) if count else 1
     runs = [range(start, min(start + share, count)) for start in range(0, count, share)]
     if len(runs) < 2:
         return encoded(range(count))
-    parts = forked_map(encoded, runs, threshold=2, chunksize=1)
+    with ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(encoded, runs))
     try:
         read = [read_parts(part) for part in parts]
         return assemble([found for part in read for found in part.groups], read[-1].footer)

@@ -36,7 +36,7 @@ from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_t
 from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
                          load_extractors)
 from ..artifacts.io import (compact_json, json_bytes, parquet_bytes,
-                            parquet_groups_bytes_forked, write_atomic, write_pieces)
+                            parquet_groups_bytes_threaded, write_atomic, write_pieces)
 from ..artifacts.parquet_splice import (Group, SpliceError, content_group_starts, encoding_of,
                                         group_ranges, read_parts, replace_runs, starts_group)
 from .columns import FreshFacts, candidate_batch
@@ -758,11 +758,11 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
     facts = FreshFacts(streams, merge.seq, merge.version)
     return_free_memory()  # (the workers' streams, let go)
     starts = content_group_starts(facts.keys.column("fact_id").to_pylist(), FACT_GROUP_ROWS)
-    # (in workers: this is the build's last stretch, the other stages done)
+    # (in threads: this is the build's last stretch, the other stages done)
     ranges = group_ranges(starts, facts.count)
-    facts_file = parquet_groups_bytes_forked(facts_schema().with_metadata(merge.metadata()),
-                                             len(ranges),
-                                             lambda number: facts.rows(*ranges[number]))
+    facts_file = parquet_groups_bytes_threaded(facts_schema().with_metadata(merge.metadata()),
+                                               len(ranges),
+                                               lambda number: facts.rows(*ranges[number]))
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
     return _Written([facts_file], {"added": [], "updated": [], "invalidated": []},
