@@ -42,11 +42,9 @@ from ..artifacts.parquet_splice import (Group, SpliceError, content_group_starts
 from .columns import FreshFacts, candidate_batch
 from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
                    group_keys, read_digests)
-from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, RUNS_FILE, SORT_COLUMNS,
-                    Candidate, Evidence, Fact, fact_sort_key, facts_schema, facts_table,
-                    rows_table, runs_schema, runs_table, table_metadata)
-
-LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)
+from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, LEDGER_FILES, RUNS_FILE,
+                    SORT_COLUMNS, Candidate, Evidence, Fact, fact_sort_key, facts_schema,
+                    facts_table, rows_table, runs_schema, runs_table, table_metadata)
 _BATCH = 32  # sources per task of a first build's extraction (one Arrow stream each)
 _ASCENDING = [(name, "ascending") for name in SORT_COLUMNS]  # Arrow's sort of the rows
 

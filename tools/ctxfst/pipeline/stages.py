@@ -792,7 +792,7 @@ def stage_facts(config: Config) -> None:
         raise BuildFailed(str(error)) from None
     finally:
         store.close()
-    from ..facts.build import LEDGER_FILES
+    from ..facts.model import LEDGER_FILES
 
     for name in LEDGER_FILES:  # (here, beside the stages that follow, not when publishing)
         copy_atomic(staged(config, name), staged(config, ledger_copy_name(name)))
@@ -840,7 +840,7 @@ def stage_manifest(config: Config) -> None:
     for record in records.values():
         rows = record.get("artifact_rows")
         counted.update(rows if isinstance(rows, dict) else {})
-    from ..facts.build import LEDGER_FILES
+    from ..facts.model import LEDGER_FILES
     from .units import published_rows, remember_published
 
     store = unit_store(config)
@@ -942,7 +942,7 @@ def _copy_published(config: Config, names: list[str]) -> None:
     with a file in build/ edited in place. The facts stage made those copies (links of
     them are made here); one that is not as it wrote it is made again from the staged
     artifact."""
-    from ..facts.build import LEDGER_FILES
+    from ..facts.model import LEDGER_FILES
 
     for name in names:
         link_atomic(staged(config, name), config.build_dir / name)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..artifacts.layout import MANIFEST, RUN_RESULTS, ledger_copy_name, result_name
+from ..facts.model import LEDGER_FILES
 from . import stages
 
 SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version today
@@ -52,10 +53,6 @@ class Stage:
 def _published(*names: str) -> tuple[tuple[str, str], ...]:
     return tuple((name, SCHEMA) for name in names)
 
-
-# (facts.build.LEDGER_FILES, which this module does not import)
-_FACTS_FILES = ("semantic_facts.parquet", "semantic_fact_extraction_runs.parquet",
-                "semantic_facts_delta.json")
 
 _MAKERS = (
     Stage("validate", "Validate content/ and skills/ (stops the build on errors, build/ "
@@ -103,8 +100,8 @@ _MAKERS = (
           # validation.json changes exactly when a source does; the ledger is read, not
           # tracked
           reads=("validation.json",),
-          publishes=_published(*_FACTS_FILES),
-          keeps=tuple(ledger_copy_name(name) for name in _FACTS_FILES),
+          publishes=_published(*LEDGER_FILES),
+          keeps=tuple(ledger_copy_name(name) for name in LEDGER_FILES),
           settings=("facts_tenants", "facts_extractors"),
           lineage=("inputs", "ledger:.ctxfst/facts"), sources=stages.facts_sources,
           beside=True, imports=("pyarrow", "pyarrow.parquet", "pyarrow.compute"),
