@@ -3,11 +3,16 @@ facts stage forks (pipeline/beside.py): what lies on the critical path, and what
 beside it.
 
     .venv/bin/python benchmarks/edit_timeline.py --docs 10000 [--edits 3] [--kind edit]
+        [--time ctxfst.facts.build:_merge_by_group ctxfst.pipeline.stages:publish ...]
 
-Generates a knowledge base (hash-256 embedder), builds it, settles it with a no-op, then
-times `--edits` changes of one document (`edit`: a sentence added; `add`, `delete`: one
-document), printing each stage's start and end in seconds from the process start (the
-interpreter's own start-up excluded, doit's task load included) and the process's end.
+Generates a knowledge base (hash-256 embedder), builds it (timed too), settles it with a
+no-op, then times `--edits` changes of one document (`edit`: a sentence added; `add`,
+`delete`: one document), printing each stage's start and end in seconds from the process
+start (the interpreter's own start-up excluded, doit's task load included) and the
+process's end.
+With `--time`, also the total time and calls of each named function in each process
+(`module:name`, `module:Class.method`; a function is timed where the module named is
+the one its callers look it up in).
 """
 
 from __future__ import annotations
@@ -41,6 +46,27 @@ def run_stage(config, stage, *args, **kwargs):
                     f"{time.perf_counter() - started:.2f}\\n".encode())
 
 stages.run_stage = tasks.run_stage = run_stage
+
+import functools, importlib
+
+def timed(function, label):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        begin = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            os.write(2, f"{os.getpid()} call {label} "
+                        f"{time.perf_counter() - begin:.4f}\\n".encode())
+    return wrapper
+
+for label in filter(None, os.environ.get("CTXFST_TIMED", "").split(",")):
+    module, _, name = label.partition(":")
+    owner = importlib.import_module(module)
+    *path, last = name.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    setattr(owner, last, timed(getattr(owner, last), label))
 import atexit
 atexit.register(lambda: os.write(2, f"{os.getpid()} end {time.perf_counter() - started:.2f}"
                                     "\\n".encode()))
@@ -50,20 +76,30 @@ sys.exit(main())
 """
 
 
-def timeline(root: Path) -> list[str]:
+def timeline(root: Path, timed: list[str] = ()) -> tuple[list[str], list[str]]:
+    """Each stage's start and end, and each timed function's total and calls by
+    process."""
     proc = subprocess.run([sys.executable, "-c", TIMED_DOIT], cwd=root, capture_output=True,
-                          text=True, env=DOIT_ENV)
+                          text=True, env={**DOIT_ENV, "CTXFST_TIMED": ",".join(timed)})
     if proc.returncode != 0:
         sys.exit(f"doit failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    lines = [line.split() for line in proc.stderr.splitlines()
-             if len(line.split()) in (3, 4) and line.split()[0].isdigit()]
+    words = [line.split() for line in proc.stderr.splitlines()
+             if line.split() and line.split()[0].isdigit()]
+    lines = [line for line in words if len(line) in (3, 4) and line[1] != "call"]
     parent = next(pid for pid, name, *_ in lines if name == "end")
     shown = []
     for pid, name, *times in lines:
         where = "" if pid == parent else " (beside)"
         shown.append(f"{name}{where} {'-'.join(times)}" if len(times) == 2
                      else f"end {times[0]}")
-    return shown
+    totals: dict[tuple[str, str], list[float]] = {}
+    for pid, _, label, seconds in (line for line in words if len(line) == 4
+                                   and line[1] == "call"):
+        totals.setdefault((label, "" if pid == parent else " (beside)"), []).append(
+            float(seconds))
+    calls = [f"{label}{where} {sum(times):.3f} s ({len(times)} calls)"
+             for (label, where), times in sorted(totals.items(), key=lambda i: -sum(i[1]))]
+    return shown, calls
 
 
 def main() -> None:
@@ -71,11 +107,17 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=10000)
     parser.add_argument("--edits", type=int, default=3)
     parser.add_argument("--kind", choices=("edit", "add", "delete"), default="edit")
+    parser.add_argument("--time", nargs="*", default=[], metavar="MODULE:NAME",
+                        help="functions to time in every process of the build")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="ctxfst-timeline-"))
     try:
         make_project(root, args.docs, "hash-256")
-        doit(root)
+        stages, calls = timeline(root, args.time)
+        print(f"{args.docs} documents, the first build (seconds from start):\n  "
+              + ", ".join(stages))
+        for line in calls:
+            print(f"    {line}")
         doit(root)  # (settled: the first no-op after a build may still hash)
         target = next((root / "content").rglob("notes-00042.ctxfst.md"))
         print(f"{args.docs} documents, one {args.kind} per build (seconds from start):")
@@ -89,7 +131,10 @@ def main() -> None:
                 added.write_text(target.read_text().replace("n00042", f"ntimeline{number}"))
                 doit(root)
                 added.unlink()
-            print("  " + ", ".join(timeline(root)))
+            stages, calls = timeline(root, args.time)
+            print("  " + ", ".join(stages))
+            for line in calls:
+                print(f"    {line}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
