@@ -212,7 +212,6 @@ def test_published_artifacts_are_links_and_one_edited_in_place_is_caught(tmp_pat
     assert b'"nodes"' in graph.read_bytes()
 
 
-
 def test_the_facts_ledger_is_the_facts_stages_copy_and_one_not_as_written_is_not_linked(
         tmp_path, capsys):
     """The facts stage copies its files for the ledger beside the later stages, and
@@ -236,6 +235,7 @@ def test_the_facts_ledger_is_the_facts_stages_copy_and_one_not_as_written_is_not
     assert ledger.read_bytes() == (root / "build/semantic_facts.parquet").read_bytes()
     assert not ledger.samefile(copy) and copy.read_bytes() == b"not the facts"
     assert_consistent(root)
+
 
 def test_artifact_contents(tmp_path, capsys):
     root = example(tmp_path)
