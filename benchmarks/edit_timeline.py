@@ -102,6 +102,12 @@ def timeline(root: Path, timed: list[str] = ()) -> tuple[list[str], list[str]]:
     return shown, calls
 
 
+def _show(stages: list[str], calls: list[str]) -> None:
+    print("  " + ", ".join(stages))
+    for line in calls:
+        print(f"    {line}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=10000)
@@ -113,11 +119,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="ctxfst-timeline-"))
     try:
         make_project(root, args.docs, "hash-256")
-        stages, calls = timeline(root, args.time)
-        print(f"{args.docs} documents, the first build (seconds from start):\n  "
-              + ", ".join(stages))
-        for line in calls:
-            print(f"    {line}")
+        print(f"{args.docs} documents, the first build (seconds from start):")
+        _show(*timeline(root, args.time))
         doit(root)  # (settled: the first no-op after a build may still hash)
         target = next((root / "content").rglob("notes-00042.ctxfst.md"))
         print(f"{args.docs} documents, one {args.kind} per build (seconds from start):")
@@ -131,10 +134,7 @@ def main() -> None:
                 added.write_text(target.read_text().replace("n00042", f"ntimeline{number}"))
                 doit(root)
                 added.unlink()
-            stages, calls = timeline(root, args.time)
-            print("  " + ", ".join(stages))
-            for line in calls:
-                print(f"    {line}")
+            _show(*timeline(root, args.time))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

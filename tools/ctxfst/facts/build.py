@@ -336,15 +336,13 @@ class _LatestRuns(Mapping):
     columns the plan compares for every source as plain lists (10,000 rows as dicts took
     15-20 ms of each edit)."""
 
-    def __init__(self, table=None) -> None:
-        self._table = table  # one row per source path (_LATEST_COLUMNS), or None
-        paths = table.column("source_path").to_pylist() if table is not None else []
-        self._row = {path: row for row, path in enumerate(paths)}
-        column = (lambda name: table.column(name).to_pylist()) if table is not None \
-            else (lambda name: [])
-        self._fingerprints = column("input_fingerprint")
-        self._statuses = column("status")
-        self._deleted = column("source_deleted")
+    def __init__(self, table) -> None:
+        self._table = table  # one row per source path, _LATEST_COLUMNS
+        self._row = {path: row for row, path in
+                     enumerate(table.column("source_path").to_pylist())}
+        self._fingerprints = table.column("input_fingerprint").to_pylist()
+        self._statuses = table.column("status").to_pylist()
+        self._deleted = table.column("source_deleted").to_pylist()
         self._made: dict[str, dict] = {}
 
     def __getitem__(self, path: str) -> dict:
@@ -358,12 +356,12 @@ class _LatestRuns(Mapping):
     def __len__(self) -> int:
         return len(self._row)
 
-    def compared(self, path: str) -> tuple[str, str, bool] | None:
-        """The path's last run's input fingerprint, status and source_deleted; None for
-        a path never run."""
+    def compared(self, path: str) -> tuple[str | None, str | None, bool]:
+        """The path's last run's input fingerprint, status and source_deleted; a path
+        never run counts as deleted."""
         row = self._row.get(path)
         if row is None:
-            return None
+            return None, None, True
         return self._fingerprints[row], self._statuses[row], self._deleted[row]
 
     def live(self) -> list[str]:
@@ -379,7 +377,7 @@ def _latest_runs(runs) -> _LatestRuns:
     import pyarrow.compute as pc
 
     if runs is None or runs.num_rows == 0:
-        return _LatestRuns()
+        return _LatestRuns(runs_schema().empty_table().select(list(_LATEST_COLUMNS)))
     order = pc.sort_indices(runs, sort_keys=[("source_path", "ascending"),
                                              ("build_seq", "ascending")])  # (stable)
     paths = runs.column("source_path").take(order).combine_chunks()
@@ -507,14 +505,14 @@ def _plan(sources: list[Source], latest: _LatestRuns, digests: dict[str, str],
     """The sources to extract, with their trigger; unchanged ones are left out."""
     work: list[tuple[Source, str]] = []
     for source in sources:
-        last = latest.compared(source.path)
-        if last is None or last[2]:
+        last_fingerprint, status, deleted = latest.compared(source.path)
+        if deleted:
             work.append((source, "create"))
-        elif last[0] == source.fingerprint:
-            if last[1] == "failed":
+        elif last_fingerprint == source.fingerprint:
+            if status == "failed":
                 work.append((source, "manual_retry"))
         elif fingerprint(source, digests.get(source.tenant, ""),
-                         latest[source.path]["extract_version"]) == last[0]:
+                         latest[source.path]["extract_version"]) == last_fingerprint:
             work.append((source, "backfill"))
         else:
             work.append((source, "update"))

@@ -900,16 +900,25 @@ def stage_manifest(config: Config) -> None:
         store.close()
 
 
+def _written_entry(record: Any, name: str) -> dict | None:
+    """A stage's record of a staged file it wrote (its sha256 and identity then), when
+    the stage's result record holds one of that shape."""
+    outputs = record.get("outputs") if isinstance(record, dict) else None
+    entry = outputs.get(name) if isinstance(outputs, dict) else None
+    if isinstance(entry, dict) and isinstance(entry.get("sha256"), str) \
+            and isinstance(entry.get("identity"), list):
+        return entry
+    return None
+
+
 def _staged_digest(path: Path, name: str, stage: str, record: Any) -> tuple[str, int]:
     """sha256 and size of a staged artifact: as its stage recorded them while the file
     keeps the identity it had then, else read again, and then it must match what was
     recorded (a published artifact edited in place edits its staged twin: they are one
     file)."""
-    outputs = record.get("outputs") if isinstance(record, dict) else None
-    entry = outputs.get(name) if isinstance(outputs, dict) else None
+    entry = _written_entry(record, name)
     info = os.stat(path)
-    if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
-            and isinstance(entry.get("identity"), list)):
+    if entry is None:
         return sha256_file(path), info.st_size
     if entry["identity"] == file_identity(info):
         return entry["sha256"], info.st_size
@@ -946,38 +955,28 @@ def _copy_published(config: Config, names: list[str]) -> None:
 
     for name in names:
         link_atomic(staged(config, name), config.build_dir / name)
-    outputs = _recorded_outputs(config, "facts")
+    try:
+        record = read_json(result_path(config, "facts"))
+    except (OSError, ValueError):
+        record = None  # (each copy is then made from its artifact)
     for name in LEDGER_FILES:
         if name in names:
-            copy = staged(config, ledger_copy_name(name))
-            if _same_written(outputs, staged(config, name), name, copy,
-                             ledger_copy_name(name)):
-                link_atomic(copy, config.facts_ledger / name)
+            copy = ledger_copy_name(name)
+            if _same_written(config, record, name, copy):
+                link_atomic(staged(config, copy), config.facts_ledger / name)
             else:
                 copy_atomic(staged(config, name), config.facts_ledger / name)
 
 
-def _recorded_outputs(config: Config, stage: str) -> dict:
-    """What a stage's result record says it wrote ({} when it cannot be read)."""
-    try:
-        outputs = read_json(result_path(config, stage)).get("outputs")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return outputs if isinstance(outputs, dict) else {}
-
-
-def _same_written(outputs: dict, path: Path, name: str, other: Path, other_name: str
-                  ) -> bool:
-    """Whether two staged files hold the same bytes: a stage wrote them with one sha256
-    (its recorded outputs) and both keep the identity they had then."""
-    first, second = outputs.get(name), outputs.get(other_name)
-    if not (isinstance(first, dict) and isinstance(second, dict)
-            and isinstance(first.get("sha256"), str)
-            and first.get("sha256") == second.get("sha256")):
+def _same_written(config: Config, record: Any, name: str, other: str) -> bool:
+    """Whether two staged files hold the same bytes: their stage wrote them with one
+    sha256 (its result record) and both keep the identity they had then."""
+    first, second = _written_entry(record, name), _written_entry(record, other)
+    if first is None or second is None or first["sha256"] != second["sha256"]:
         return False
     try:
-        return (file_identity(os.lstat(path)) == first.get("identity")
-                and file_identity(os.lstat(other)) == second.get("identity"))
+        return (file_identity(os.lstat(staged(config, name))) == first["identity"]
+                and file_identity(os.lstat(staged(config, other))) == second["identity"])
     except OSError:
         return False
 
