@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+from array import array
+
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxfst.diagnostics import RULES
 from ctxfst.document.parse import parse_document
-from ctxfst.document.yamlpos import load_yaml
+from ctxfst.document.yamlpos import SourceMap, load_yaml
 from ctxfst.document.source import Source
 from ctxfst.kb import KnowledgeBase, validate
 
@@ -106,15 +109,76 @@ def test_positions_from_events_of_odd_text(text):
     assert_same_positions(text)
 
 
-def test_positions_from_events_of_the_shipped_documents():
+def _shipped_frontmatters() -> list[str]:
     seeds = [p.read_text(encoding="utf-8") for p in sorted(REPO.glob("tests/fixtures/**/*.md"))]
     seeds += [p.read_text(encoding="utf-8") for p in sorted((REPO / "content").glob("*.md"))]
-    seeds += ["a: &x {b: 1}\nc: *x\n", "m:\n  <<: {x: 1}\n  y: 2\n", "2024-01-01 10:00:00: t\n",
-              "a: 1\na: 2\n", "? [complex]\n: v\n", "k: x\u0085y: z\n", "!!str 1: a\n"]
-    for text in seeds:
-        head = text.split("\n---", 1)[0].removeprefix("---\n") if text.startswith("---") \
-            else text
-        assert_same_positions(head)
+    return [text.split("\n---", 1)[0].removeprefix("---\n") for text in seeds
+            if text.startswith("---")]
+
+
+_ODD_FRONTMATTERS = ["a: &x {b: 1}\nc: *x\n", "m:\n  <<: {x: 1}\n  y: 2\n", "a: &x 1\n",
+                     "2024-01-01 10:00:00: t\n", "a: 1\na: 2\n", "? [complex]\n: v\n",
+                     "k: x\u0085y: z\n", "!!str 1: a\n", "", "just text\n", "[]\n", "- {}\n"]
+
+
+def test_positions_from_events_of_the_shipped_documents():
+    for text in _shipped_frontmatters() + _ODD_FRONTMATTERS:
+        assert_same_positions(text)
+
+
+def _refuse_to_parse(*args, **kwargs):
+    raise AssertionError("the YAML was read again")
+
+
+def test_positions_come_from_the_loads_own_marks(monkeypatch):
+    """The positions a deferred map is asked for are laid out from the marks its load
+    kept, without reading the YAML again; aliases, anchors and merge keys (where the
+    value is not laid out as the events) read it again."""
+    shipped = _shipped_frontmatters()
+    assert len(shipped) > 5
+    for text in shipped + ["k: caf\u00e9 \U0001f600\n\u4e2d: [x, {y: z}]\n"]:
+        fast = load_yaml(text, "doc.md", 2)
+        full = load_yaml(text, "doc.md", 2, positions=True)
+        assert fast.source_map.packed_marks, text
+        with monkeypatch.context() as env:
+            env.setattr(yaml, "parse", _refuse_to_parse)
+            assert (fast.source_map.keys, fast.source_map.values) == (
+                full.source_map.keys, full.source_map.values)
+    for text in _ODD_FRONTMATTERS[:3] + ["k: x\u0085y: z\n"]:
+        assert load_yaml(text, "doc.md", 2).source_map.packed_marks is None, text
+
+
+def test_marks_that_do_not_fit_the_value_or_the_text_are_not_used():
+    """A parse cache row's marks may be a stranger's: marks that cannot be this value's
+    and this text's give the positions of the YAML read again."""
+    text = max(_shipped_frontmatters(), key=len)
+    fast = load_yaml(text, "doc.md", 2)
+    full = load_yaml(text, "doc.md", 2, positions=True)
+    expected = (full.source_map.keys, full.source_map.values)
+    good = fast.source_map.packed_marks
+    numbers = array("H", base64.b64decode(good))
+
+    def packed(change) -> str:
+        copy = array("H", numbers)
+        change(copy)
+        return base64.b64encode(copy.tobytes()).decode("ascii")
+
+    other = load_yaml("a: [1, 2]\n", "doc.md", 2)
+    variants = {
+        "not base64": "%%%", "empty": "", "odd bytes": good[:-4] + "AA==",
+        "one mark short": packed(lambda m: m.__delitem__(slice(-2, None))),
+        "one mark more": packed(lambda m: m.extend(m[-2:])),
+        "a kind changed": packed(lambda m: m.__setitem__(1, m[1] ^ 3)),
+        "a line past the text": packed(lambda m: m.__setitem__(2, 60_000)),
+        "a column past the text": packed(lambda m: m.__setitem__(3, 65_532 | (m[3] & 3))),
+        "another value's": other.source_map.packed_marks,
+    }
+    for name, marks in variants.items():
+        smap = SourceMap.deferred(text, "doc.md", 2, marks, fast.value)
+        assert (smap.keys, smap.values) == expected, name
+    for value in ({**fast.value, "extra": 1}, [fast.value], "text"):
+        smap = SourceMap.deferred(text, "doc.md", 2, good, value)
+        assert (smap.keys, smap.values) == expected
 
 
 # --- Field-level mutation of a whole project: every frontmatter field of the documents,

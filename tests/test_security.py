@@ -207,7 +207,9 @@ def test_damaged_or_foreign_parse_rows_are_parsed_again(tmp_path, cli, monkeypat
         "truncated": lambda: written[: len(written) // 2],
         "empty list": lambda: b"[]",
         "an object": lambda: b'{"frontmatter": null}',
-        "wrong field types": lambda: b"[1, 2, 3, 4, 5, 6]",
+        "wrong field types": lambda: b"[1, 2, 3, 4, 5, 6, 7]",
+        "a row of the format before": altered(lambda r: r.pop()),
+        "marks not text": altered(lambda r: r.__setitem__(6, [1, 2])),
         "text, not a blob": lambda: written.decode("utf-8", "replace"),
         "a number": lambda: 7,
         "plain Markdown": lambda: b"null",  # would hide the document from validation

@@ -18,8 +18,10 @@ from typing import Any, Callable
 
 from .. import __version__
 
-# Bump when the parsed-document data changes shape. 4: JSON rows instead of pickle.
-PARSE_FORMAT = "4"  # 2: chunk bodies carry their text offset; 3: SKILL.md tenant checked
+# Bump when the parsed-document data changes shape. 2: chunk bodies carry their text
+# offset; 3: SKILL.md tenant checked; 4: JSON rows instead of pickle; 5: rows keep the
+# YAML events' marks (document/yamlpos.py)
+PARSE_FORMAT = "5"
 NO_CACHE_ENV = "CTXFST_NO_CACHE"
 BUSY_SECONDS = 120  # how long a write waits for another process's (sqlite3's default: 5)
 PASSAGES = "passages"  # the unit store's record of content_path files (any folder)

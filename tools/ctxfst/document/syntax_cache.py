@@ -61,7 +61,7 @@ def encode(doc: ParsedDocument, limit: int) -> bytes | None:
            [[b.id, b.content, b.line, b.column, b.end_line, b.syntax, b.offset]
             for b in doc.bodies.values()],
            [[d.line, d.column, d.code, d.message, d.severity.value] for d in doc.diagnostics],
-           doc.text_sha256]
+           doc.text_sha256, smap.packed_marks]
     try:
         blob = json.dumps(row, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False).encode("utf-8")
@@ -79,11 +79,11 @@ def decode(blob: bytes, path: str, fs_path: Any) -> ParsedDocument | None:
         row = json.loads(blob, parse_constant=_refuse, parse_float=_finite)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
-    if type(row) is not list or len(row) != 6:
+    if type(row) is not list or len(row) != 7:
         return None
-    frontmatter, fm_text, line_offset, bodies, found, text_sha256 = row
+    frontmatter, fm_text, line_offset, bodies, found, text_sha256, marks = row
     if not (is_sha256(text_sha256) and type(line_offset) is int and type(bodies) is list
-            and type(found) is list):
+            and type(found) is list and (marks is None or type(marks) is str)):
         return None
     if not (fm_text is None or type(fm_text) is str):
         return None
@@ -94,8 +94,9 @@ def decode(blob: bytes, path: str, fs_path: Any) -> ParsedDocument | None:
     diagnostics = diagnostics_from_rows(found, path)
     if chunk_bodies is None or diagnostics is None:
         return None
-    smap = SourceMap.deferred(fm_text, path, line_offset) if fm_text is not None \
-        else SourceMap()
+    # (marks that do not fit the value or the text are not used: SourceMap)
+    smap = SourceMap.deferred(fm_text, path, line_offset, marks, frontmatter) \
+        if fm_text is not None else SourceMap()
     return ParsedDocument(path, fs_path, frontmatter, smap, bodies=chunk_bodies,
                           diagnostics=diagnostics, text_sha256=text_sha256)
 

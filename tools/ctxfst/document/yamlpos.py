@@ -8,9 +8,13 @@ with positions, duplicate-key detection, a nesting limit and an alias-expansion 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
 import datetime as _dt
 import math
+import sys
+from array import array
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -49,8 +53,9 @@ class Pos(NamedTuple):
 class SourceMap:
     """Where each key and value came from (1-based file lines and columns).
 
-    A deferred map re-reads its YAML with positions only when first asked: valid
-    documents, the common case, never pay for positions nobody looks at.
+    A deferred map is made only when first asked: valid documents, the common case,
+    never pay for positions nobody looks at. It is made from the marks the load kept
+    (packed_marks) where it has them, else by reading the YAML again.
     """
 
     default = Pos(1, 1)
@@ -59,18 +64,30 @@ class SourceMap:
         self._keys: dict[Path, tuple] = {}
         self._values: dict[Path, tuple] = {}
         self._pending: tuple[str, str, int] | None = None
+        self._marked: tuple[str, Any] | None = None  # (packed marks, the loaded value)
 
     @classmethod
-    def deferred(cls, text: str, path: str, line_offset: int) -> "SourceMap":
+    def deferred(cls, text: str, path: str, line_offset: int, marks: str | None = None,
+                 value: Any = None) -> "SourceMap":
         smap = cls()
         smap._pending = (text, path, line_offset)
+        if marks is not None:
+            smap._marked = (marks, value)
         return smap
+
+    @property
+    def packed_marks(self) -> str | None:
+        """The marks a deferred map is made from (a parse cache row keeps them)."""
+        return self._marked[0] if self._marked is not None else None
 
     def _materialize(self) -> None:
         if self._pending is not None:
             text, path, line_offset = self._pending
-            self._pending = None
-            found = _positions(text, line_offset)
+            marked, self._pending, self._marked = self._marked, None, None
+            found = _positions_from_marks(text, line_offset, *marked) \
+                if marked is not None else None
+            if found is None:
+                found = _positions(text, line_offset)
             if found is None:
                 built = load_yaml(text, path, line_offset, positions=True).source_map
                 found = built._keys, built._values
@@ -170,6 +187,7 @@ class _Builder:
         self.alias_expansion = 0
         self.root: Any = None
         self.have_root = False
+        self.merged = False  # a merge key (<<) took its items from elsewhere
 
     def pos(self, mark) -> Pos:
         if self.line_starts is not None:
@@ -286,6 +304,7 @@ class _Builder:
     def _key(self, parent: _Frame, value, mark, raw) -> None:
         if value is _MERGE:
             parent.pending_key, parent.pending_merge = "<<", True
+            self.merged = True
             return
         if isinstance(value, (dict, list)):
             raise _Refused("CTX017", "a mapping key must be a plain value, not a "
@@ -361,36 +380,54 @@ def load_yaml(text: str, path: str, line_offset: int = 0, positions: bool = Fals
     """
     if not positions:
         try:
-            result = _load(text, path, line_offset, False)
+            result, marks = _load(text, path, line_offset, False)
         except _NeedPositions:
             return load_yaml(text, path, line_offset, positions=True)
-        result.source_map = SourceMap.deferred(text, path, line_offset)
+        result.source_map = SourceMap.deferred(text, path, line_offset, marks, result.value)
         return result
-    return _load(text, path, line_offset, True)
+    return _load(text, path, line_offset, True)[0]
 
 
-def _load(text: str, path: str, line_offset: int, positions: bool) -> YamlResult:
+def _load(text: str, path: str, line_offset: int, positions: bool
+          ) -> tuple[YamlResult, str | None]:
+    """The load, and without positions the marks of its events (_pack_marks), where
+    the value it built lays them out (no alias, anchor or merge key; the text's lines
+    are the file's): where the facts stage finds its positions without reading the
+    YAML again."""
     builder = _Builder(path, line_offset, positions, text)
+    # each value's event: its line, and its column * 4 + 0 (a scalar), 1 (a mapping)
+    # or 2 (a sequence)
+    marks: list[int] | None = [] if not positions and builder.line_starts is None else None
     documents = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
             kind = event.__class__
             if kind is ev.ScalarEvent:
                 builder.scalar(event)
+                if marks is not None:
+                    mark = event.start_mark
+                    marks += (mark.line, mark.column << 2)
             elif kind is ev.MappingStartEvent:
                 if event.tag not in _MAP_TAGS:
                     raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
                                    event.start_mark)
                 builder.start({}, event)
+                if marks is not None:
+                    mark = event.start_mark
+                    marks += (mark.line, mark.column << 2 | 1)
             elif kind is ev.SequenceStartEvent:
                 if event.tag not in _SEQ_TAGS:
                     raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
                                    event.start_mark)
                 builder.start([], event)
+                if marks is not None:
+                    mark = event.start_mark
+                    marks += (mark.line, mark.column << 2 | 2)
             elif kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
                 builder.end()
             elif kind is ev.AliasEvent:
                 builder.alias(event)
+                marks = None
             elif kind is ev.DocumentStartEvent:
                 documents += 1
                 if documents > 1:
@@ -399,11 +436,99 @@ def _load(text: str, path: str, line_offset: int, positions: bool) -> YamlResult
     except _Refused as refused:
         line, column = builder.pos(refused.mark)
         builder.diagnostics.append(diag(refused.code, refused.message, path, line, column))
-        return YamlResult(None, builder.smap, builder.diagnostics, False)
+        return YamlResult(None, builder.smap, builder.diagnostics, False), None
     except yaml.YAMLError as error:
         builder.diagnostics.append(_syntax_error(error, text, path, line_offset))
-        return YamlResult(None, builder.smap, builder.diagnostics, False)
-    return YamlResult(builder.root, builder.smap, builder.diagnostics, True)
+        return YamlResult(None, builder.smap, builder.diagnostics, False), None
+    if marks is not None and (builder.merged or builder.anchors):
+        marks = None
+    return (YamlResult(builder.root, builder.smap, builder.diagnostics, True),
+            _pack_marks(marks) if marks is not None else None)
+
+
+def _pack_marks(marks: list[int]) -> str | None:
+    """Marks as text (a parse cache row is JSON): little-endian 16-bit numbers in
+    base64; None when one does not fit (a frontmatter of 65,536 lines, say)."""
+    try:
+        packed = array("H", marks)
+    except OverflowError:
+        return None
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+class _MarksDoNotFit(Exception):
+    pass
+
+
+def _positions_from_marks(text: str, line_offset: int, packed: Any, value: Any
+                          ) -> tuple[dict, dict] | None:
+    """What _positions finds, from the marks of the load that built value, laid out
+    on it; None when they do not fit it or lie outside the text (a cache row is a
+    stranger's)."""
+    if type(packed) is not str:
+        return None
+    try:
+        data = base64.b64decode(packed, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(data) % 4:
+        return None
+    packed_marks = array("H")
+    packed_marks.frombytes(data)
+    if sys.byteorder == "big":
+        packed_marks.byteswap()
+    marks = packed_marks.tolist()
+    if marks and (max(marks[0::2]) > text.count("\n") or max(marks[1::2]) >> 2 > len(text)):
+        return None
+    count = len(marks)
+    keys: dict[Path, tuple] = {}
+    values: dict[Path, tuple] = {}
+    at = 0
+    first = line_offset + 1
+
+    def lay(node: Any, path: Path) -> None:
+        """Lays out the container node's items; its own mark is taken."""
+        nonlocal at
+        if type(node) is dict:
+            for key, child in node.items():
+                if at + 4 > count or marks[at + 1] & 3:
+                    raise _MarksDoNotFit
+                inner = path + (key,)
+                keys[inner] = (marks[at] + first, (marks[at + 1] >> 2) + 1)
+                code = marks[at + 3]
+                values[inner] = (marks[at + 2] + first, (code >> 2) + 1)
+                at += 4
+                if code & 3 != _KIND.get(type(child), 0):
+                    raise _MarksDoNotFit
+                if code & 3:
+                    lay(child, inner)
+        else:
+            for index, child in enumerate(node):
+                if at + 2 > count:
+                    raise _MarksDoNotFit
+                inner = path + (index,)
+                code = marks[at + 1]
+                values[inner] = (marks[at] + first, (code >> 2) + 1)
+                at += 2
+                if code & 3 != _KIND.get(type(child), 0):
+                    raise _MarksDoNotFit
+                if code & 3:
+                    lay(child, inner)
+
+    if not count or marks[1] & 3 != _KIND.get(type(value), 0):
+        return None
+    at = 2
+    try:
+        if marks[1] & 3:
+            lay(value, ())
+    except (_MarksDoNotFit, RecursionError):
+        return None
+    return (keys, values) if at == count else None
+
+
+_KIND = {dict: 1, list: 2}  # a value's kind in its mark (0: a scalar)
 
 
 def _positions(text: str, line_offset: int) -> tuple[dict, dict] | None:
