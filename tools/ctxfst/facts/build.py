@@ -41,8 +41,8 @@ from ..artifacts.io import (compact_json, json_bytes, parquet_bytes,
 from ..artifacts.parquet_splice import (Group, SpliceError, content_group_starts, encoding_of,
                                         group_ranges, read_parts, replace_runs, starts_group)
 from .columns import FreshFacts, candidate_batch
-from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, evidence_digest,
-                   group_keys, read_digests)
+from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, group_keys, read_digests,
+                   spans_digest)
 from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, LEDGER_FILES, RUNS_FILE,
                     SORT_COLUMNS, Candidate, Evidence, Fact, fact_sort_key, facts_schema,
                     facts_table, rows_table, runs_schema, runs_table, table_metadata)
@@ -989,13 +989,20 @@ def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, s
 
 
 def _source_digests(candidates: list[tuple[str, Candidate]], path: str) -> dict[str, str]:
-    """A source's digest of the evidence it gives each fact (facts/memo.py)."""
-    evidence: dict[str, list[Evidence]] = {}
+    """A source's digest of the evidence it gives each fact (facts/memo.py), from the
+    fields of each candidate's evidence as _evidence makes it, the run id left out."""
+    spans_of: dict[str, list[tuple]] = {}
     for fid, candidate in candidates:
-        item = _evidence(candidate, path, "")
-        if item not in evidence.setdefault(fid, []):
-            evidence[fid].append(item)
-    return {fid: evidence_digest(items) for fid, items in evidence.items()}
+        span = candidate.evidence[:_SOURCE_PATH] + (path, candidate.value_text)
+        spans = spans_of.get(fid)
+        if spans is None:
+            spans_of[fid] = [span]
+        elif span not in spans:
+            spans.append(span)
+    return {fid: spans_digest(spans) for fid, spans in spans_of.items()}
+
+
+_SOURCE_PATH = Evidence._fields.index("source_path")  # (then run_id, value_text)
 
 
 def _runs(memo: LedgerMemo, groups: set[int]) -> list[tuple[int, int]]:

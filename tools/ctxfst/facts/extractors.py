@@ -167,6 +167,11 @@ class Rule:
                         self.version, self.confidence if confidence is None else confidence,
                         freshness)
 
+    def cites(self, evidence: Evidence) -> Evidence:
+        """The span another rule's evidence cites, as this rule's evidence."""
+        return Evidence(*evidence[:6], self.name, self.version, self.confidence,
+                        evidence.freshness_at)
+
 
 RULES = {rule.name: rule for rule in (
     Rule("declared", "1", 1.0),                 # confidence from the entry, default 1.0
@@ -302,12 +307,14 @@ class DerivedExtractor:
             labels = [(("name",), entity.name)] + [(("aliases", i), alias)
                                                    for i, alias in enumerate(entity.aliases)]
             for where, label in labels:
-                if normalize(label):
+                norm = normalize(label)
+                if norm:
                     yield _candidate(view, "entity", entity.id, "alias", "name", label,
-                                     normalize(label), "keyword",
+                                     norm, "keyword",
                                      view.at(base + where, label, "entity", entity.id,
                                              RULES["derived.alias"]))
         raw_chunks = data.get("chunks") if isinstance(data.get("chunks"), list) else []
+        chunk_tag, theme = RULES["derived.chunk_tag"], RULES["derived.document_theme"]
         for index, chunk in doc.chunks:
             base = ("chunks", index)
             raw = raw_chunks[index] if index < len(raw_chunks) else {}
@@ -319,15 +326,17 @@ class DerivedExtractor:
                                  view.at(base + ("created_at",), chunk.created_at, "chunk",
                                          chunk.id, RULES["derived.date"], freshness))
             for position, tag in enumerate(chunk.tags):
-                if not normalize(tag):
+                norm = normalize(tag)
+                if not norm:
                     continue
-                where = base + ("tags", position)
-                for entity_type, entity_id, rule in (
-                        ("chunk", chunk.id, RULES["derived.chunk_tag"]),
-                        ("document", me, RULES["derived.document_theme"])):
-                    yield _candidate(view, entity_type, entity_id, "theme", "tag", tag,
-                                     _keyword(view, tag), "keyword",
-                                     view.at(where, tag, "chunk", chunk.id, rule, freshness))
+                # A chunk's tag and its document's theme: one span, cited by two rules.
+                keyword = view.catalog.canonical(norm)
+                cited = view.at(base + ("tags", position), tag, "chunk", chunk.id, chunk_tag,
+                                freshness)
+                yield _candidate(view, "chunk", chunk.id, "theme", "tag", tag, keyword,
+                                 "keyword", cited)
+                yield _candidate(view, "document", me, "theme", "tag", tag, keyword,
+                                 "keyword", theme.cites(cited))
             for position, ref in enumerate(chunk.entities):
                 yield _candidate(view, "chunk", chunk.id, "mention", "entity", ref, ref,
                                  "keyword", view.at(base + ("entities", position), ref, "chunk",

@@ -41,7 +41,12 @@ _RUN_ID = Evidence._fields.index("run_id")
 
 def evidence_digest(evidence: Iterable[Evidence]) -> str:
     """What one source's evidence for one fact says, whatever run read it."""
-    items = sorted(repr(item[:_RUN_ID] + item[_RUN_ID + 1:]) for item in evidence)
+    return spans_digest([item[:_RUN_ID] + item[_RUN_ID + 1:] for item in evidence])
+
+
+def spans_digest(spans: list[tuple]) -> str:
+    """evidence_digest of the evidence whose fields, the run id left out, are spans."""
+    items = sorted(map(repr, spans))
     return hashlib.blake2b("\n".join(items).encode("utf-8"), digest_size=8).hexdigest()
 
 
