@@ -3,6 +3,7 @@ alternating runs (this machine's speed drifts by a third within an hour, so two 
 benchmark runs an hour apart say little).
 
     .venv/bin/python benchmarks/edit_ab.py --against /tmp/old [--docs 10000] [--rounds 4]
+        [--separate] [--kinds edit add delete full]
 
 `--against` is another checkout of ctxfst (for example `git archive <rev> | tar -x -C
 /tmp/old`); its `tools/` is put on `PYTHONPATH` for its runs, this checkout's for the
@@ -10,6 +11,8 @@ others. Each run follows a fresh change of its own kind, made after the other si
 so both sides start from the state the other left (both must read the same caches).
 With `--separate`, each side works on a copy of its own instead (the same changes):
 a side that keeps records the other does not write then finds its own records.
+`--kinds full` times first builds instead: each run on a fresh copy of the generated
+knowledge base, the two sides' artifacts compared byte for byte.
 Prints every pair's whole-process wall times and each side's median.
 """
 
@@ -41,6 +44,33 @@ def _doit(root: Path, tools: Path) -> float:
     return elapsed
 
 
+def _artifacts(root: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted((root / "build").iterdir())
+            if path.is_file() and path.name != "run_results.json"}  # (times in it)
+
+
+def _full_builds(pristine: Path, other: Path, docs: int, rounds: int) -> None:
+    """First builds of fresh copies of pristine, alternating sides."""
+    times: dict[str, list[float]] = {"A": [], "B": []}
+    print(f"{docs} documents, first builds; A = {other.parent}, B = this checkout")
+    for round_ in range(rounds):
+        pair, made = [], {}
+        for side, tools in (("A", other), ("B", HERE)):
+            copy = pristine.with_name(f"{pristine.name}-full")
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(pristine, copy, symlinks=True)
+            times[side].append(_doit(copy, tools))
+            made[side] = _artifacts(copy)
+            shutil.rmtree(copy)
+            pair.append(f"{side} {times[side][-1]:.2f} s")
+        differ = sorted(name for name in made["A"].keys() | made["B"].keys()
+                        if made["A"].get(name) != made["B"].get(name))
+        print(f"  full {round_ + 1}: " + ", ".join(pair) + (
+            f"; artifacts differ: {', '.join(differ)}" if differ else "; artifacts identical"))
+    print(f"full: median A {statistics.median(times['A']):.2f} s, "
+          f"B {statistics.median(times['B']):.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", type=Path, required=True)
@@ -48,6 +78,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--separate", action="store_true",
                         help="each side on its own copy of the knowledge base")
+    parser.add_argument("--kinds", nargs="+", default=["edit", "add", "delete"],
+                        choices=["edit", "add", "delete", "full"])
     args = parser.parse_args()
     other = args.against.resolve() / "tools"
     if not (other / "ctxfst").is_dir():
@@ -55,6 +87,11 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="ctxfst-ab-"))
     try:
         make_project(root, args.docs, "hash-256")
+        if "full" in args.kinds:
+            _full_builds(root, other, args.docs, args.rounds)
+        kinds = [kind for kind in args.kinds if kind != "full"]
+        if not kinds:
+            return
         _doit(root, HERE)
         _doit(root, HERE)  # (settled: the first no-op after a build may still hash)
         roots = {"A": root, "B": root}
@@ -65,7 +102,7 @@ def main() -> None:
             _doit(roots["B"], HERE)
         print(f"{args.docs} documents; A = {args.against}, B = this checkout"
               + (", each on its own copy" if args.separate else ""))
-        for kind in ("edit", "add", "delete"):
+        for kind in kinds:
             times: dict[str, list[float]] = {"A": [], "B": []}
             for round_ in range(args.rounds):
                 pair = []
@@ -88,6 +125,7 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(root.with_name(root.name + "-b"), ignore_errors=True)
+        shutil.rmtree(root.with_name(root.name + "-full"), ignore_errors=True)
 
 
 if __name__ == "__main__":
