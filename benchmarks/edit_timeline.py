@@ -3,7 +3,7 @@ facts stage forks (pipeline/beside.py): what lies on the critical path, and what
 beside it.
 
     .venv/bin/python benchmarks/edit_timeline.py --docs 10000 [--edits 3] [--kind edit]
-        [--time ctxfst.facts.build:_merge_by_group ctxfst.pipeline.stages:publish ...]
+        [--project DIR] [--time ctxfst.facts.build:_merge_by_group ...]
 
 Generates a knowledge base (hash-256 embedder), builds it (timed too), settles it with a
 no-op, then times `--edits` changes of one document (`edit`: a sentence added; `add`,
@@ -115,15 +115,21 @@ def main() -> None:
     parser.add_argument("--kind", choices=("edit", "add", "delete"), default="edit")
     parser.add_argument("--time", nargs="*", default=[], metavar="MODULE:NAME",
                         help="functions to time in every process of the build")
+    parser.add_argument("--project", type=Path,
+                        help="a knowledge base make_project made (and built) before, "
+                             "changed in place: no first build (100,000 documents take "
+                             "minutes to generate and build)")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="ctxfst-timeline-"))
+    root = args.project or Path(tempfile.mkdtemp(prefix="ctxfst-timeline-"))
     try:
-        make_project(root, args.docs, "hash-256")
-        print(f"{args.docs} documents, the first build (seconds from start):")
-        _show(*timeline(root, args.time))
+        if args.project is None:
+            make_project(root, args.docs, "hash-256")
+            print(f"{args.docs} documents, the first build (seconds from start):")
+            _show(*timeline(root, args.time))
         doit(root)  # (settled: the first no-op after a build may still hash)
         target = next((root / "content").rglob("notes-00042.ctxfst.md"))
-        print(f"{args.docs} documents, one {args.kind} per build (seconds from start):")
+        size = sum(1 for _ in (root / "content").rglob("*.md"))
+        print(f"{size} documents, one {args.kind} per build (seconds from start):")
         for number in range(args.edits):
             added = target.with_name(f"notes-timeline-{number}.ctxfst.md")
             if args.kind == "edit":
@@ -136,7 +142,8 @@ def main() -> None:
                 added.unlink()
             _show(*timeline(root, args.time))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.project is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
