@@ -19,6 +19,7 @@ Prints every pair's whole-process wall times and each side's median.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -44,6 +45,9 @@ def _doit(root: Path, tools: Path) -> float:
     return elapsed
 
 
+FULL_STAGES = ("validate", "compile", "embed", "facts")  # (facts runs beside the others)
+
+
 def _artifacts(root: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted((root / "build").iterdir())
             if path.is_file() and path.name != "run_results.json"}  # (times in it)
@@ -61,8 +65,11 @@ def _full_builds(pristine: Path, other: Path, docs: int, rounds: int) -> None:
             shutil.copytree(pristine, copy, symlinks=True)
             times[side].append(_doit(copy, tools))
             made[side] = _artifacts(copy)
+            stages = {stage["stage"]: stage["seconds"] for stage in json.loads(
+                (copy / "build" / "run_results.json").read_text())["stages"]}
             shutil.rmtree(copy)
-            pair.append(f"{side} {times[side][-1]:.2f} s")
+            pair.append(f"{side} {times[side][-1]:.2f} s (" + ", ".join(
+                f"{name} {stages[name]:.1f}" for name in FULL_STAGES if name in stages) + ")")
         differ = sorted(name for name in made["A"].keys() | made["B"].keys()
                         if made["A"].get(name) != made["B"].get(name))
         print(f"  full {round_ + 1}: " + ", ".join(pair) + (
