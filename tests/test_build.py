@@ -921,6 +921,22 @@ def test_project_relative_in_bulk_gives_the_exact_answers(tmp_path, monkeypatch)
         assert bulk(path, "given") == project_relative(root, path, "given"), path
 
 
+def test_the_walk_lists_files_in_the_order_of_their_paths_parts(tmp_path):
+    """The walk's order (files.path_order, a string key) is Path's order, by parts: a
+    folder's files before those of a folder whose name it begins ("a/b" before "a.b/c",
+    where plain string order puts "a.b/c" first)."""
+    from ctxfst.files import path_order, walk
+
+    names = ["a/b.md", "a.b/c.md", "a-b/c.md", "a/a/z.md", "a/ab.md", "ab.md", "a b/c.md",
+             "é/x.md", "z/a.md", "A/x.md", "a0/x.md"]
+    for name in names:
+        write(tmp_path, name, "x")
+    assert walk(tmp_path) == sorted(tmp_path / name for name in names)
+    strings = [str(tmp_path / name) for name in names]
+    assert sorted(strings, key=path_order) == [str(p) for p in sorted(map(Path, strings))]
+    assert sorted(strings) != sorted(strings, key=path_order)  # (the case it is for)
+
+
 def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
     """The build hashes a source again only when its identity changed; a file changed a
     moment ago is hashed again next time (it could change again within one clock tick)."""

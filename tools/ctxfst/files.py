@@ -6,7 +6,7 @@ import heapq
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Collection
+from typing import Any, Callable, Collection
 
 # Folders never searched for documents.
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", "build",
@@ -42,9 +42,11 @@ class Walk:
         return [Path(path) for path in self.paths]
 
 
-def path_order(path: str) -> list[str]:
-    """The order of Path objects (by their parts), for paths as strings."""
-    return path.split(os.sep)
+def path_order(path: str) -> str:
+    """A key that sorts paths as strings as Path objects sort (by their parts): the
+    separator made NUL, below every character a name can hold (comparing lists of parts
+    was most of a 100,000-file walk)."""
+    return path.replace(os.sep, "\0")
 
 
 def walk(directory: Path, suffixes: tuple[str, ...] = (".md",),
@@ -321,11 +323,12 @@ def _remembered_names(folder: Path, names: tuple[str, ...], root: Path
     import re
 
     def search() -> tuple[list, list[tuple[Path, bool]]]:
-        matches = [re.compile(fnmatch.translate(name)).fullmatch for name in names]
+        # (one pattern for all the names: one match a file, not one a name)
+        match = re.compile("|".join(f"(?:{fnmatch.translate(name)})"
+                                    for name in names)).fullmatch
         files: list[tuple[str, str, bool]] = []
-        folders = _real_folders(folder, files)
-        return folders, [(Path(path), is_link) for path, name, is_link in files
-                         if any(match(name) for match in matches)]
+        folders = _real_folders(folder, files, match)
+        return folders, [(Path(path), is_link) for path, _, is_link in files]
 
     return _remembered((str(folder), names, str(root)), root, search)
 
@@ -376,11 +379,13 @@ def _remembered(key: tuple, root: Path, search) -> tuple[list[Path], list]:
     return found, refused
 
 
-def _real_folders(folder: Path, files: list[tuple[str, str, bool]] | None = None
+def _real_folders(folder: Path, files: list[tuple[str, str, bool]] | None = None,
+                  wanted: Callable[[str], Any] | None = None
                   ) -> list[tuple[str, int, int, int]]:
     """Every folder a "**" glob lists below folder (folder links are not followed), with
     its mtime, ctime and inode, in a stable order; with files, the other entries of
-    those folders are added to it as (path, name, whether it is a link)."""
+    those folders (whose names `wanted` accepts, when given) are added to it as (path,
+    name, whether it is a link)."""
     found, pending = [], [str(folder)]
     while pending:
         current = pending.pop()
@@ -391,7 +396,7 @@ def _real_folders(folder: Path, files: list[tuple[str, str, bool]] | None = None
                 for entry in listing:
                     if entry.is_dir(follow_symlinks=False):
                         children.append(entry.path)
-                    elif files is not None:
+                    elif files is not None and (wanted is None or wanted(entry.name)):
                         files.append((entry.path, entry.name, entry.is_symlink()))
         except OSError:
             found.append((current, -1, -1, -1))  # unreadable or gone: never the same

@@ -149,7 +149,7 @@ def _places(items: list[tuple[str, str]]) -> dict[str, bytes]:
     for path, fs_path in items:
         if path in places:
             continue  # (walked twice: one unit, at its first place, as `found` keeps it)
-        key = "\0".join(path_order(os.fspath(fs_path))).encode("utf-8", "surrogatepass")
+        key = path_order(os.fspath(fs_path)).encode("utf-8", "surrogatepass")
         if last and key <= last:
             turn += 1
         last = key
