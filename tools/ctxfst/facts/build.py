@@ -1201,8 +1201,10 @@ def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str
         elif fact.is_active:
             # A span read again by a later run is the same evidence: keep the run that first
             # recorded it, so re-extracting an edited source does not "update" every fact.
-            first_run = {e._replace(run_id=""): e for e in previous[1]}
-            fact.evidence = [first_run.get(e._replace(run_id=""), e) for e in fact.evidence]
+            # (an entity's facts hold an entry for every document declaring it: keyed by
+            # a slice, _replace is some 5x slower)
+            first_run = {e.without_run_id(): e for e in previous[1]}
+            fact.evidence = [first_run.get(e.without_run_id(), e) for e in fact.evidence]
             if previous[1] != tuple(sorted(fact.evidence, key=Evidence.sort_key)):
                 fact.updated_build_seq = seq
                 changes[fid] = "updated"

@@ -36,12 +36,9 @@ RECORD = "facts_file"
 SOURCE = "facts:"  # + a source's path: {fact id: evidence digest}
 
 
-_RUN_ID = Evidence._fields.index("run_id")
-
-
 def evidence_digest(evidence: Iterable[Evidence]) -> str:
     """What one source's evidence for one fact says, whatever run read it."""
-    return spans_digest([item[:_RUN_ID] + item[_RUN_ID + 1:] for item in evidence])
+    return spans_digest([item.without_run_id() for item in evidence])
 
 
 def spans_digest(spans: list[tuple]) -> str:

@@ -63,6 +63,14 @@ class Evidence(NamedTuple):
     def as_row(self) -> dict[str, Any]:
         return dict(zip(self._fields, self))  # in the order of the evidence struct
 
+    def without_run_id(self) -> tuple:
+        """Its fields but the run id, as a plain tuple: a span read again by a later run
+        is the same evidence."""
+        return self[:_RUN_ID] + self[_RUN_ID + 1:]
+
+
+_RUN_ID = Evidence._fields.index("run_id")
+
 
 class Candidate(NamedTuple):
     """A fact as one extractor sees it in one source, with its evidence."""
