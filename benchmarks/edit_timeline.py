@@ -130,7 +130,9 @@ def main() -> None:
         target = next((root / "content").rglob("notes-00042.ctxfst.md"))
         size = sum(1 for _ in (root / "content").rglob("*.md"))
         print(f"{size} documents, one {args.kind} per build (seconds from start):")
-        for number in range(args.edits):
+        # (numbered after the adds of earlier runs on a --project knowledge base)
+        first = sum(1 for _ in target.parent.glob("notes-timeline-*.ctxfst.md"))
+        for number in range(first, first + args.edits):
             added = target.with_name(f"notes-timeline-{number}.ctxfst.md")
             if args.kind == "edit":
                 _edit_once(target, f"Timed{number}")
