@@ -590,6 +590,41 @@ def test_the_previous_chunk_files_are_not_hashed_again_while_they_are_as_publish
     assert_consistent(root)
 
 
+def test_an_edit_copies_the_kept_chunk_row_groups_in_the_kernel(tmp_path, capsys,
+                                                               monkeypatch):
+    """After an edit, chunks.parquet's unchanged row groups (as chunks.json's unchanged
+    rows) are copied by the kernel from the previous staged file; where the kernel
+    copies nothing (another file system) they are written from memory: either way the
+    bytes of a clean build."""
+    from ctxfst.artifacts import io
+    from ctxfst.pipeline import units
+
+    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)  # (row groups for an edit to keep)
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    copied_from: list[str] = []
+    real = io._copy_span
+
+    def copy_span(span, into):
+        copied_from.append(os.path.basename(os.readlink(f"/proc/self/fd/{span.fd}")))
+        real(span, into)
+
+    monkeypatch.setattr(io, "_copy_span", copy_span)
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(root, capsys)[0] == 0
+    assert {"chunks.json", "chunks.parquet"} <= set(copied_from), copied_from
+    monkeypatch.setattr(io, "_kernel_copy", lambda source, offset, size, into: 0)
+    doc.write_text(doc.read_text().replace("兩分鐘內", "三分鐘內"))
+    assert build(root, capsys)[0] == 0
+    clean = example(tmp_path / "clean")
+    shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
+    assert build(clean, capsys)[0] == 0
+    for name in ("chunks.json", "chunks.parquet"):
+        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes()
+    assert_consistent(root)
+
+
 def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, monkeypatch):
     """chunk_vectors.parquet has one row group per chunks.parquet group: after an edit
     the groups of unchanged chunks are copied, not read, looked up or encoded, and the

@@ -53,8 +53,8 @@ def spliced(before, after, target, edited: set[str]):
 
     by_keys = splice(previous, previous_keys, keys, starts, unchanged, encode)
     record = record_of(previous, previous_keys, content_group_starts(previous_keys, target))
-    by_record, made = splice_recorded(previous, record, keys, starts,
-                                      unchanged, encode)
+    pieces, made = splice_recorded(previous, record, keys, starts, unchanged, encode)
+    by_record = b"".join(pieces)
     assert by_record == by_keys and made == record_of(by_record, keys, starts)
     return by_keys
 

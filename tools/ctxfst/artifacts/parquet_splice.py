@@ -24,7 +24,7 @@ import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 MAGIC = b"PAR1"
 
@@ -379,17 +379,24 @@ def assemble_groups(groups: list[Group], footer: list[tuple[int, int, bytes]]
     return data, [Group(data, *fields) for fields in placed]
 
 
-def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]]
-                    ) -> tuple[list[bytes | memoryview], list[tuple]]:
-    """assemble_groups() as the pieces that make the file end to end (views of the
-    groups' files, not copies: a caller may write them without joining them), and each
-    row group's fields but its file (start, size, rows, entry, patches)."""
-    pieces: list[bytes | memoryview] = [MAGIC]
+def group_bytes(group: Group) -> memoryview:
+    """A row group's bytes in its file (a view, not a copy)."""
+    return memoryview(group.data)[group.start:group.start + group.size]
+
+
+def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]],
+                    piece: Callable[[Group], Any] = group_bytes
+                    ) -> tuple[list[Any], list[tuple]]:
+    """assemble_groups() as the pieces that make the file end to end (each group's
+    piece(group): by default a view of its file, not a copy, so that a caller may write
+    them without joining them), and each row group's fields but its file (start, size,
+    rows, entry, patches)."""
+    pieces: list[Any] = [MAGIC]
     start = len(MAGIC)
     entries = []
     placed = []
     for ordinal, group in enumerate(groups):
-        pieces.append(memoryview(group.data)[group.start:group.start + group.size])
+        pieces.append(piece(group))
         entry, patches = _moved_entry(group, start - group.start, ordinal)
         entries.append(entry)
         placed.append((start, group, entry, patches))
@@ -563,14 +570,19 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
         if group.rows:
             old[previous_keys[row]] = (group, keys_digest(previous_keys[row:row + group.rows]))
         row += group.rows
-    return _splice(old, encoding_of(parts.footer), keys, starts, unchanged, encode)[0]
+    return b"".join(_splice(old, encoding_of(parts.footer), keys, starts, unchanged,
+                            encode)[0])
 
 
 def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
                     unchanged: Callable[[int, int], bool],
-                    encode: Callable[[list[tuple[int, int]]], bytes]) -> tuple[bytes, dict]:
+                    encode: Callable[[list[tuple[int, int]]], bytes],
+                    piece: Callable[[Group], Any] = group_bytes
+                    ) -> tuple[list[Any], dict]:
     """splice() from the file_record() of `previous` instead of its keys and footer
-    (neither is read again), and the record of the new file."""
+    (neither is read again), as the pieces of the new file (assemble_pieces: each row
+    group as piece(group), of `previous` or of the groups encoded now), and the record
+    of the new file."""
     try:
         encoding = record["encoding"]
         entries = record["groups"]
@@ -583,8 +595,9 @@ def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
             old[first] = (group, digest)
     except (KeyError, TypeError) as error:
         raise SpliceError(f"a file record that is not one ({error})") from None
-    data, groups, encoding = _splice(old, encoding, keys, starts, unchanged, encode)
-    return data, file_record(groups, keys, starts, encoding)
+    pieces, groups, encoding = _splice(old, encoding, keys, starts, unchanged, encode,
+                                       piece)
+    return pieces, file_record(groups, keys, starts, encoding)
 
 
 def file_record(groups: list[Group], keys: list[str], starts: list[int], encoding: str
@@ -607,8 +620,9 @@ def record_of(data: bytes, keys: list[str], starts: list[int]) -> dict:
 
 def _splice(old: dict[str, tuple[Group, str]], encoding: str, keys: list[str],
             starts: list[int], unchanged: Callable[[int, int], bool],
-            encode: Callable[[list[tuple[int, int]]], bytes]
-            ) -> tuple[bytes, list[Group], str]:
+            encode: Callable[[list[tuple[int, int]]], bytes],
+            piece: Callable[[Group], Any] = group_bytes
+            ) -> tuple[list[Any], list[Group], str]:
     chosen: list[Group | None] = []
     ranges = []
     for start, end in group_ranges(starts, len(keys)):
@@ -627,9 +641,9 @@ def _splice(old: dict[str, tuple[Group, str]], encoding: str, keys: list[str],
     if any(group is not None for group in chosen) and encoding != fresh_encoding:
         raise SpliceError("the previous file was written differently")
     made = iter(fresh.groups)
-    data, groups = assemble_groups([group if group is not None else next(made)
-                                    for group in chosen], fresh.footer)
-    return data, groups, fresh_encoding
+    pieces, placed = assemble_pieces([group if group is not None else next(made)
+                                      for group in chosen], fresh.footer, piece)
+    return pieces, [Group(b"", *fields) for fields in placed], fresh_encoding
 
 
 def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int, int]],

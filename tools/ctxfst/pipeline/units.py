@@ -35,8 +35,7 @@ from ..files import changed_lately
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import (Span, compact_json, file_stamp, is_sha256, write_atomic,
-                             write_pieces)
+from ..artifacts.io import Span, compact_json, file_stamp, is_sha256, write_pieces
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
 UNIT_FORMAT = "5"  # 3: declarations keyed by their text; 4: units and link step as tables;
@@ -681,7 +680,7 @@ class Compiled:
     file, still open) and what they were made from."""
 
     json: list[bytes | Span]
-    parquet: bytes
+    parquet: list[bytes | memoryview | Span]  # (its row groups kept: spans of the previous)
     chunks: int
     entities_json: bytes  # the entity catalog's rows, compact (catalog.json)
     entities: int
@@ -696,9 +695,9 @@ class Compiled:
         (the next compile reads them only while they are still those files)."""
         try:
             json_sha256 = write_pieces(json_path, self.json)
+            self.made_from["sha256"] = write_pieces(parquet_path, self.parquet)
         finally:
             self.close()
-        self.made_from["sha256"] = write_atomic(parquet_path, self.parquet)()
         if self.made_from["json"] is not None:
             self.made_from["json"]["sha256"] = json_sha256
 
@@ -752,6 +751,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         changed, previous, made_from = set(entries), None, None
     published = store.value(PUBLISHED)
     before = _previous_json(made_from, previous_json, published)
+    opened = [before[2]] if before is not None else []  # (the files spans copy from)
     try:
         errors: list[Diagnostic] = []
         # (without the previous chunks.json, it is joined from every document's rows)
@@ -764,7 +764,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         rows = _ChunkRows(kept, before, set(entries) - changed)
         entities = _catalog(checked, store)
         parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed,
-                                          published)
+                                          published, opened)
         recompiled = len(fresh)
         fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
         entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
@@ -773,11 +773,10 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
                                                    checked.units],
                      "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
         return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
-                        recompiled, made_from, rows.copied,
-                        [before[2]] if before is not None else [], read_from)
+                        recompiled, made_from, rows.copied, opened, read_from)
     except BaseException:
-        if before is not None:
-            os.close(before[2])  # (the spans' file: Compiled.write closes it otherwise)
+        for handle in opened:  # (Compiled.write closes them otherwise)
+            os.close(handle)
         raise
 
 
@@ -1130,24 +1129,34 @@ CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
 
 
 def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: Any,
-                    previous: Path, changed: set[str], published: Any = None
-                    ) -> tuple[bytes, dict]:
+                    previous: Path, changed: set[str], published: Any = None,
+                    opened: list[int] | None = None) -> tuple[list, dict]:
     """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
-    previous file's groups whose rows are all unchanged are copied, the others encoded
-    from the rows (compiled now, or parsed from their text); every group is encoded
-    when there is no usable previous file. The bytes are the same either way. Also the
-    file's layout (parquet_splice.file_record), for the next build to splice it by."""
+    previous file's groups whose rows are all unchanged are copied (as spans of it, the
+    file left open in `opened`: the kernel copies them), the others encoded from the
+    rows (compiled now, or parsed from their text); every group is encoded when there is
+    no usable previous file. The bytes are the same either way. As the pieces to write
+    end to end, and the file's layout (parquet_splice.file_record), for the next build
+    to splice it by."""
     from ..artifacts.io import parquet_groups_bytes
     import pyarrow as pa
 
-    from ..artifacts.parquet_splice import (SpliceError, capped_starts, group_ranges,
-                                            record_of, splice_recorded)
+    from ..artifacts.parquet_splice import (Group, SpliceError, capped_starts, group_bytes,
+                                            group_ranges, record_of, splice_recorded)
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
     starts = capped_starts(rows.natural_starts(CHUNK_GROUP_ROWS), len(keys), CHUNK_GROUP_ROWS)
     compiled = {row["id"]: row for document in fresh.values() for row in document}
     base = _previous_chunks(made_from, previous, published)
+    handle, stamp = None, ()
+    if base is not None:
+        base, handle, stamp = base
+        if opened is not None:
+            opened.append(handle)
+        else:
+            os.close(handle)
+            handle = None
     copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
 
@@ -1177,19 +1186,25 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
         return parquet_groups_bytes(chunks_table([]).schema,
                                     (group(start, end) for start, end in ranges))
 
+    def piece(group: Group):
+        """A kept group of the previous file: copied by the kernel from it."""
+        view = group_bytes(group)
+        return Span(handle, group.start, view, stamp) if group.data is base and \
+            handle is not None else view
+
     if base is not None:
         try:
             changed_row = rows.changed_rows(changed)
             return splice_recorded(base, made_from.get("layout"), keys, starts,
                                    lambda start, end: not changed_row[start:end].any(),
-                                   encode)
+                                   encode, piece)
         except SpliceError:
             pass  # a layout that does not fit the file: every group is encoded
     data = encode(group_ranges(starts, len(keys)))
     try:
-        return data, record_of(data, keys, starts)
+        return [data], record_of(data, keys, starts)
     except SpliceError:  # a footer this module cannot splice (another pyarrow): no layout
-        return data, None
+        return [data], None
 
 
 class _CopiedRows:
@@ -1236,12 +1251,14 @@ class _CopiedRows:
         return both.take([place[index] for index in sorted(place)]).combine_chunks()
 
 
-def _previous_chunks(made_from: Any, path: Path, published: Any = None) -> bytes | None:
-    """The previous staged chunks.parquet's bytes, when it is the file the last compile
-    recorded (by sha256; made_from: its record, checked by compile_chunks); else None."""
+def _previous_chunks(made_from: Any, path: Path, published: Any = None
+                     ) -> tuple[bytes, int, tuple] | None:
+    """The previous staged chunks.parquet's bytes, the file open (the caller closes it)
+    and its stamp, when it is the file the last compile recorded (by sha256; made_from:
+    its record, checked by compile_chunks); else None."""
     if not isinstance(made_from, dict):
         return None
-    return _recorded_file(path, made_from, published=published)
+    return _recorded_file(path, made_from, keep_open=True, published=published)
 
 
 def _recorded_file(path: Path, record: dict, keep_open: bool = False,
