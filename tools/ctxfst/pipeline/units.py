@@ -676,11 +676,11 @@ def _names_record(value: Any) -> bool:
 
 @dataclass
 class Compiled:
-    """The chunk artifacts (chunks.json as pieces, some of them spans of the previous
-    file, still open) and what they were made from."""
+    """The chunk artifacts (chunks.json and chunks.parquet as pieces, some of them spans
+    of the previous files, still open) and what they were made from."""
 
     json: list[bytes | Span]
-    parquet: list[bytes | memoryview | Span]  # (its row groups kept: spans of the previous)
+    parquet: list[bytes | memoryview | Span]
     chunks: int
     entities_json: bytes  # the entity catalog's rows, compact (catalog.json)
     entities: int
