@@ -592,10 +592,10 @@ def test_the_previous_chunk_files_are_not_hashed_again_while_they_are_as_publish
 
 def test_an_edit_copies_the_kept_chunk_row_groups_in_the_kernel(tmp_path, capsys,
                                                                monkeypatch):
-    """After an edit, chunks.parquet's unchanged row groups (as chunks.json's unchanged
-    rows) are copied by the kernel from the previous staged file; where the kernel
-    copies nothing (another file system) they are written from memory: either way the
-    bytes of a clean build."""
+    """After an edit, the unchanged row groups of chunks.parquet and chunk_vectors.parquet
+    (as chunks.json's unchanged rows) are copied by the kernel from the previous staged
+    files; where the kernel copies nothing (another file system) they are written from
+    memory: either way the bytes of a clean build."""
     from ctxfst.artifacts import io
     from ctxfst.pipeline import units
 
@@ -613,14 +613,15 @@ def test_an_edit_copies_the_kept_chunk_row_groups_in_the_kernel(tmp_path, capsys
     doc = root / "content/deployment.zh-TW.ctxfst.md"
     doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
     assert build(root, capsys)[0] == 0
-    assert {"chunks.json", "chunks.parquet"} <= set(copied_from), copied_from
+    assert {"chunks.json", "chunks.parquet", "chunk_vectors.parquet"} <= set(copied_from), \
+        copied_from
     monkeypatch.setattr(io, "_kernel_copy", lambda source, offset, size, into: 0)
     doc.write_text(doc.read_text().replace("兩分鐘內", "三分鐘內"))
     assert build(root, capsys)[0] == 0
     clean = example(tmp_path / "clean")
     shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
     assert build(clean, capsys)[0] == 0
-    for name in ("chunks.json", "chunks.parquet"):
+    for name in ("chunks.json", "chunks.parquet", "chunk_vectors.parquet"):
         assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes()
     assert_consistent(root)
 

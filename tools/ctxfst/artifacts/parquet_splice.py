@@ -367,16 +367,7 @@ def _moved_entry(group: Group, delta: int, ordinal: int
 def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes:
     """A Parquet file of these row groups, in this order, with the footer's other fields
     (schema, key-value metadata, writer) taken from `footer`."""
-    return assemble_groups(groups, footer)[0]
-
-
-def assemble_groups(groups: list[Group], footer: list[tuple[int, int, bytes]]
-                    ) -> tuple[bytes, list[Group]]:
-    """assemble(), and the row groups as they lie in the new file (its footer need not
-    be walked to splice it again)."""
-    pieces, placed = assemble_pieces(groups, footer)
-    data = b"".join(pieces)
-    return data, [Group(data, *fields) for fields in placed]
+    return b"".join(assemble_pieces(groups, footer)[0])
 
 
 def group_bytes(group: Group) -> memoryview:
@@ -387,10 +378,11 @@ def group_bytes(group: Group) -> memoryview:
 def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]],
                     piece: Callable[[Group], Any] = group_bytes
                     ) -> tuple[list[Any], list[tuple]]:
-    """assemble_groups() as the pieces that make the file end to end (each group's
+    """assemble() as the pieces that make the file end to end (each group's
     piece(group): by default a view of its file, not a copy, so that a caller may write
-    them without joining them), and each row group's fields but its file (start, size,
-    rows, entry, patches)."""
+    them without joining them), and each row group's fields as they lie in the new file,
+    but its file (start, size, rows, entry, patches: its footer need not be walked to
+    splice it again)."""
     pieces: list[Any] = [MAGIC]
     start = len(MAGIC)
     entries = []

@@ -568,6 +568,7 @@ def embedding_cache(config: Config):
 
 
 def stage_embed(config: Config) -> None:
+    from ..artifacts.io import write_pieces
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts
     from .units import PUBLISHED
@@ -583,24 +584,26 @@ def stage_embed(config: Config) -> None:
     cache = embedding_cache(config)
     stats = EmbedStats()
     store = unit_store(config)  # what the staged vectors were made from (owner-checked)
+    previous = None  # the previous vectors file, open: its kept groups are copied from it
     try:
-        vectors, state, unchanged, rows = _chunk_vectors(config, cache, stats,
-                                                         store.value("embedded"),
-                                                         store.value(PUBLISHED))
-        entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
-                                              settings.embedding_model, cache,
-                                              settings.embed_batch_size, stats)
-    except (ImportError, OSError, ValueError) as error:  # a model that cannot load
-        raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not be "
-                          f"used: {error}") from None
-    finally:
-        cache.close()
-    try:
-        state["sha256"] = write_atomic(staged(config, "chunk_vectors.parquet"), vectors)()
+        try:
+            vectors, state, unchanged, rows, previous = _chunk_vectors(
+                config, cache, stats, store.value("embedded"), store.value(PUBLISHED))
+            entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
+                                                  settings.embedding_model, cache,
+                                                  settings.embed_batch_size, stats)
+        except (ImportError, OSError, ValueError) as error:  # a model that cannot load
+            raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not "
+                              f"be used: {error}") from None
+        finally:
+            cache.close()
+        state["sha256"] = write_pieces(staged(config, "chunk_vectors.parquet"), vectors)
         store.put("embedded", state)  # after the file: a kill between leaves no false record
         store.save()
     finally:
         store.close()
+        if previous is not None:
+            os.close(previous)
     write_vectors(staged(config, "entity_vectors.parquet"), [p["entity_id"] for p in profiles],
                   entity_matrix, model_id, "entity_vectors")
     _record(config, "embed", started, model_id=model_id,
@@ -612,23 +615,25 @@ def stage_embed(config: Config) -> None:
 
 
 def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
-                   ) -> tuple[bytes, dict[str, Any], int, int]:
+                   ) -> tuple[list, dict[str, Any], int, int, int | None]:
     """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
     whose chunks group holds the bytes it held at the last embed (`recorded`, from the
-    unit store) is copied from the previous file (artifacts/parquet_splice.py); the
-    others are embedded (cached by text) and encoded. The same bytes as embedding every
-    group. Returns them, the record to keep, how many vectors were copied, and how many
-    there are. `published`: the unit store's PUBLISHED record (the previous file need
-    not be hashed while it is as published)."""
+    unit store) is copied from the previous file (artifacts/parquet_splice.py; by the
+    kernel, as a span of it); the others are embedded (cached by text) and encoded. The
+    same bytes as embedding every group. Returns them as pieces to write end to end, the
+    record to keep, how many vectors were copied, how many there are, and the previous
+    file, open (the caller closes it once the pieces are written), or None. `published`:
+    the unit store's PUBLISHED record (the previous file need not be hashed while it is
+    as published)."""
     import hashlib
 
     import pyarrow as pa
     import pyarrow.parquet as pq
     import numpy as np
 
-    from ..artifacts.io import parquet_bytes, read_regular
-    from ..artifacts.parquet_splice import (SpliceError, assemble_groups, group_record,
-                                            group_spans, read_parts)
+    from ..artifacts.io import Span, parquet_bytes, read_regular
+    from ..artifacts.parquet_splice import (Group, SpliceError, assemble_pieces, group_bytes,
+                                            group_record, group_spans, read_parts)
     from ..artifacts.vectors import vectors_table
     from ..compile.embed import chunk_text, embed_texts, model_id_of
 
@@ -644,68 +649,83 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
                for start, size, _ in spans]
     model_id = model_id_of(settings.embedding_model)
     made_by = [__version__, pa.__version__, model_id]
-    kept, dim = _previous_vector_groups(config, made_by, recorded, published)
-    # a kept group must hold as many rows as the chunks group it is filed under
-    rows_of = {digest: rows for digest, (_, _, rows) in zip(digests, spans)}
-    kept = {digest: group for digest, group in kept.items()
-            if rows_of.get(digest) == group.rows}
-    chunks = pq.ParquetFile(pa.BufferReader(data))
-    ids: list[str] = []
-    texts: list[str] = []
-    starts: list[int] = []
-    for index, digest in enumerate(digests):
-        if digest not in kept:
-            table = chunks.read_row_group(index, columns=["chunk_id", "context", "content"])
-            starts.append(len(ids))
-            ids.extend(table.column("chunk_id").to_pylist())
-            texts.extend(chunk_text({"context": context or "", "content": content}) for
-                         context, content in zip(table.column("context").to_pylist(),
-                                                 table.column("content").to_pylist()))
-    matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
-                                   settings.embed_batch_size, stats)
-    if not ids and dim:  # every group kept: the footer still needs the vectors' type
-        matrix = np.zeros((0, dim), np.float32)
-    fresh = read_parts(parquet_bytes(vectors_table(ids, matrix, model_id, "chunk_vectors"),
-                                     dictionary=False, group_starts=starts))
+    kept, dim, handle, stamp = _previous_vector_groups(config, made_by, recorded, published)
+    try:
+        # a kept group must hold as many rows as the chunks group it is filed under
+        rows_of = {digest: rows for digest, (_, _, rows) in zip(digests, spans)}
+        kept = {digest: group for digest, group in kept.items()
+                if rows_of.get(digest) == group.rows}
+        chunks = pq.ParquetFile(pa.BufferReader(data))
+        ids: list[str] = []
+        texts: list[str] = []
+        starts: list[int] = []
+        for index, digest in enumerate(digests):
+            if digest not in kept:
+                table = chunks.read_row_group(index, columns=["chunk_id", "context", "content"])
+                starts.append(len(ids))
+                ids.extend(table.column("chunk_id").to_pylist())
+                texts.extend(chunk_text({"context": context or "", "content": content}) for
+                             context, content in zip(table.column("context").to_pylist(),
+                                                     table.column("content").to_pylist()))
+        matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
+                                       settings.embed_batch_size, stats)
+        if not ids and dim:  # every group kept: the footer still needs the vectors' type
+            matrix = np.zeros((0, dim), np.float32)
+        fresh = read_parts(parquet_bytes(vectors_table(ids, matrix, model_id, "chunk_vectors"),
+                                         dictionary=False, group_starts=starts))
+    except BaseException:
+        if handle is not None:
+            os.close(handle)
+        raise
     made = iter(fresh.groups)
-    vectors, placed = assemble_groups([kept[d] if d in kept else next(made) for d in digests],
-                                      fresh.footer)
-    # (its sha256 is added once it is written: write_atomic hashes what it writes)
+    previous = {id(group) for group in kept.values()}
+
+    def piece(group: Group):
+        """A kept group: copied by the kernel from the previous file."""
+        bytes_of = group_bytes(group)
+        return Span(handle, group.start, bytes_of, stamp) if id(group) in previous \
+            else bytes_of
+
+    vectors, placed = assemble_pieces([kept[d] if d in kept else next(made) for d in digests],
+                                      fresh.footer, piece)
+    # (its sha256 is added once it is written: write_pieces hashes what it writes)
     return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
-                     else 0, "groups": digests, "parts": [group_record(g) for g in placed]}, \
-        sum(kept[d].rows for d in digests if d in kept), sum(rows for _, _, rows in spans)
+                     else 0, "groups": digests, "parts": [
+                         group_record(Group(b"", *fields)) for fields in placed]}, \
+        sum(kept[d].rows for d in digests if d in kept), sum(rows for _, _, rows in spans), \
+        handle
 
 
 def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
-                            published: Any) -> tuple[dict, int]:
+                            published: Any) -> tuple[dict, int, int | None, tuple]:
     """The previous staged chunk_vectors.parquet's row groups by the digest of the chunks
     group each was made from, and its dimension, when it is the file the last embed
     recorded (by sha256: hashed unless it is as published) with this toolchain, Arrow
     and model; else nothing. Its groups are those the record describes (checked against
-    its bytes), its footer is not walked."""
-    import hashlib
-
-    from ..artifacts.io import read_regular
+    its bytes), its footer is not walked. Also the file, open (the caller closes it: its
+    groups are copied from it), and its stamp; None and () with no groups."""
     from ..artifacts.parquet_splice import SpliceError, groups_from_records
-    from .units import read_as_published
+    from .units import recorded_file
 
+    nothing: tuple[dict, int, int | None, tuple] = ({}, 0, None, ())
     if not (isinstance(state, dict) and state.get("made_by") == made_by
             and isinstance(state.get("groups"), list) and type(state.get("dim")) is int
             and all(isinstance(d, str) for d in state["groups"])
             and isinstance(state.get("sha256"), str)):
-        return {}, 0
-    name = "chunk_vectors.parquet"
+        return nothing
+    found = recorded_file(staged(config, "chunk_vectors.parquet"), state, keep_open=True,
+                           published=published)
+    if found is None:
+        return nothing
+    data, handle, stamp = found
     try:
-        data, info = read_regular(staged(config, name), follow_links=False)
-        if not (read_as_published(published, name, data, info, state["sha256"])
-                or hashlib.sha256(data).hexdigest() == state["sha256"]):
-            return {}, 0
         groups = groups_from_records(data, state.get("parts"))
-    except (OSError, ValueError, SpliceError):
-        return {}, 0
-    if len(groups) != len(state["groups"]):
-        return {}, 0
-    return dict(zip(state["groups"], groups)), state["dim"]
+    except (ValueError, SpliceError):
+        groups = None
+    if groups is None or len(groups) != len(state["groups"]):
+        os.close(handle)
+        return nothing
+    return dict(zip(state["groups"], groups)), state["dim"], handle, stamp
 
 
 def _read_vectors(path: Path):

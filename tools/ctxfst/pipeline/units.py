@@ -1114,7 +1114,7 @@ def _previous_json(made_from: Any, path: Path | None, published: Any = None
             and (not len(lengths) or int(lengths.min()) > 0)
             and ids == sorted(ids)):
         return None
-    opened = _recorded_file(path, old, keep_open=True, published=published)
+    opened = recorded_file(path, old, keep_open=True, published=published)
     if opened is None:
         return None
     data, handle, stamp = opened
@@ -1258,13 +1258,13 @@ def _previous_chunks(made_from: Any, path: Path, published: Any = None
     its record, checked by compile_chunks); else None."""
     if not isinstance(made_from, dict):
         return None
-    return _recorded_file(path, made_from, keep_open=True, published=published)
+    return recorded_file(path, made_from, keep_open=True, published=published)
 
 
-def _recorded_file(path: Path, record: dict, keep_open: bool = False,
-                   published: Any = None):
-    """The bytes of a staged file the last compile wrote (record: their sha256), when
-    they are still those; else None. With keep_open, also the file, open for reading
+def recorded_file(path: Path, record: dict, keep_open: bool = False,
+                  published: Any = None):
+    """The bytes of a staged file a stage wrote last (record: their sha256), when they
+    are still those; else None. With keep_open, also the file, open for reading
     (the caller closes it), and its stamp when read (artifacts.io.Span).
 
     They are hashed unless the file has the stamp (size, mtime, ctime, inode) it had
