@@ -973,6 +973,23 @@ def test_the_walk_lists_files_in_the_order_of_their_paths_parts(tmp_path):
     assert sorted(strings) != sorted(strings, key=path_order)  # (the case it is for)
 
 
+def test_extra_edge_names_at_any_depth_are_what_pathlib_globs(tmp_path):
+    """The names of "**/<name>" patterns are matched together, in one listing: each
+    file that any of them matches, as pathlib's glob finds it (hidden folders too)."""
+    from ctxfst.files import _remembered_names
+
+    folder = tmp_path / "content"
+    for name in ("a.edges.json", "deep/b.edges.json", ".hidden/c.edges.json",
+                 "links-1.yaml", "x/links-22.yaml", "a.yml", "b/bb.yml", "c.yml",
+                 "doc.md", "x/edges.json", "x/a.edges.json.bak"):
+        write(folder, name, "{}")
+    names = ("*.edges.json", "links-?.yaml", "[ab]*.yml")
+    found, refused = _remembered_names(folder, names, tmp_path)
+    assert not refused
+    expected = {path for name in names for path in folder.glob("**/" + name)}
+    assert set(found) == expected and len(found) == len(expected) == 6
+
+
 def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
     """The build hashes a source again only when its identity changed; a file changed a
     moment ago is hashed again next time (it could change again within one clock tick)."""
