@@ -78,7 +78,7 @@ def test_mutated_documents(data):
 
 
 
-# --- Positions made from the events alone (the facts stage's way) are the full load's.
+# --- Positions laid out from the load's marks (the facts stage's way) are the full load's.
 
 def assert_same_positions(text: str) -> None:
     fast = load_yaml(text, "fuzz.md", 2)

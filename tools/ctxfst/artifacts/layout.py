@@ -16,6 +16,10 @@ JOURNAL = ".publish.json"
 MANIFEST = "manifest.json"
 RUN_RESULTS = "run_results.json"
 MANIFEST_VERSION = "1.0.0"
+FACTS_FILE = "semantic_facts.parquet"
+RUNS_FILE = "semantic_fact_extraction_runs.parquet"
+DELTA_FILE = "semantic_facts_delta.json"
+LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)  # a build's facts, kept in the ledger too
 
 
 def staging(config) -> Path:

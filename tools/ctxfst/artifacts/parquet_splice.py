@@ -375,6 +375,19 @@ def group_bytes(group: Group) -> memoryview:
     return memoryview(group.data)[group.start:group.start + group.size]
 
 
+def copied_from(data: bytes, handle: int, stamp: tuple) -> Callable[[Group], Any]:
+    """assemble_pieces' piece for a file spliced from a previous one (its bytes `data`,
+    open as `handle`, with artifacts.io.file_stamp `stamp`): that file's row groups as
+    spans of it, which artifacts.io.write_pieces has the kernel copy; others as views."""
+    from .io import Span
+
+    def piece(group: Group):
+        view = group_bytes(group)
+        return Span(handle, group.start, view, stamp) if group.data is data else view
+
+    return piece
+
+
 def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]],
                     piece: Callable[[Group], Any] = group_bytes
                     ) -> tuple[list[Any], list[tuple]]:

@@ -84,10 +84,10 @@ class SourceMap:
         if self._pending is not None:
             text, path, line_offset = self._pending
             marked, self._pending, self._marked = self._marked, None, None
+            # (without marks that fit: aliases, anchors and merge keys, or a stranger's
+            # cache row, the YAML is read again)
             found = _positions_from_marks(text, line_offset, *marked) \
                 if marked is not None else None
-            if found is None:
-                found = _positions(text, line_offset)
             if found is None:
                 built = load_yaml(text, path, line_offset, positions=True).source_map
                 found = built._keys, built._values
@@ -404,35 +404,34 @@ def _load(text: str, path: str, line_offset: int, positions: bool
             kind = event.__class__
             if kind is ev.ScalarEvent:
                 builder.scalar(event)
-                if marks is not None:
-                    mark = event.start_mark
-                    marks += (mark.line, mark.column << 2)
+                code = 0
             elif kind is ev.MappingStartEvent:
                 if event.tag not in _MAP_TAGS:
                     raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
                                    event.start_mark)
                 builder.start({}, event)
-                if marks is not None:
-                    mark = event.start_mark
-                    marks += (mark.line, mark.column << 2 | 1)
+                code = 1
             elif kind is ev.SequenceStartEvent:
                 if event.tag not in _SEQ_TAGS:
                     raise _Refused("CTX012", f"unsupported YAML tag {event.tag}",
                                    event.start_mark)
                 builder.start([], event)
-                if marks is not None:
-                    mark = event.start_mark
-                    marks += (mark.line, mark.column << 2 | 2)
-            elif kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
-                builder.end()
-            elif kind is ev.AliasEvent:
-                builder.alias(event)
-                marks = None
-            elif kind is ev.DocumentStartEvent:
-                documents += 1
-                if documents > 1:
-                    raise _Refused("CTX012", "more than one YAML document in the "
-                                   "frontmatter", event.start_mark)
+                code = 2
+            else:
+                if kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
+                    builder.end()
+                elif kind is ev.AliasEvent:
+                    builder.alias(event)
+                    marks = None
+                elif kind is ev.DocumentStartEvent:
+                    documents += 1
+                    if documents > 1:
+                        raise _Refused("CTX012", "more than one YAML document in the "
+                                       "frontmatter", event.start_mark)
+                continue
+            if marks is not None:  # (a value's event)
+                mark = event.start_mark
+                marks += (mark.line, mark.column << 2 | code)
     except _Refused as refused:
         line, column = builder.pos(refused.mark)
         builder.diagnostics.append(diag(refused.code, refused.message, path, line, column))
@@ -464,9 +463,9 @@ class _MarksDoNotFit(Exception):
 
 def _positions_from_marks(text: str, line_offset: int, packed: Any, value: Any
                           ) -> tuple[dict, dict] | None:
-    """What _positions finds, from the marks of the load that built value, laid out
-    on it; None when they do not fit it or lie outside the text (a cache row is a
-    stranger's)."""
+    """The keys' and values' positions the full load records, from the marks of the
+    load that built value, laid out on it; None when they do not fit it or lie outside
+    the text (a cache row is a stranger's)."""
     if type(packed) is not str:
         return None
     try:
@@ -529,59 +528,6 @@ def _positions_from_marks(text: str, line_offset: int, packed: Any, value: Any
 
 
 _KIND = {dict: 1, list: 2}  # a value's kind in its mark (0: a scalar)
-
-
-def _positions(text: str, line_offset: int) -> tuple[dict, dict] | None:
-    """The keys' and values' positions the full load records, from the events alone (no
-    value is built: the facts stage locates a whole knowledge base's frontmatter this
-    way); None for a text where only the full load can say (anchors, aliases, merge
-    keys, tagged or odd keys, line breaks that files do not break at)."""
-    if any(char in text for char in _YAML_ONLY_BREAKS):
-        return None
-    keys: dict[Path, tuple] = {}
-    values: dict[Path, tuple] = {}
-    stack: list[list] = []  # [path, mapping?, pending key (_NO_KEY: a key comes next) or next index]
-    documents = 0
-    try:
-        for event in yaml.parse(text, Loader=_Loader):
-            kind = event.__class__
-            if kind is ev.MappingEndEvent or kind is ev.SequenceEndEvent:
-                stack.pop()
-                continue
-            if kind is ev.DocumentStartEvent:
-                documents += 1
-                if documents > 1:
-                    return None
-                continue
-            if kind is ev.AliasEvent or getattr(event, "anchor", None):
-                return None
-            if kind is not ev.ScalarEvent and kind is not ev.MappingStartEvent \
-                    and kind is not ev.SequenceStartEvent:
-                continue  # (stream and document ends)
-            mark = event.start_mark
-            pos = (mark.line + 1 + line_offset, mark.column + 1)
-            path: Path = ()
-            if stack:
-                frame = stack[-1]
-                if frame[1] and frame[2] is _NO_KEY:  # a key
-                    if kind is not ev.ScalarEvent:
-                        return None
-                    value = _scalar_value(event)
-                    if value is _MERGE:
-                        return None
-                    frame[2] = _key_text(value, event.value)
-                    keys[frame[0] + (frame[2],)] = pos
-                    continue
-                path = frame[0] + (frame[2],)
-                frame[2] = _NO_KEY if frame[1] else frame[2] + 1
-                values[path] = pos
-            if kind is ev.MappingStartEvent:
-                stack.append([path, True, _NO_KEY])
-            elif kind is ev.SequenceStartEvent:
-                stack.append([path, False, 0])
-    except (_Refused, yaml.YAMLError):
-        return None
-    return keys, values
 
 
 def _syntax_error(error: yaml.YAMLError, text: str, path: str, line_offset: int) -> Diagnostic:

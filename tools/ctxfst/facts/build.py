@@ -38,14 +38,15 @@ from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_
                          load_extractors)
 from ..artifacts.io import (compact_json, json_bytes, parquet_bytes,
                             parquet_groups_bytes_threaded, write_atomic, write_pieces)
+from ..artifacts.layout import DELTA_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
 from ..artifacts.parquet_splice import (Group, SpliceError, content_group_starts, encoding_of,
                                         group_ranges, read_parts, replace_runs, starts_group)
 from .columns import FreshFacts, candidate_batch
 from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, group_keys, read_digests,
                    spans_digest)
-from .model import (DELTA_FILE, FACTS_FILE, FACTS_SCHEMA_VERSION, LEDGER_FILES, RUNS_FILE,
-                    SORT_COLUMNS, Candidate, Evidence, Fact, fact_sort_key, facts_schema,
-                    facts_table, rows_table, runs_schema, runs_table, table_metadata)
+from .model import (FACTS_SCHEMA_VERSION, SORT_COLUMNS, Candidate, Evidence, Fact,
+                    fact_sort_key, facts_schema, facts_table, rows_table, runs_schema,
+                    runs_table, table_metadata)
 _BATCH = 32  # sources per task of a first build's extraction (one Arrow stream each)
 _ASCENDING = [(name, "ascending") for name in SORT_COLUMNS]  # Arrow's sort of the rows
 

@@ -14,10 +14,6 @@ from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
 FACTS_SCHEMA_VERSION = "1.0.0"
-FACTS_FILE = "semantic_facts.parquet"
-RUNS_FILE = "semantic_fact_extraction_runs.parquet"
-DELTA_FILE = "semantic_facts_delta.json"
-LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)  # a build's facts, kept in the ledger too
 ENTITY_TYPES = ("document", "chunk", "entity", "skill")
 TRIGGERS = ("create", "update", "backfill", "manual_retry")
 STATUSES = ("queued", "running", "completed", "failed")

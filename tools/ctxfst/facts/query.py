@@ -17,7 +17,7 @@ from typing import Any
 
 from ..document.facts import canonical_date, canonical_number, tenant_problem
 from ..document.text import normalize
-from .model import FACTS_FILE, RUNS_FILE
+from ..artifacts.layout import FACTS_FILE, RUNS_FILE
 
 OPS = ("exists", "count", "list")
 DEFAULT_LIMIT = 20

@@ -24,8 +24,8 @@ from ..diagnostics import Diagnostic, render_text, summarize
 from ..artifacts.io import (copy_atomic, file_identity, link_atomic, note_written,
                             read_json, recording_writes, sha256_file,
                             sha256_file_and_size, write_atomic, write_json, written_so_far)
-from ..artifacts.layout import (JOURNAL, MANIFEST, MANIFEST_VERSION, RUN_RESULTS,
-                                ledger_copy_name, result_path, staged, staging)
+from ..artifacts.layout import (JOURNAL, LEDGER_FILES, MANIFEST, MANIFEST_VERSION,
+                                RUN_RESULTS, ledger_copy_name, result_path, staged, staging)
 
 
 class BuildFailed(Exception):
@@ -631,9 +631,10 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
     import pyarrow.parquet as pq
     import numpy as np
 
-    from ..artifacts.io import Span, parquet_bytes, read_regular
-    from ..artifacts.parquet_splice import (Group, SpliceError, assemble_pieces, group_bytes,
-                                            group_record, group_spans, read_parts)
+    from ..artifacts.io import parquet_bytes, read_regular
+    from ..artifacts.parquet_splice import (Group, SpliceError, assemble_pieces, copied_from,
+                                            group_bytes, group_record, group_spans,
+                                            read_parts)
     from ..artifacts.vectors import vectors_table
     from ..compile.embed import chunk_text, embed_texts, model_id_of
 
@@ -649,7 +650,8 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
                for start, size, _ in spans]
     model_id = model_id_of(settings.embedding_model)
     made_by = [__version__, pa.__version__, model_id]
-    kept, dim, handle, stamp = _previous_vector_groups(config, made_by, recorded, published)
+    kept, dim, found = _previous_vector_groups(config, made_by, recorded, published)
+    handle = found[1] if found is not None else None
     try:
         # a kept group must hold as many rows as the chunks group it is filed under
         rows_of = {digest: rows for digest, (_, _, rows) in zip(digests, spans)}
@@ -678,16 +680,9 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
             os.close(handle)
         raise
     made = iter(fresh.groups)
-    previous = {id(group) for group in kept.values()}
-
-    def piece(group: Group):
-        """A kept group: copied by the kernel from the previous file."""
-        bytes_of = group_bytes(group)
-        return Span(handle, group.start, bytes_of, stamp) if id(group) in previous \
-            else bytes_of
-
     vectors, placed = assemble_pieces([kept[d] if d in kept else next(made) for d in digests],
-                                      fresh.footer, piece)
+                                      fresh.footer,
+                                      copied_from(*found) if found is not None else group_bytes)
     # (its sha256 is added once it is written: write_pieces hashes what it writes)
     return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
                      else 0, "groups": digests, "parts": [
@@ -697,17 +692,18 @@ def _chunk_vectors(config: Config, cache, stats, recorded: Any, published: Any
 
 
 def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
-                            published: Any) -> tuple[dict, int, int | None, tuple]:
+                            published: Any) -> tuple[dict, int, tuple | None]:
     """The previous staged chunk_vectors.parquet's row groups by the digest of the chunks
     group each was made from, and its dimension, when it is the file the last embed
     recorded (by sha256: hashed unless it is as published) with this toolchain, Arrow
     and model; else nothing. Its groups are those the record describes (checked against
-    its bytes), its footer is not walked. Also the file, open (the caller closes it: its
-    groups are copied from it), and its stamp; None and () with no groups."""
+    its bytes), its footer is not walked. Also the file as units.recorded_file gives it
+    (its bytes, open: the caller closes it, its groups are copied from it; and its
+    stamp), or None with no groups."""
     from ..artifacts.parquet_splice import SpliceError, groups_from_records
     from .units import recorded_file
 
-    nothing: tuple[dict, int, int | None, tuple] = ({}, 0, None, ())
+    nothing: tuple[dict, int, tuple | None] = ({}, 0, None)
     if not (isinstance(state, dict) and state.get("made_by") == made_by
             and isinstance(state.get("groups"), list) and type(state.get("dim")) is int
             and all(isinstance(d, str) for d in state["groups"])
@@ -717,15 +713,14 @@ def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
                            published=published)
     if found is None:
         return nothing
-    data, handle, stamp = found
     try:
-        groups = groups_from_records(data, state.get("parts"))
+        groups = groups_from_records(found[0], state.get("parts"))
     except (ValueError, SpliceError):
         groups = None
     if groups is None or len(groups) != len(state["groups"]):
-        os.close(handle)
+        os.close(found[1])
         return nothing
-    return dict(zip(state["groups"], groups)), state["dim"], handle, stamp
+    return dict(zip(state["groups"], groups)), state["dim"], found
 
 
 def _read_vectors(path: Path):
@@ -812,8 +807,6 @@ def stage_facts(config: Config) -> None:
         raise BuildFailed(str(error)) from None
     finally:
         store.close()
-    from ..facts.model import LEDGER_FILES
-
     for name in LEDGER_FILES:  # (here, beside the stages that follow, not when publishing)
         copy_atomic(staged(config, name), staged(config, ledger_copy_name(name)))
     if outcome.counts["failed"]:
@@ -860,7 +853,6 @@ def stage_manifest(config: Config) -> None:
     for record in records.values():
         rows = record.get("artifact_rows")
         counted.update(rows if isinstance(rows, dict) else {})
-    from ..facts.model import LEDGER_FILES
     from .units import published_rows, remember_published
 
     store = unit_store(config)
@@ -971,7 +963,6 @@ def _copy_published(config: Config, names: list[str]) -> None:
     with a file in build/ edited in place. The facts stage made those copies (links of
     them are made here); one that is not as it wrote it is made again from the staged
     artifact."""
-    from ..facts.model import LEDGER_FILES
 
     for name in names:
         link_atomic(staged(config, name), config.build_dir / name)

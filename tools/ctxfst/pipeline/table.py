@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..artifacts.layout import MANIFEST, RUN_RESULTS, ledger_copy_name, result_name
-from ..facts.model import LEDGER_FILES
+from ..artifacts.layout import (LEDGER_FILES, MANIFEST, RUN_RESULTS, ledger_copy_name,
+                                result_name)
 from . import stages
 
 SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version today

@@ -1141,22 +1141,23 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     from ..artifacts.io import parquet_groups_bytes
     import pyarrow as pa
 
-    from ..artifacts.parquet_splice import (Group, SpliceError, capped_starts, group_bytes,
-                                            group_ranges, record_of, splice_recorded)
+    from ..artifacts.parquet_splice import (SpliceError, capped_starts, copied_from,
+                                            group_bytes, group_ranges, record_of,
+                                            splice_recorded)
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
     starts = capped_starts(rows.natural_starts(CHUNK_GROUP_ROWS), len(keys), CHUNK_GROUP_ROWS)
     compiled = {row["id"]: row for document in fresh.values() for row in document}
-    base = _previous_chunks(made_from, previous, published)
-    handle, stamp = None, ()
-    if base is not None:
-        base, handle, stamp = base
+    found = _previous_chunks(made_from, previous, published)
+    base, piece = None, group_bytes
+    if found is not None:
+        base, handle, _ = found
         if opened is not None:
             opened.append(handle)
+            piece = copied_from(*found)
         else:
             os.close(handle)
-            handle = None
     copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
 
@@ -1185,12 +1186,6 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
         # (the bytes are those of the whole table cut at the same rows)
         return parquet_groups_bytes(chunks_table([]).schema,
                                     (group(start, end) for start, end in ranges))
-
-    def piece(group: Group):
-        """A kept group of the previous file: copied by the kernel from it."""
-        view = group_bytes(group)
-        return Span(handle, group.start, view, stamp) if group.data is base and \
-            handle is not None else view
 
     if base is not None:
         try:
