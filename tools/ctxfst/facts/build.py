@@ -81,6 +81,9 @@ class Outcome:
     changed: bool
     counts: dict[str, Any] = field(default_factory=dict)
     facts_sha256: str = ""  # of the semantic_facts.parquet written
+    # the rows of each artifact written (the manifest need not count them); none when
+    # the previous artifacts were kept byte for byte
+    artifact_rows: dict[str, int] = field(default_factory=dict)
 
 
 def _sha(*parts: bytes) -> str:
@@ -687,8 +690,10 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     rows, active = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
                   fact_groups_copied=written.copied, run_groups_copied=run_groups_copied)
+    runs_rows = (ledger.runs.num_rows if ledger.runs is not None else 0) + len(new_runs)
     return Outcome(seq, True, _final_counts(counts, rows, active, seq, written.changes),
-                   facts_sha)
+                   facts_sha, {FACTS_FILE: rows, RUNS_FILE: runs_rows,
+                               DELTA_FILE: sum(written.changes.values())})
 
 
 @dataclass

@@ -767,7 +767,8 @@ def stage_graph(config: Config) -> None:
     for edge in edges:
         counts[edge["relation"]] = counts.get(edge["relation"], 0) + 1
     _record(config, "graph", started, nodes=len(nodes), edges=len(edges),
-            edges_by_relation=dict(sorted(counts.items())))
+            edges_by_relation=dict(sorted(counts.items())),
+            artifact_rows={"entity-graph.json": len(nodes), "edges.parquet": len(edges)})
 
 
 def facts_sources(config: Config) -> tuple[list[str], str]:
@@ -815,8 +816,9 @@ def stage_facts(config: Config) -> None:
               file=sys.stderr)
     finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     # Wall-clock times live here, not in the facts artifacts (they carry build_seq).
+    rows = {"artifact_rows": outcome.artifact_rows} if outcome.artifact_rows else {}
     _record(config, "facts", started, started_at=wall, finished_at=finished,
-            **outcome.counts)
+            **outcome.counts, **rows)
 
 
 def _rows(path: Path) -> int:
