@@ -410,8 +410,13 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     assert stage(root, "compile")["documents_recompiled"] == 2
     assert "skills" not in ran(out)  # it reads SKILL.md files only
     embed = stage(root, "embed")
-    # The edited chunk, and the profiles of the two entities it mentions.
-    assert embed["embedded"] == 3 and embed["cache_hits"] == 36
+    # The edited chunk, and the profiles of the two entities it mentions, are embedded;
+    # the other chunks of its row group keep their vectors from the previous file, not
+    # looked up, and the other profiles' come from the cache.
+    chunks = pq.read_metadata(root / "build/chunks.parquet").num_rows
+    profiles = pq.read_metadata(root / "build/entities.parquet").num_rows
+    assert embed["embedded"] == 3 and embed["cache_hits"] == profiles - 2
+    assert embed["unchanged"] == chunks - 1 and embed["texts"] == chunks + profiles
     # A clean build reuses every cached vector: the cache outlives `doit clean`.
     assert build(root, capsys, "clean")[0] == 0
     assert not (root / "build/chunks.json").exists()
@@ -651,6 +656,44 @@ def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, mo
     assert build(clean, capsys)[0] == 0
     for name in ("chunks.parquet", "chunk_vectors.parquet"):
         assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes()
+
+
+def test_an_edited_row_groups_other_vectors_come_from_the_previous_file(tmp_path, capsys):
+    """The chunks of an edited row group that kept their texts keep their vectors from
+    the previous file, by the text keys the unit store holds for the group it replaced;
+    keys that do not fit that group (damaged, or missing) are not used: the vectors then
+    come from the cache, and the file is the one a clean build writes either way."""
+    from ctxfst.pipeline.units import UnitStore
+
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    chunks = pq.read_metadata(root / "build/chunks.parquet").num_rows
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    config = find_project(root)
+    damages = {"none": None, "short": lambda blob: blob[:-1],
+               "another group's": lambda blob: blob + blob[:32], "missing": lambda blob: None}
+    for number, (name, damage) in enumerate(damages.items()):
+        if damage is not None:
+            store = UnitStore(config.unit_store)
+            for key in store.keys("vector-texts:"):
+                changed = damage(store.blobs([key])[key])
+                if changed is None:
+                    store.remove(key)
+                else:
+                    store.put_blob(key, changed)
+            store.save()
+            store.close()
+        doc.write_text(doc.read_text().replace("分鐘內", f"{number}分鐘內", 1))
+        assert build(root, capsys)[0] == 0
+        embed = stage(root, "embed")
+        assert embed["embedded"] >= 1, name
+        reused = embed["unchanged"]
+        assert reused == (chunks - 1 if damage is None else 0), name
+        clean = example(tmp_path / f"clean-{number}")
+        shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
+        assert build(clean, capsys)[0] == 0
+        assert (root / "build/chunk_vectors.parquet").read_bytes() == (
+            clean / "build/chunk_vectors.parquet").read_bytes(), name
 
 
 def test_staged_vectors_planted_in_the_build_folder_are_not_reused(tmp_path, capsys,

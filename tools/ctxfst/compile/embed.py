@@ -266,6 +266,7 @@ class EmbedStats:
     unique: int = 0
     cache_hits: int = 0
     embedded: int = 0
+    reused: int = 0  # texts whose vectors were known already (not looked up)
     model_loaded: bool = False
     embedded_texts: list[str] = field(default_factory=list, repr=False)
 
@@ -276,16 +277,29 @@ def chunk_text(chunk: dict[str, Any]) -> str:
     return f"{context}\n\n{chunk['content']}" if context else chunk["content"]
 
 
+def text_keys(texts: list[str]) -> list[str]:
+    """Each text's key in the cache: its sha256."""
+    return [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
+
+
 def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: int = 32,
-                stats: EmbedStats | None = None) -> tuple[np.ndarray, str]:
-    """Vectors for texts (cached where possible) and the model id that made them."""
+                stats: EmbedStats | None = None, keys: list[str] | None = None,
+                known: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, str]:
+    """Vectors for texts (cached where possible) and the model id that made them. keys:
+    the texts' text_keys, when made already; known: vectors of this model by key, known
+    without the cache (the previous build's)."""
     stats = stats if stats is not None else EmbedStats()
     embedder = get_embedder(spec)
-    keys = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
+    keys = text_keys(texts) if keys is None else keys
     unique = dict(zip(keys, texts))
     stats.texts += len(texts)
     stats.unique += len(unique)
-    found = cache.get(embedder.model_id, list(unique), getattr(embedder, "dim", None))
+    reused = {key: known[key] for key in unique if key in known} if known else {}
+    stats.reused += len(reused)
+    found = cache.get(embedder.model_id, [key for key in unique if key not in reused],
+                      getattr(embedder, "dim", None))
+    hits = len(found)
+    found.update(reused)
     # A fixed order for the misses: the same texts always meet in the same batches.
     missing = sorted(key for key in unique if key not in found)
     if missing:
@@ -293,9 +307,9 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
         vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
         if found and len(next(iter(found.values()))) != vectors.shape[1]:
             # The cached vectors have another dimension than the model's: a foreign cache.
-            found, missing = {}, sorted(unique)
+            found, missing, hits = {}, sorted(unique), 0
             vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
-    stats.cache_hits += len(found)
+    stats.cache_hits += hits
     if missing:
         fresh = {key: vectors[row] for row, key in enumerate(missing)}
         cache.put(embedder.model_id, fresh)
