@@ -855,6 +855,67 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
         assert stage["run_groups_copied"] == run_groups - 1, name
 
 
+def test_a_heavy_fact_is_a_row_group_of_its_own_and_an_add_encodes_only_those_it_changes(
+        tmp_path, capsys, monkeypatch):
+    """A fact with HEAVY_EVIDENCE or more evidence entries (an entity each document that
+    uses it declares) is a row group of its own, so that an added document encodes again
+    the heavy facts it changes and copies the others; the file is what a whole read
+    writes."""
+    from ctxfst.artifacts.parquet_splice import group_spans
+    from ctxfst.facts import build as facts_build
+    from ctxfst.mock import generate
+
+    monkeypatch.setattr(facts_build, "HEAVY_EVIDENCE", 4)
+    root = tmp_path / "kb"
+    generate(root, 40, seed=3)
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n'
+                               'embedding_model = "hash-64"\n')
+    build(root, capsys)
+
+    def groups() -> list[tuple[bytes, list[str], int]]:
+        """Each row group's bytes, fact ids and most evidence entries of a fact."""
+        data = (root / FACTS).read_bytes()
+        table = pq.read_table(root / FACTS, columns=["fact_id", "evidence_count"])
+        found, at = [], 0
+        for start, size, rows in group_spans(data):
+            part = table.slice(at, rows)
+            found.append((data[start:start + size], part.column("fact_id").to_pylist(),
+                          max(part.column("evidence_count").to_pylist())))
+            at += rows
+        return found
+
+    before = groups()
+    heavy = [ids for _, ids, most in before if most >= 4]
+    assert len(heavy) >= 10 and all(len(ids) == 1 for ids in heavy)
+    assert any(len(ids) > 1 for _, ids, _ in before)  # the light facts share groups
+    source = root / "content/000/notes-00007.ctxfst.md"  # a copy of it, with its own ids
+    write(root, "content/added.ctxfst.md", source.read_text().replace("n00007", "nadded"))
+    _same_as_a_whole_read(root, tmp_path, capsys, "add")
+    facts(root)
+    changed = {row["fact_id"] for name in ("added", "updated", "invalidated")
+               for row in delta(root)[name]}
+    kept = {data for data, _, _ in before}
+    encoded = [(ids, most) for data, ids, most in groups() if data not in kept]
+    assert encoded and all(set(ids) <= changed for ids, most in encoded if most >= 4)
+    assert sum(1 for _, _, most in groups() if most >= 4) > sum(
+        1 for _, most in encoded if most >= 4) > 0  # heavy facts copied, and changed
+    # A heavy fact that loses evidence enough to be light again joins its neighbours.
+    rows = facts(root)
+    # (one whose evidence is an entry a source, after a light fact)
+    lightest, before_it = min(((row, previous) for previous, row in zip(rows, rows[1:])
+                               if row["evidence_count"] >= 4 > previous["evidence_count"]
+                               and len({item["source_path"] for item in row["evidence"]})
+                               == row["evidence_count"]),
+                              key=lambda pair: (pair[0]["evidence_count"], pair[0]["fact_id"]))
+    for item in lightest["evidence"][3:]:
+        (root / item["source_path"]).unlink()
+    _same_as_a_whole_read(root, tmp_path, capsys, "delete")
+    after = {row["fact_id"]: row for row in facts(root)}
+    assert after[lightest["fact_id"]]["evidence_count"] == 3
+    assert any({lightest["fact_id"], before_it["fact_id"]} <= set(ids) for _, ids, _ in groups())
+    assert len(next(ids for _, ids, _ in groups() if lightest["fact_id"] in ids)) > 1
+
+
 def test_a_memo_that_does_not_fit_is_not_trusted(tmp_path, capsys, monkeypatch):
     """A memo of another encoding (an older pyarrow's files) is found out only after the
     merge: the ledger is read whole then, and the runs are not recorded twice. A failed

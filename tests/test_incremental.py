@@ -70,15 +70,16 @@ ID_LIKE = re.compile(r"(?:NOT )?([a-z0-9_.-]+(?::[a-z0-9_.-]+)+)")
 @pytest.fixture(autouse=True, scope="module")
 def small_row_groups():
     """chunks.parquet and semantic_facts.parquet in row groups of a few rows, so that
-    edits splice many groups of the example's few dozen chunks and few hundred facts
-    (module scope: Hypothesis forbids per-test ones)."""
+    edits splice many groups of the example's few dozen chunks and few hundred facts,
+    and the facts with three or more evidence entries alone in theirs (module scope:
+    Hypothesis forbids per-test ones)."""
     from ctxfst.facts import build as facts_build
     from ctxfst.pipeline import units
 
-    kept = units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS
-    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS = 4, 32
+    kept = units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE
+    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = 4, 32, 3
     yield
-    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS = kept
+    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = kept
 
 
 def build(root: Path) -> tuple[int, str]:

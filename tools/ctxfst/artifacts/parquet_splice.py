@@ -24,7 +24,7 @@ import hashlib
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 MAGIC = b"PAR1"
 
@@ -507,14 +507,21 @@ def _encoding(footer: list[tuple[int, int, bytes]]) -> list[tuple[int, int, byte
     return [field for field in footer if field[0] in _FILE_ENCODING]
 
 
-def content_group_starts(keys: list[str], target: int) -> list[int]:
+def content_group_starts(keys: list[str], target: int, alone: Iterable[int] = ()
+                         ) -> list[int]:
     """The first row of each row group, decided by the rows' keys alone: a group starts
     at a key whose CRC-32 is a multiple of target (so about target rows a group), or
     8 * target rows after the last start. An edit then changes only the groups that hold
     changed rows; a row added or removed moves no boundary but its own group's, except
     within a run cut by the 8 * target rule, whose cuts move up to the next key that
-    starts a group by its CRC."""
-    return capped_starts(natural_starts(keys, target), len(keys), target)
+    starts a group by its CRC. Rows in `alone` (ascending; rows too large to encode again
+    with their neighbours) are row groups of their own: a group starts at each and at
+    the row after it."""
+    natural = natural_starts(keys, target)
+    if alone:
+        natural = sorted({*natural, *(row for first in alone for row in (first, first + 1)
+                                      if 0 < row < len(keys))})
+    return capped_starts(natural, len(keys), target)
 
 
 def natural_starts(keys: list[str], target: int) -> list[int]:

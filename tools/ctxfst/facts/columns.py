@@ -177,7 +177,8 @@ class FreshFacts:
         keys = candidates.select(["fact_id", *SORT_COLUMNS]).take(pa.array(self.primary))
         self.keys = pa.table([_plain(column) for column in keys.columns],
                              names=keys.column_names).append_column(
-            "is_active", pa.array(np.ones(self.count, dtype=bool)))
+            "is_active", pa.array(np.ones(self.count, dtype=bool))).append_column(
+            "evidence_count", pa.array(np.diff(self.bounds).astype(np.int32)))
 
     def rows(self, begin: int, end: int):
         """The semantic_facts table of facts begin..end, in the artifact's order."""

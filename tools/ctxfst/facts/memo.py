@@ -4,8 +4,9 @@ re-encodes only the row groups of the facts it changes.
 The memo lives in the build's unit store (data only, owner-checked) and holds:
 
 - "facts_file": the sha256 of the semantic_facts.parquet and the runs file this
-  toolchain wrote last, the row-group size they were cut with, and per row group its
-  first row's sort key and fact id, its rows and active rows, and its footer entry
+  toolchain wrote last, the row-group size and heavy evidence count they were cut with,
+  and per row group its first row's sort key and fact id, its rows and active rows,
+  whether that row is heavy (a group of its own), and its footer entry
   (artifacts/parquet_splice), so the file is spliced without walking its footer;
 - "facts:<source path>", for every source: a digest of the evidence it gives each active
   fact it supports (run ids left out: a span read again by a later run is the same).
@@ -77,18 +78,21 @@ class GroupKeys:
     fact_id: str            # its first row's fact id
     rows: int
     active: int
+    heavy: bool = False     # its first row has heavy evidence: it is the group's only row
 
 
-def group_keys(table, starts: list[int]) -> list[GroupKeys]:
-    """The GroupKeys of a facts table's row groups (their first rows)."""
+def group_keys(table, starts: list[int], heavy: int) -> list[GroupKeys]:
+    """The GroupKeys of a facts table's row groups (their first rows); a fact with
+    `heavy` or more evidence entries is a heavy one."""
     import pyarrow.compute as pc
 
     if not starts:
         return []
-    firsts = table.select([*SORT_COLUMNS, "fact_id"]).take(starts).to_pylist()
+    firsts = table.select([*SORT_COLUMNS, "fact_id", "evidence_count"]).take(starts).to_pylist()
     active = table.column("is_active")
     return [GroupKeys(tuple(first[name] for name in SORT_COLUMNS), first["fact_id"],
-                      end - start, pc.sum(active.slice(start, end - start)).as_py() or 0)
+                      end - start, pc.sum(active.slice(start, end - start)).as_py() or 0,
+                      first["evidence_count"] >= heavy)
             for first, (start, end) in zip(firsts, group_ranges(starts, table.num_rows))]
 
 
@@ -97,42 +101,45 @@ class LedgerMemo:
     facts_sha: str
     runs_sha: str
     group_rows: int      # the row-group size the facts file was cut with
+    heavy: int           # and the evidence count that made a fact a row group of its own
     encoding: str        # parquet_splice.encoding_of its footer
     keys: list[GroupKeys]
     groups: list[Group]  # in the facts file's bytes
 
     @classmethod
     def read(cls, value: Any, facts: bytes, facts_sha: str, runs_sha: str,
-             group_rows: int) -> LedgerMemo | None:
-        """The memo of exactly these files (their sha256) cut with this group size, or
-        None (another ledger, another toolchain's memo, or a damaged one)."""
+             group_rows: int, heavy: int) -> LedgerMemo | None:
+        """The memo of exactly these files (their sha256) cut with this group size and
+        heavy evidence count, or None (another ledger, another toolchain's memo, or a
+        damaged one)."""
         if not isinstance(value, dict) or value.get("facts_sha256") != facts_sha or \
                 value.get("runs_sha256") != runs_sha or value.get("group_rows") != group_rows \
-                or not is_sha256(value.get("encoding")):
+                or value.get("heavy") != heavy or not is_sha256(value.get("encoding")):
             return None
         try:
             keys = []
             groups = groups_from_records(facts, [entry["part"] for entry in value["groups"]])
             for entry, group in zip(value["groups"], groups):
-                first, fact_id, rows, active = (entry[n] for n in ("first", "id", "rows",
-                                                                   "active"))
+                first, fact_id, rows, active, alone = (
+                    entry[n] for n in ("first", "id", "rows", "active", "heavy"))
                 if not (isinstance(first, list) and len(first) == len(SORT_COLUMNS) and
                         all(type(part) is str for part in first) and type(fact_id) is str
                         and type(rows) is int and type(active) is int and 0 <= active <= rows
-                        and group.rows == rows):
+                        and group.rows == rows and type(alone) is bool
+                        and (rows == 1 or not alone)):
                     return None
-                keys.append(GroupKeys(tuple(first), fact_id, rows, active))
+                keys.append(GroupKeys(tuple(first), fact_id, rows, active, alone))
         except (KeyError, TypeError, SpliceError):
             return None
         if [k.first for k in keys] != sorted(k.first for k in keys):
             return None
-        return cls(facts_sha, runs_sha, group_rows, value["encoding"], keys, groups)
+        return cls(facts_sha, runs_sha, group_rows, heavy, value["encoding"], keys, groups)
 
     def as_data(self) -> dict[str, Any]:
         return {"facts_sha256": self.facts_sha, "runs_sha256": self.runs_sha,
-                "group_rows": self.group_rows, "encoding": self.encoding,
+                "group_rows": self.group_rows, "heavy": self.heavy, "encoding": self.encoding,
                 "groups": [{"first": list(k.first), "id": k.fact_id, "rows": k.rows,
-                            "active": k.active, "part": group_record(g)}
+                            "active": k.active, "heavy": k.heavy, "part": group_record(g)}
                            for k, g in zip(self.keys, self.groups)]}
 
     @cached_property
