@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .arrays import from_numpy
+
 
 def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.ndarray, str]:
     """(ids, matrix, model id) of a vectors artifact that vectors_table wrote (read from
@@ -48,9 +50,7 @@ def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: s
     import pyarrow as pa
 
     dim = int(matrix.shape[1]) if matrix.ndim == 2 else 0
-    values = np.ascontiguousarray(matrix, np.float32).reshape(-1)
-    # (from the buffer: pa.array() of an ndarray imports numpy.ma to look for a mask)
-    flat = pa.Array.from_buffers(pa.float32(), len(values), [None, pa.py_buffer(values)])
+    flat = from_numpy(np.asarray(matrix).reshape(-1), pa.float32())
     vectors = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array(
         [], pa.list_(pa.float32(), 0))
     table = pa.table({"id": pa.array(ids, pa.string()), "vector": vectors})

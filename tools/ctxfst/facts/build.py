@@ -376,7 +376,6 @@ class _LatestRuns(Mapping):
 def _latest_runs(runs) -> _LatestRuns:
     """Each source's last run (_LatestRuns), as Python only where asked for (a ledger
     keeps every run of every build)."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -385,12 +384,11 @@ def _latest_runs(runs) -> _LatestRuns:
     order = pc.sort_indices(runs, sort_keys=[("source_path", "ascending"),
                                              ("build_seq", "ascending")])  # (stable)
     paths = runs.column("source_path").take(order).combine_chunks()
-    if len(paths) > 1:
-        last = np.append(np.flatnonzero(pc.not_equal(paths.slice(1), paths.slice(
-            0, len(paths) - 1)).to_numpy(zero_copy_only=False)), len(paths) - 1)
-    else:
-        last = np.zeros(1, dtype=np.int64)
-    return _LatestRuns(runs.select(list(_LATEST_COLUMNS)).take(order.take(pa.array(last))))
+    # (in Arrow: an index array made from numpy imports numpy.ma, 0.1 s of an edit)
+    last = pa.concat_arrays([
+        pc.indices_nonzero(pc.not_equal(paths.slice(1), paths.slice(0, len(paths) - 1))),
+        pa.array([len(paths) - 1], pa.uint64())])
+    return _LatestRuns(runs.select(list(_LATEST_COLUMNS)).take(order.take(last)))
 
 
 def _ledger_problem(table, runs, seq: int) -> str | None:
