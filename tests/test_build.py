@@ -696,6 +696,47 @@ def test_an_edited_row_groups_other_vectors_come_from_the_previous_file(tmp_path
             clean / "build/chunk_vectors.parquet").read_bytes(), name
 
 
+def test_embed_keys_its_groups_by_compiles_record_while_the_file_is_the_one_it_wrote(
+        tmp_path, capsys, monkeypatch):
+    """embed takes chunks.parquet's row groups (their sha256 and rows) from compile's
+    record while the staged file is the one compile wrote (it reads and hashes none of
+    it then); a staged file that is not (a copy, the same bytes) is read and its groups
+    hashed. The vectors are a clean build's either way."""
+    from ctxfst.artifacts import parquet_splice
+    from ctxfst.pipeline import units
+
+    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    real = parquet_splice.group_spans
+    walked: list[int] = []
+
+    def counted(data):
+        walked.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(parquet_splice, "group_spans", counted)
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    code, out = build(root, capsys)
+    assert code == 0 and "embed" in ran(out)
+    assert walked == [] and stage(root, "embed")["embedded"] >= 1
+    clean = example(tmp_path / "clean")
+    shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
+    assert build(clean, capsys)[0] == 0
+    assert (root / "build/chunk_vectors.parquet").read_bytes() == (
+        clean / "build/chunk_vectors.parquet").read_bytes()
+    staged = root / "build/.staging/chunks.parquet"
+    shutil.copy(staged, tmp_path / "copy.parquet")
+    os.replace(tmp_path / "copy.parquet", staged)
+    assert build(root, capsys, "forget", "embed")[0] == 0
+    code, out = build(root, capsys)
+    assert code == 0 and "embed" in ran(out)
+    assert walked == [staged.stat().st_size]
+    assert (root / "build/chunk_vectors.parquet").read_bytes() == (
+        clean / "build/chunk_vectors.parquet").read_bytes()
+
+
 def test_staged_vectors_planted_in_the_build_folder_are_not_reused(tmp_path, capsys,
                                                                     monkeypatch):
     """What the staged vectors were made from is recorded in the unit store (bound to

@@ -576,11 +576,12 @@ def splice(previous: bytes, previous_keys: list[str], keys: list[str], starts: l
     if sum(group.rows for group in parts.groups) != len(previous_keys) or \
             any(group.rows < 0 for group in parts.groups):
         raise SpliceError("previous keys do not match the previous file")
-    old: dict[str, tuple[Group, str]] = {}  # first key -> group, digest of its keys
+    old: dict[str, tuple[Group, str, str | None]] = {}  # first key -> group, its keys' digest
     row = 0
     for group in parts.groups:
         if group.rows:
-            old[previous_keys[row]] = (group, keys_digest(previous_keys[row:row + group.rows]))
+            old[previous_keys[row]] = (group, keys_digest(previous_keys[row:row + group.rows]),
+                                       None)
         row += group.rows
     return b"".join(_splice(old, encoding_of(parts.footer), keys, starts, unchanged,
                             encode)[0])
@@ -595,54 +596,62 @@ def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
     (neither is read again), as the pieces of the new file (assemble_pieces: each row
     group as piece(group), of `previous` or of the groups encoded now), and the record
     of the new file."""
+    from .io import is_sha256
+
     try:
         encoding = record["encoding"]
         entries = record["groups"]
         groups = groups_from_records(previous, [entry["part"] for entry in entries])
         old = {}
         for entry, group in zip(entries, groups):
-            first, digest = entry["first"], entry["digest"]
+            first, digest, sha256 = entry["first"], entry["digest"], entry.get("sha256")
             if type(first) is not str or type(digest) is not str:
                 raise SpliceError("a row group record that is not one")
-            old[first] = (group, digest)
+            old[first] = (group, digest, sha256 if is_sha256(sha256) else None)
     except (KeyError, TypeError) as error:
         raise SpliceError(f"a file record that is not one ({error})") from None
-    pieces, groups, encoding = _splice(old, encoding, keys, starts, unchanged, encode,
-                                       piece)
-    return pieces, file_record(groups, keys, starts, encoding)
+    pieces, groups, encoding, shas = _splice(old, encoding, keys, starts, unchanged, encode,
+                                             piece)
+    return pieces, file_record(groups, keys, starts, encoding, shas)
 
 
-def file_record(groups: list[Group], keys: list[str], starts: list[int], encoding: str
-                ) -> dict:
+def file_record(groups: list[Group], keys: list[str], starts: list[int], encoding: str,
+                shas: list[str]) -> dict:
     """What splice_recorded needs of a file of rows `keys` cut at `starts` (its groups
-    as they lie in it, and encoding_of its footer), as JSON data."""
-    if len(groups) != len(starts):
+    as they lie in it, the sha256 of each one's bytes, and encoding_of its footer), as
+    JSON data."""
+    if not len(groups) == len(starts) == len(shas):
         raise SpliceError("row groups do not match their starts")
     return {"encoding": encoding, "groups": [
-        {"first": keys[start], "digest": keys_digest(keys[start:end]),
+        {"first": keys[start], "digest": keys_digest(keys[start:end]), "sha256": sha256,
          "part": group_record(group)}
-        for group, (start, end) in zip(groups, group_ranges(starts, len(keys)))]}
+        for group, sha256, (start, end) in zip(groups, shas,
+                                               group_ranges(starts, len(keys)))]}
 
 
 def record_of(data: bytes, keys: list[str], starts: list[int]) -> dict:
     """The file_record of a file written whole (its footer walked once)."""
     parts = read_parts(data)
-    return file_record(parts.groups, keys, starts, encoding_of(parts.footer))
+    return file_record(parts.groups, keys, starts, encoding_of(parts.footer),
+                       [hashlib.sha256(group_bytes(group)).hexdigest()
+                        for group in parts.groups])
 
 
-def _splice(old: dict[str, tuple[Group, str]], encoding: str, keys: list[str],
+def _splice(old: dict[str, tuple[Group, str, str | None]], encoding: str, keys: list[str],
             starts: list[int], unchanged: Callable[[int, int], bool],
             encode: Callable[[list[tuple[int, int]]], bytes],
             piece: Callable[[Group], Any] = group_bytes
-            ) -> tuple[list[Any], list[Group], str]:
-    chosen: list[Group | None] = []
+            ) -> tuple[list[Any], list[Group], str, list[str]]:
+    """The pieces, groups and encoding of the spliced file, and the sha256 of each of
+    its groups' bytes (a copied group's as its record says, else hashed)."""
+    chosen: list[tuple[Group, str | None] | None] = []
     ranges = []
     for start, end in group_ranges(starts, len(keys)):
         match = old.get(keys[start])
         if match is not None and match[0].rows == end - start and \
                 unchanged(start, end) and \
                 match[1] == keys_digest(keys[start:end]):
-            chosen.append(match[0])
+            chosen.append((match[0], match[2]))
         else:
             chosen.append(None)
             ranges.append((start, end))
@@ -650,12 +659,15 @@ def _splice(old: dict[str, tuple[Group, str]], encoding: str, keys: list[str],
     if len(fresh.groups) != len(ranges):
         raise SpliceError("encoded row groups do not match the ranges")
     fresh_encoding = encoding_of(fresh.footer)
-    if any(group is not None for group in chosen) and encoding != fresh_encoding:
+    if any(choice is not None for choice in chosen) and encoding != fresh_encoding:
         raise SpliceError("the previous file was written differently")
     made = iter(fresh.groups)
-    pieces, placed = assemble_pieces([group if group is not None else next(made)
-                                      for group in chosen], fresh.footer, piece)
-    return pieces, [Group(b"", *fields) for fields in placed], fresh_encoding
+    groups = [choice[0] if choice is not None else next(made) for choice in chosen]
+    shas = [choice[1] if choice is not None and choice[1] is not None else
+            hashlib.sha256(group_bytes(group)).hexdigest()
+            for choice, group in zip(chosen, groups)]
+    pieces, placed = assemble_pieces(groups, fresh.footer, piece)
+    return pieces, [Group(b"", *fields) for fields in placed], fresh_encoding, shas
 
 
 def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int, int]],

@@ -847,6 +847,29 @@ def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, Any]]:
     return record, {key: holder[name] for key, holder, name in parts}
 
 
+def compiled_groups(record: Any, size: int) -> list[tuple[str, int]] | None:
+    """The row groups of the chunks.parquet a compile record describes (the unit store's
+    "compiled" value), each as (the sha256 of its bytes, its rows), when the record lists
+    them as this module writes them (lying one after the other in a file of `size`
+    bytes); else None."""
+    from ..artifacts.io import is_sha256
+
+    layout = record.get("layout") if isinstance(record, dict) else None
+    entries = layout.get("groups") if isinstance(layout, dict) else None
+    if not isinstance(entries, list):
+        return None
+    found, at = [], 4  # (the file's first group starts after its magic)
+    for entry in entries:
+        part = entry.get("part") if isinstance(entry, dict) else None
+        if not (isinstance(part, dict) and is_sha256(entry.get("sha256"))
+                and all(type(part.get(name)) is int for name in ("start", "size", "rows"))
+                and part["start"] == at and part["size"] >= 0 and part["rows"] >= 0):
+            return None
+        at += part["size"]
+        found.append((entry["sha256"], part["rows"]))
+    return found if at <= size else None
+
+
 def save_compiled(store: UnitStore, record: dict, read_from: dict[str, Any]) -> None:
     """Keep a compile record (load_compiled reads it back); parts equal to those
     read_from holds are not encoded or written again."""
