@@ -629,11 +629,9 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
     pieces to write end to end, the record to keep, how many vectors were copied, how
     many there are, and the previous file, open (the caller closes it once the pieces
     are written), or None. `published`: the unit store's PUBLISHED record (the previous
-    file need not be hashed while it is as published)."""
-    import hashlib
-
+    file need not be hashed while it is as published). The chunks groups are found as
+    _chunk_groups says."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
     import numpy as np
 
     from ..artifacts.io import parquet_bytes
