@@ -8,6 +8,7 @@ or is killed before then leaves the published artifacts and their manifest as th
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -641,52 +642,50 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
     from ..compile.embed import chunk_text, embed_texts, model_id_of, text_keys
 
     settings = config.build
-    spans, chunks, source = _chunk_groups(config, store.value("compiled"), published)
-    digests = [digest for digest, _ in spans]
     model_id = model_id_of(settings.embedding_model)
     made_by = [__version__, pa.__version__, model_id]
     recorded = store.value("embedded")
-    try:
+    spans, chunks, source = _chunk_groups(config, store.value("compiled"), published)
+    digests = [digest for digest, _ in spans]
+    # (the chunks file, when open, is closed once its groups are read)
+    with source if source is not None else contextlib.nullcontext():
         previous, dim, found = _previous_vector_groups(config, made_by, recorded, published)
-    except BaseException:
-        if source is not None:
-            source.close()
-        raise
-    handle = found[1] if found is not None else None
-    try:
-        # a kept group must hold as many rows as the chunks group it is filed under
-        rows_of = dict(spans)
-        kept = {digest: group for digest, group in previous.items()
-                if rows_of.get(digest) == group.rows}
-        ids: list[str] = []
-        texts: list[str] = []
-        starts: list[int] = []
-        made: dict[str, list[str]] = {}  # each group embedded: its rows' text keys
-        for index, digest in enumerate(digests):
-            if digest not in kept:
-                table = chunks.read_row_group(index, columns=["chunk_id", "context", "content"])
-                starts.append(len(ids))
-                ids.extend(table.column("chunk_id").to_pylist())
-                group_texts = [chunk_text({"context": context or "", "content": content})
-                               for context, content in zip(table.column("context").to_pylist(),
-                                                           table.column("content").to_pylist())]
-                made[digest] = text_keys(group_texts)
-                texts.extend(group_texts)
-        keys = [key for digest in digests if digest in made for key in made[digest]]
-        known = _replaced_vectors(store, recorded, previous, set(digests), found, set(keys))
-        matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
-                                       settings.embed_batch_size, stats, keys, known)
-        if not ids and dim:  # every group kept: the footer still needs the vectors' type
-            matrix = np.zeros((0, dim), np.float32)
-        fresh = read_parts(parquet_bytes(vectors_table(ids, matrix, model_id, "chunk_vectors"),
-                                         dictionary=False, group_starts=starts))
-    except BaseException:
-        if handle is not None:
-            os.close(handle)
-        raise
-    finally:
-        if source is not None:
-            source.close()
+        handle = found[1] if found is not None else None
+        try:
+            # a kept group must hold as many rows as the chunks group it is filed under
+            rows_of = dict(spans)
+            kept = {digest: group for digest, group in previous.items()
+                    if rows_of.get(digest) == group.rows}
+            ids: list[str] = []
+            texts: list[str] = []
+            starts: list[int] = []
+            made: dict[str, list[str]] = {}  # each group embedded: its rows' text keys
+            for index, digest in enumerate(digests):
+                if digest not in kept:
+                    table = chunks.read_row_group(index,
+                                                  columns=["chunk_id", "context", "content"])
+                    starts.append(len(ids))
+                    ids.extend(table.column("chunk_id").to_pylist())
+                    group_texts = [
+                        chunk_text({"context": context or "", "content": content})
+                        for context, content in zip(table.column("context").to_pylist(),
+                                                    table.column("content").to_pylist())]
+                    made[digest] = text_keys(group_texts)
+                    texts.extend(group_texts)
+            keys = [key for digest in digests if digest in made for key in made[digest]]
+            known = _replaced_vectors(store, recorded, previous, set(digests), found,
+                                      set(keys))
+            matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
+                                           settings.embed_batch_size, stats, keys, known)
+            if not ids and dim:  # every group kept: the footer still needs the vectors' type
+                matrix = np.zeros((0, dim), np.float32)
+            fresh = read_parts(parquet_bytes(
+                vectors_table(ids, matrix, model_id, "chunk_vectors"), dictionary=False,
+                group_starts=starts))
+        except BaseException:
+            if handle is not None:
+                os.close(handle)
+            raise
     for key in store.keys(_VECTOR_TEXTS) - {_VECTOR_TEXTS + digest for digest in digests}:
         store.remove(key)
     for digest, group_keys in made.items():
@@ -764,7 +763,7 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     if found is None or not wanted:
         return {}
     replaced = [(index, digest) for index, digest in enumerate(recorded["groups"])
-                if digest not in current and digest in previous]
+                if digest not in current]
     blobs = store.blobs([_VECTOR_TEXTS + digest for _, digest in replaced])
     places: dict[str, tuple[int, int]] = {}  # text key -> (group, row) in the old file
     for index, digest in replaced:

@@ -852,8 +852,6 @@ def compiled_groups(record: Any, size: int) -> list[tuple[str, int]] | None:
     "compiled" value), each as (the sha256 of its bytes, its rows), when the record lists
     them as this module writes them (lying one after the other in a file of `size`
     bytes); else None."""
-    from ..artifacts.io import is_sha256
-
     layout = record.get("layout") if isinstance(record, dict) else None
     entries = layout.get("groups") if isinstance(layout, dict) else None
     if not isinstance(entries, list):
@@ -1152,8 +1150,8 @@ CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
 
 
 def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: Any,
-                    previous: Path, changed: set[str], published: Any = None,
-                    opened: list[int] | None = None) -> tuple[list, dict]:
+                    previous: Path, changed: set[str], published: Any,
+                    opened: list[int]) -> tuple[list, dict]:
     """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
     previous file's groups whose rows are all unchanged are copied (as spans of it, the
     file left open in `opened`: the kernel copies them), the others encoded from the
@@ -1176,11 +1174,8 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     base, piece = None, group_bytes
     if found is not None:
         base, handle, _ = found
-        if opened is not None:
-            opened.append(handle)
-            piece = copied_from(*found)
-        else:
-            os.close(handle)
+        opened.append(handle)
+        piece = copied_from(*found)
     copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
 
