@@ -1,8 +1,9 @@
 """Parts of an edit's stages timed in one process on a built knowledge base, where the
 whole-process figures of edit_timeline.py say a stage is slow but not which of its
 steps: the entity profiles made again (and the share of their per-entity work), the
-compile record read back, the facts memo read and written, and embed's read of
-chunks.parquet to key its row groups.
+compile record read back, the facts memo read and written, embed's read of
+chunks.parquet to key its row groups, and (a first build's) hash-256 vectors of every
+chunk's text in one process.
 
     .venv/bin/python benchmarks/stage_parts.py PROJECT [--runs 3]
 
@@ -104,6 +105,12 @@ def main() -> None:
 
     results.append(("embed: chunks.parquet read, its groups found and hashed",
                     *_timed(args.runs, key_groups)))
+
+    from ctxfst.compile.embed import HashEmbedder, chunk_text
+
+    texts = [chunk_text(row) for row in chunks.read(columns=["context", "content"]).to_pylist()]
+    results.append((f"embed: hash-256 vectors of every chunk's text ({len(texts)}), "
+                    "one process", *_timed(args.runs, lambda: HashEmbedder(256)._encode(texts))))
     store.close()
     width = max(len(name) for name, _, _ in results)
     print(f"{root} ({args.runs} runs: best / median seconds)")

@@ -18,6 +18,36 @@ def test_cjk_text_is_visible_to_the_tokenizer():
     assert tokens("FastAPI and Hono on Workers") == ["fastapi", "hono", "workers"]
 
 
+def test_tokens_are_the_words_the_token_pattern_defines_on_any_text():
+    """The definition the hash embedder's vectors and BM25 rest on: words of two or more
+    characters (letters, digits, + and #, joined by . _ -), stopwords left out, and CJK
+    bigrams; whatever pattern finds them faster must find these."""
+    import random
+    import re
+    import unicodedata
+
+    from ctxfst.document.text import CJK, _STOPWORDS
+
+    word = re.compile(rf"[a-z0-9][a-z0-9+#]*(?:[._-][a-z0-9+#]+)*|[{CJK}]+")
+
+    def defined(text):
+        folded = unicodedata.normalize("NFKC", text).casefold()
+        found = []
+        for token in word.findall(folded):
+            if token[0] > "\u2fff":
+                found.extend([token] if len(token) == 1 else
+                             [token[i:i + 2] for i in range(len(token) - 1)])
+            elif len(token) > 1 and token not in _STOPWORDS:
+                found.append(token)
+        return found
+
+    rng = random.Random(5)
+    alphabet = list("ab1Z.-_+# \n") + ["the", "c++", "知", "識", "é", "ﬁ"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40)))
+             for _ in range(5000)]
+    assert all(tokens(text) == defined(text) for text in texts)
+
+
 def test_example_kb_is_lint_clean(cli):
     result, found = lint_codes(cli, cwd=REPO)
     assert result.code == 0 and found == []

@@ -7,7 +7,10 @@ import unicodedata
 
 # Scripts tokenised as character bigrams (no spaces between words to split on).
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
-_TOKEN = re.compile(rf"[a-z0-9][a-z0-9+#]*(?:[._-][a-z0-9+#]+)*|[{CJK}]+")
+# (possessive: a word never gives back characters, so no backtracking to try)
+_WORD = r"[a-z0-9][a-z0-9+#]*+(?:[._-][a-z0-9+#]++)*+"
+_TOKEN = re.compile(rf"{_WORD}|[{CJK}]+")
+_ASCII_WORD = re.compile(_WORD)  # ASCII text has no CJK run to try at each character
 _CJK_RUN = re.compile(rf"[{CJK}]")
 _STOPWORDS = frozenset(
     "a an and are as at be by for from has have in into is it its of on or that the "
@@ -25,7 +28,7 @@ def tokens(text: str) -> list[str]:
     """Words for Latin-script text, character bigrams for CJK runs (no segmenter needed)."""
     folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
     if folded.isascii():  # no CJK run: words only
-        return [t for t in _TOKEN.findall(folded) if len(t) > 1 and t not in _STOPWORDS]
+        return [t for t in _ASCII_WORD.findall(folded) if len(t) > 1 and t not in _STOPWORDS]
     found: list[str] = []
     for token in _TOKEN.findall(folded):
         if token[0] > "\u2fff":  # the regex only yields CJK runs above U+3000
