@@ -536,7 +536,7 @@ def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | 
     """How many profiles the staged files hold, when they were made from what `basis`
     and `texts` (each row group's text columns) describe now; else None. The files kept
     are vouched for to the manifest (artifacts.io.note_written): it need not hash them."""
-    from .units import as_published
+    from .units import vouched
 
     if not (isinstance(record, dict) and basis["mentions"] is not None and texts is not None
             and all(record.get(key) == value for key, value in basis.items())):
@@ -552,7 +552,7 @@ def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | 
         try:
             info = os.lstat(path)
             if not (stat.S_ISREG(info.st_mode) and type(sha256) is str and (
-                    as_published(published, name, info, sha256)
+                    vouched(published, path, info, sha256)
                     or sha256_file(path) == sha256)):
                 return None
         except OSError:
@@ -715,9 +715,9 @@ def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..artifacts.io import digest_written, open_no_follow, read_regular
+    from ..artifacts.io import open_no_follow, read_regular
     from ..artifacts.parquet_splice import SpliceError, group_spans
-    from .units import as_published, compiled_groups
+    from .units import compiled_groups, vouched
 
     path = staged(config, "chunks.parquet")
     try:
@@ -725,9 +725,8 @@ def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, 
         try:
             info = os.fstat(handle)
             sha256 = compiled.get("sha256") if isinstance(compiled, dict) else None
-            groups = compiled_groups(compiled, info.st_size) if isinstance(sha256, str) and (
-                digest_written(path, info) == sha256
-                or as_published(published, path.name, info, sha256)) else None
+            groups = compiled_groups(compiled, info.st_size) if isinstance(sha256, str) \
+                and vouched(published, path, info, sha256) else None
             if groups is not None:
                 source = os.fdopen(handle, "rb")
                 handle = None  # (the file object has it)

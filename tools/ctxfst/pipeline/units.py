@@ -35,7 +35,8 @@ from ..files import changed_lately
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import Span, compact_json, file_stamp, is_sha256, write_pieces
+from ..artifacts.io import (Span, compact_json, digest_written, file_stamp, is_sha256,
+                             write_pieces)
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
 UNIT_FORMAT = "5"  # 3: declarations keyed by their text; 4: units and link step as tables;
@@ -1339,6 +1340,14 @@ def as_published(published: Any, name: str, info: os.stat_result, sha256: str) -
     it need not be hashed again."""
     known = published.get(name) if isinstance(published, dict) else None
     return known == [*file_stamp(info), sha256]
+
+
+def vouched(published: Any, path: Path, info: os.stat_result, sha256: str) -> bool:
+    """Whether a staged file (its stat) holds the bytes of this sha256 without hashing
+    them: this process wrote it (artifacts.io.digest_written), or it is as the last build
+    published it (as_published)."""
+    return digest_written(path, info) == sha256 or as_published(published, path.name, info,
+                                                                sha256)
 
 
 def read_as_published(published: Any, name: str, data: bytes, info: os.stat_result,
