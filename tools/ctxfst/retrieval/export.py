@@ -14,8 +14,8 @@ def export_lancedb(build_dir: Path, db_path: Path,
     try:
         import lancedb
     except ImportError:
-        raise RetrievalError("the lancedb package is not installed: pip install lancedb") \
-            from None
+        raise RetrievalError("the lancedb package is not installed: pip install "
+                             "'ctxfst[lancedb]'") from None
     import pyarrow as pa
 
     from ..artifacts.reader import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
