@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,8 +11,7 @@ from hypothesis import strategies as st
 from ctxfst.runtime.planner import Plan, Unsolvable, alternatives, plan, validate_plan
 from ctxfst.runtime.strips import Operator, Problem, from_skill_index
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from planner_speed import catalog, reference_bfs  # noqa: E402
+from .planner_catalogs import catalog, reference_bfs
 
 
 def op(name, pre=(), add=(), delete=(), pre_not=(), cost=1.0):
