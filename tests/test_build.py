@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import jsonschema
+import pytest
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -885,6 +886,7 @@ def test_a_killed_build_leaves_the_previous_artifacts_consistent(tmp_path):
     assert_consistent(root)
 
 
+@pytest.mark.model
 def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
     """End to end with the bundled all-MiniLM-L6-v2, offline."""
     root = project(tmp_path / "upstream", model="minilm")

@@ -97,6 +97,7 @@ def test_eval_reports_every_metric(built, cli):
         load_queries({"queries": [{"id": "x"}]})
 
 
+@pytest.mark.model
 def test_ch22_graph_finds_all_18_with_the_real_model(tmp_path, capsys, cli):
     root = make_project(tmp_path)
     write(root, "ctxfst.toml", 'embedding_model = "minilm"\n')
@@ -166,6 +167,7 @@ EDGE = ("I know Python FastAPI well and want to deploy to Cloudflare Workers for
         "latency; which framework?")
 
 
+@pytest.mark.model
 def test_course_scenarios_on_a_generated_career_kb(tmp_path, capsys, cli):
     """The course's two examples: articles whose wording hides their topic, among look-alikes
     and random filler documents. Vector search misses them; graph search brings them."""
@@ -197,6 +199,7 @@ def test_course_scenarios_on_a_generated_career_kb(tmp_path, capsys, cli):
     assert "Cloudflare Workers" in graph["article:hono-edge"][0]
 
 
+@pytest.mark.model
 def test_readme_demo_holds_on_the_example_kb(tmp_path, capsys, cli):
     """The README's demo, with the real model: graph finds the Chinese assistant project
     that vector search misses for an English question, and says which entity led there."""
