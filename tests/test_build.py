@@ -812,8 +812,8 @@ def test_extra_edges_merge_and_bad_ones_are_located(tmp_path, capsys):
     implied = [e for e in graph["edges"] if e["relation"] == "IMPLIES"
                and e["source"].startswith("entity:")]
     assert implied == [{"source": "entity:fastapi", "target": "entity:hono",
-                        "relation": "IMPLIES", "properties": {"confidence": 0.8,
-                                                              "status": "active"}}]
+                        "relation": "IMPLIES", "score": 1.0,
+                        "properties": {"confidence": 0.8, "status": "active"}}]
     assert graph["meta"]["extra_edge_count"] == 1
     write(root, "content/bad.edges.json", json.dumps([
         {"source": "entity:fastapi", "target": "entity:missing", "relation": "IMPLIES"},

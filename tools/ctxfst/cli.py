@@ -90,6 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     lance.add_argument("--db", type=Path, required=True, help="LanceDB database folder")
     lance.add_argument("--build", type=Path, default=None)
     _stale_option(lance)
+    graph = targets.add_parser(
+        "graph", help="the entity graph as GraphML or GEXF (networkx, Gephi, Cytoscape)",
+        description="Write build/entity-graph.json as GraphML or GEXF. Example: ctxfst "
+        "export graph --format graphml --out graph.graphml")
+    graph.add_argument("--format", required=True, choices=("graphml", "gexf"))
+    graph.add_argument("--out", type=_named_path, default=None,
+                       help="file to write, inside the project (default: standard output)")
+    graph.add_argument("--build", type=Path, default=None)
+    _stale_option(graph)
     evaluation = commands.add_parser("eval", help="retrieval quality per mode on a queries file")
     evaluation.add_argument("queries", type=Path)
     evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
@@ -340,6 +349,8 @@ def _retrieval(args: argparse.Namespace) -> int:
             reason = stale_reason(config, build_dir)
             if reason:
                 raise RetrievalError(f"{reason} (or pass --allow-stale)")
+        if args.command == "export" and args.target == "graph":
+            return _export_graph(args, build_dir, config)
         if args.command == "export":
             from .retrieval.export import export_lancedb, lancedb_folder
 
@@ -404,6 +415,24 @@ def _retrieval(args: argparse.Namespace) -> int:
     except RetrievalError as error:
         print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
+    from .artifacts.io import write_atomic
+    from .config import check_inside
+    from .retrieval.graph_export import export_graph
+
+    data = export_graph(build_dir, args.format, config.cache_dir if config else None)
+    if args.out is None:
+        sys.stdout.write(data.decode("utf-8"))
+        return EXIT_OK
+    target = check_inside(config.root if config else Path.cwd().resolve(), args.out, "--out")
+    try:
+        write_atomic(target, data)
+    except OSError as error:  # a folder of that name, no such parent folder, read-only
+        raise _Usage(f"--out {args.out}: {error.strerror or error}") from None
+    print(f"wrote the entity graph as {args.format} to {args.out}")
+    return EXIT_OK
 
 
 def _plan_text(result: dict) -> list[str]:

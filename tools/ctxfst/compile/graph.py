@@ -11,6 +11,7 @@ import numpy as np
 from ..document.model import strip_not
 
 GRAPH_SCHEMA_VERSION = "1.0.0"
+UNDIRECTED_RELATIONS = frozenset({"SIMILAR"})  # the rest are directed
 BLOCK_ROWS = 1024
 BLOCK_COLS = 8192
 
@@ -138,8 +139,19 @@ def merge_edges(*groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for edge in group:
             seen.setdefault((edge["source"], edge["target"], edge["relation"]), edge)
     relation_rank = {"SIMILAR": 0}
-    return sorted(seen.values(), key=lambda e: (relation_rank.get(e["relation"], 1),
-                                                e["relation"], e["source"], e["target"]))
+    return sorted(map(_scored, seen.values()),
+                  key=lambda e: (relation_rank.get(e["relation"], 1), e["relation"],
+                                 e["source"], e["target"]))
+
+
+def _scored(edge: dict[str, Any]) -> dict[str, Any]:
+    """The edge with a score: graph tools weigh every edge (1.0 where a relation has no
+    similarity), in the order the graph's edges list their fields."""
+    if "score" in edge:
+        return edge
+    return {"source": edge["source"], "target": edge["target"], "relation": edge["relation"],
+            "score": 1.0, **{key: value for key, value in edge.items()
+                             if key not in ("source", "target", "relation")}}
 
 
 def graph_document(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], *,
@@ -151,7 +163,9 @@ def graph_document(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], *,
                  "vectorizer": f"embedding-cosine:{model_id}", "top_k": top_k,
                  "min_score": min_score, "entity_count": len(nodes),
                  "edge_count": len(edges), "inferred_edge_count": inferred_count,
-                 "extra_edge_count": extra_count, "dangling_chunk_entity_refs": dangling},
+                 "extra_edge_count": extra_count, "dangling_chunk_entity_refs": dangling,
+                 # (stored once, source < target)
+                 "undirected_relations": sorted(UNDIRECTED_RELATIONS)},
         "nodes": nodes,
         "edges": edges,
     }
