@@ -398,7 +398,7 @@ def test_profiles_are_kept_while_what_they_are_made_from_is(tmp_path, capsys):
 def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
-    assert stage(root, "embed")["embedded"] == 39
+    assert stage(root, "embed")["embedded"] == 13 + 26 + 4  # chunks, entities, skills
     doc = root / "content/deployment.zh-TW.ctxfst.md"
     doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
     code, out = build(root, capsys)
@@ -413,11 +413,12 @@ def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):
     embed = stage(root, "embed")
     # The edited chunk, and the profiles of the two entities it mentions, are embedded;
     # the other chunks of its row group keep their vectors from the previous file, not
-    # looked up, and the other profiles' come from the cache.
+    # looked up, and the other profiles' and the skills' come from the cache.
     chunks = pq.read_metadata(root / "build/chunks.parquet").num_rows
     profiles = pq.read_metadata(root / "build/entities.parquet").num_rows
-    assert embed["embedded"] == 3 and embed["cache_hits"] == profiles - 2
-    assert embed["unchanged"] == chunks - 1 and embed["texts"] == chunks + profiles
+    skills = pq.read_metadata(root / "build/skills.parquet").num_rows
+    assert embed["embedded"] == 3 and embed["cache_hits"] == profiles - 2 + skills
+    assert embed["unchanged"] == chunks - 1 and embed["texts"] == chunks + profiles + skills
     # A clean build reuses every cached vector: the cache outlives `doit clean`.
     assert build(root, capsys, "clean")[0] == 0
     assert not (root / "build/chunks.json").exists()
@@ -651,7 +652,8 @@ def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, mo
     chunks = pq.read_metadata(root / "build/chunks.parquet").num_rows
     assert 0 < embed["unchanged"] < chunks and embed["embedded"] == 3
     assert embed["texts"] == chunks + len(json.loads(
-        (root / "build/entity-profiles.json").read_text())["entities"])
+        (root / "build/entity-profiles.json").read_text())["entities"]) + len(json.loads(
+            (root / "build/skill-index.json").read_text())["skills"])
     clean = example(tmp_path / "clean")
     shutil.copyfile(doc, clean / "content/deployment.zh-TW.ctxfst.md")
     assert build(clean, capsys)[0] == 0
@@ -840,7 +842,7 @@ def test_a_corrupt_cache_is_rebuilt(tmp_path, capsys):
     assert build(root, capsys, "clean")[0] == 0
     code, out = build(root, capsys)
     assert code == 0, out
-    assert stage(root, "embed")["embedded"] == 39
+    assert stage(root, "embed")["embedded"] == 13 + 26 + 4  # chunks, entities, skills
 
 
 def _build_process(root: Path, env: dict | None = None) -> subprocess.Popen:

@@ -14,7 +14,7 @@ from ctxfst.compile.embed import get_embedder
 from ctxfst.retrieval.evaluate import evaluate, load_queries
 from ctxfst.retrieval.search import Index, RetrievalError, search
 
-from .conftest import CH22, copy_example, make_project, write
+from .conftest import CH22, copy_example, make_project, run_process, write
 
 
 @pytest.fixture
@@ -133,17 +133,45 @@ def test_lancedb_export_works_with_the_course_code(built, cli, tmp_path):
     import lancedb
 
     db = tmp_path / "lance"
-    result = cli("export", "lancedb", "--db", db, cwd=built)
-    assert result.code == 0 and "13 chunks" in result.out
-    table = lancedb.connect(str(db)).open_table("chunks")
-    assert set(table.schema.names) == {"id", "text", "context", "tags", "entities", "source",
-                                       "vector"}
-    found = table.search(embed("Hono on Cloudflare Workers")).limit(3).to_list()
-    assert found[0]["id"] == "reference:hono-on-workers" and len(found) == 3
-    entities = lancedb.connect(str(db)).open_table("entities")
-    assert entities.count_rows() == 26
-    again = cli("export", "lancedb", "--db", db, cwd=built)  # replaces, does not append
-    assert again.code == 0 and lancedb.connect(str(db)).open_table("chunks").count_rows() == 13
+    result = run_process("export", "lancedb", "--db", db, cwd=built)
+    # a real process: lancedb's Rust logger writes to the process's stderr, not Python's
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert "13 chunks (full-text index: icu), 26 entities and 7 skills" in result.stdout
+    vec = embed("Hono on Cloudflare Workers")
+    # The course's code, as it is written there:
+    db = lancedb.connect(str(db))
+    chunks_table = db.open_table("chunks")
+    results = chunks_table.search(vec).limit(5).to_list()
+    context = "\n\n".join(f"## {r['title']}\n{r['text']}" for r in results)
+    assert results[0]["id"] == "reference:hono-on-workers" and len(results) == 5
+    assert "## Backend frameworks: from FastAPI to the edge\n## Hono on Cloudflare" in context
+    top = results[0]
+    source = (built / top["source"]).read_text().splitlines()
+    assert f'<Chunk id="{top["id"]}">' in source[top["line_start"] - 1]
+    assert "</Chunk>" in source[top["line_end"] - 1]
+    skills_table = db.open_table("skills")
+    skill = skills_table.search(embed("analyze gaps for edge API work")).limit(1).to_list()[0]
+    assert skill["name"] == "analyze-gaps" and skill["kind"] == "SKILL.md"
+    graph = json.loads((built / "build/entity-graph.json").read_text())
+    walked = {e["target"] for e in graph["edges"] if e["source"] == skill["id"]}
+    assert "skill:draft-learning-plan" in walked  # the skill's id is a graph node's
+    assert {r["name"] for r in skills_table.search(vec).limit(10).to_list()} >= {
+        "Go", "Python", "TypeScript", "inventory-skills"}  # entities of type skill too
+    # Full-text and hybrid search work on the chunks table, in English and in Chinese.
+    assert chunks_table.search("Hono", query_type="fts").limit(1).to_list()[0]["id"] == \
+        "reference:hono-on-workers"
+    assert chunks_table.search("邊緣平台", query_type="fts").limit(1).to_list()[0]["id"] == \
+        "principle:edge-vs-cluster"
+    hybrid = chunks_table.search(query_type="hybrid").vector(vec).text("Hono Workers") \
+        .limit(3).to_list()
+    assert hybrid[0]["id"] == "reference:hono-on-workers" and "_relevance_score" in hybrid[0]
+    assert db.open_table("entities").count_rows() == 26
+    again = cli("export", "lancedb", "--db", tmp_path / "lance", "--fts-tokenizer", "simple",
+                cwd=built)  # replaces, does not append
+    assert again.code == 0 and "full-text index: simple" in again.out
+    assert lancedb.connect(str(tmp_path / "lance")).open_table("chunks").count_rows() == 13
+    english = lancedb.connect(str(tmp_path / "lance")).open_table("chunks")
+    assert english.search("邊緣平台", query_type="fts").limit(1).to_list() == []
 
 
 def test_keyword_graph_baseline(built, cli):

@@ -1718,10 +1718,14 @@ def test_a_hostile_build_whose_manifest_matches_is_still_a_clear_error(built_kb,
         (QUERY, "entity-graph.json", lambda p: p.write_text(
             '{"nodes": [], "edges": [{"source": "a", "target": "b", "relation": "SIMILAR", '
             '"score": "high"}]}'), "score"),
-        (QUERY, "entity_vectors.parquet", lambda p: _parquet_with(p, id=[1] * pq.read_table(
-            p).num_rows), "entity_vectors.parquet"),
+        (QUERY, "entity_vectors.parquet", lambda p: _parquet_with(
+            p, entity_id=[1] * pq.read_table(p).num_rows), "entity_vectors.parquet"),
+        (QUERY, "entity_vectors.parquet", lambda p: pq.write_table(  # 1.0.0's `id`
+            pq.read_table(p).rename_columns(["id", "vector"]).replace_schema_metadata({
+                **pq.read_table(p).schema.metadata, b"ctxfst.schema_version": b"1.0.0"}), p),
+         "schema 2.0.0"),
         (QUERY, "chunk_vectors.parquet", lambda p: pq.write_table(pa.table({
-            "id": pq.read_table(p).column("id"),
+            "chunk_id": pq.read_table(p).column("chunk_id"),
             "vector": pa.FixedSizeListArray.from_arrays(pa.array([0.5] * 3 * chunks,
                                                                  pa.float32()), 3)
         }).replace_schema_metadata({**pq.read_table(p).schema.metadata,

@@ -207,7 +207,10 @@ def test_skill_index_and_graph_in_the_build(tmp_path, capsys):
     skill.write_text(skill.read_text().replace("cost: medium", "cost: high"))
     assert run_build(tmp_path, []) == 0
     out = capsys.readouterr().out
-    assert ".  skills" in out and ".  graph" in out and "-- embed" in out
+    assert ".  skills" in out and ".  graph" in out
+    # embed runs again (skills.parquet changed) and finds the skill's text in its cache
+    results = json.loads((tmp_path / "build/run_results.json").read_text())["stages"]
+    assert next(s for s in results if s["stage"] == "embed")["embedded"] == 0
 
 
 def test_migration_keeps_crlf_and_tiny_costs(tmp_path, cli):

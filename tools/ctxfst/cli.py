@@ -86,8 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     _stale_option(query)
     export = commands.add_parser("export", help="export artifacts to other systems")
     targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
-    lance = targets.add_parser("lancedb", help="chunks and entities as LanceDB tables")
-    lance.add_argument("--db", type=Path, required=True, help="LanceDB database folder")
+    lance = targets.add_parser(
+        "lancedb", help="chunks, entities and skills as LanceDB tables",
+        description="Write LanceDB tables chunks (with a full-text index on text), entities "
+                    "and skills from build/, replacing tables of those names. Example: "
+                    "ctxfst export lancedb --db lance")
+    lance.add_argument("--db", type=Path, required=True,
+                       help="LanceDB database folder, inside the project (required)")
+    lance.add_argument("--fts-tokenizer", choices=("icu", "simple", "ngram"), default="icu",
+                       help="the full-text index's tokenizer: icu (words in every script, "
+                            "Chinese too; the default), simple (split on spaces), ngram (2- "
+                            "and 3-character n-grams)")
     lance.add_argument("--build", type=Path, default=None)
     _stale_option(lance)
     graph = targets.add_parser(
@@ -356,9 +365,10 @@ def _retrieval(args: argparse.Namespace) -> int:
 
             counts = export_lancedb(build_dir, lancedb_folder(
                 config.root if config else Path.cwd().resolve(), args.db),
-                config.cache_dir if config else None)
-            print(f"wrote {counts['chunks']} chunks and {counts['entities']} entities to "
-                  f"{args.db}")
+                config.cache_dir if config else None, args.fts_tokenizer)
+            print(f"wrote {counts['chunks']} chunks (full-text index: "
+                  f"{counts['fts_tokenizer']}), {counts['entities']} entities and "
+                  f"{counts['skills']} skills to {args.db}")
             return EXIT_OK
         from .compile.embed import model_id_of
 

@@ -20,6 +20,12 @@ FACTS_FILE = "semantic_facts.parquet"
 RUNS_FILE = "semantic_fact_extraction_runs.parquet"
 DELTA_FILE = "semantic_facts_delta.json"
 LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)  # a build's facts, kept in the ledger too
+# Each vectors file names its id column as the rows it embeds do (chunks.parquet's
+# chunk_id, entities.parquet's entity_id, skills.parquet's node_id), so a join is
+# `USING (chunk_id)`. 2.0.0: the column was `id` in every file before.
+VECTOR_ID_COLUMNS = {"chunk_vectors": "chunk_id", "entity_vectors": "entity_id",
+                     "skill_vectors": "node_id"}
+VECTORS_SCHEMA = "2.0.0"
 
 
 def staging(config) -> Path:

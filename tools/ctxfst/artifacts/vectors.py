@@ -1,5 +1,6 @@
-"""The vectors artifacts (chunk_vectors.parquet, entity_vectors.parquet): one writer and
-one checking reader, shared by the build, retrieval and the exports."""
+"""The vectors artifacts (chunk_vectors.parquet, entity_vectors.parquet,
+skill_vectors.parquet): one writer and one checking reader, shared by the build,
+retrieval and the exports."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .arrays import from_numpy
+from .layout import VECTOR_ID_COLUMNS as ID_COLUMNS, VECTORS_SCHEMA
 
 
 def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.ndarray, str]:
@@ -29,14 +31,19 @@ def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.n
         raise damaged(f"not a readable Parquet table: {type(error).__name__}: {error}") \
             from None
     dim = int(meta["ctxfst.dim"]) if meta.get("ctxfst.dim", "").isdigit() else -1
-    if "id" not in table.column_names or "vector" not in table.column_names:
-        raise damaged("no `id` and `vector` columns")
-    ids, vectors = table.column("id"), table.column("vector")
+    id_column = ID_COLUMNS.get(meta.get("ctxfst.artifact", ""))
+    if meta.get("ctxfst.schema_version") != VECTORS_SCHEMA or id_column is None:
+        raise damaged(f"not a vectors artifact of schema {VECTORS_SCHEMA} (ctxfst.artifact "
+                      f"one of {', '.join(sorted(ID_COLUMNS))}): rebuild with `doit`")
+    if id_column not in table.column_names or "vector" not in table.column_names:
+        raise damaged(f"no `{id_column}` and `vector` columns")
+    ids, vectors = table.column(id_column), table.column("vector")
     kind = vectors.type
     if not (ids.type == pa.string() and pa.types.is_fixed_size_list(kind)
             and kind.value_type == pa.float32() and kind.list_size == dim):
-        raise damaged(f"missing dimension metadata, or `id` {ids.type} and `vector` {kind} "
-                      "are not text and fixed-size float32 lists of that dimension")
+        raise damaged(f"missing dimension metadata, or `{id_column}` {ids.type} and "
+                      f"`vector` {kind} are not text and fixed-size float32 lists of that "
+                      "dimension")
     flat = vectors.combine_chunks().flatten()
     if ids.null_count or vectors.null_count or flat.null_count:
         raise damaged("empty (null) ids or vectors")
@@ -53,9 +60,9 @@ def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: s
     flat = from_numpy(np.asarray(matrix).reshape(-1), pa.float32())
     vectors = pa.FixedSizeListArray.from_arrays(flat, dim) if dim else pa.array(
         [], pa.list_(pa.float32(), 0))
-    table = pa.table({"id": pa.array(ids, pa.string()), "vector": vectors})
+    table = pa.table({ID_COLUMNS[artifact]: pa.array(ids, pa.string()), "vector": vectors})
     return table.replace_schema_metadata({
-        "ctxfst.artifact": artifact, "ctxfst.schema_version": "1.0.0",
+        "ctxfst.artifact": artifact, "ctxfst.schema_version": VECTORS_SCHEMA,
         "ctxfst.model_id": model_id, "ctxfst.dim": str(dim), "ctxfst.normalized": "l2"})
 
 

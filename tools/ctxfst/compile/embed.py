@@ -284,6 +284,12 @@ def chunk_text(chunk: dict[str, Any]) -> str:
     return f"{context}\n\n{chunk['content']}" if context else chunk["content"]
 
 
+def skill_text(skill: dict[str, Any]) -> str:
+    """What a SKILL.md skill's vector encodes: its name, then its description."""
+    return f"{skill['name']}\n\n{skill['description']}" if skill.get("description") \
+        else skill["name"]
+
+
 def text_keys(texts: list[str]) -> list[str]:
     """Each text's key in the cache: its sha256."""
     return [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]

@@ -571,7 +571,7 @@ def embedding_cache(config: Config):
 def stage_embed(config: Config) -> None:
     from ..artifacts.io import write_pieces
     from ..artifacts.vectors import write_vectors
-    from ..compile.embed import EmbedStats, embed_texts
+    from ..compile.embed import EmbedStats, embed_texts, skill_text
     from .units import PUBLISHED
     import pyarrow.parquet as pq
 
@@ -581,6 +581,8 @@ def stage_embed(config: Config) -> None:
     # (ParquetFile: read_table imports pyarrow.dataset, 35 ms)
     profiles = pq.ParquetFile(staged(config, "entities.parquet")).read(
         columns=["entity_id", "representation"]).to_pylist()
+    skills = pq.ParquetFile(staged(config, "skills.parquet")).read(
+        columns=["node_id", "name", "description"]).to_pylist()
     settings = config.build
     cache = embedding_cache(config)
     stats = EmbedStats()
@@ -590,9 +592,10 @@ def stage_embed(config: Config) -> None:
         try:
             vectors, state, unchanged, rows, previous = _chunk_vectors(
                 config, cache, stats, store, store.value(PUBLISHED))
-            entity_matrix, model_id = embed_texts([p["representation"] for p in profiles],
-                                                  settings.embedding_model, cache,
-                                                  settings.embed_batch_size, stats)
+            # one call for both: one batch of cache misses, one model load at most
+            matrix, model_id = embed_texts(
+                [p["representation"] for p in profiles] + [skill_text(s) for s in skills],
+                settings.embedding_model, cache, settings.embed_batch_size, stats)
         except (ImportError, OSError, ValueError) as error:  # a model that cannot load
             raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not "
                               f"be used: {error}") from None
@@ -606,14 +609,17 @@ def stage_embed(config: Config) -> None:
         if previous is not None:
             os.close(previous)
     write_vectors(staged(config, "entity_vectors.parquet"), [p["entity_id"] for p in profiles],
-                  entity_matrix, model_id, "entity_vectors")
+                  matrix[:len(profiles)], model_id, "entity_vectors")
+    write_vectors(staged(config, "skill_vectors.parquet"), [s["node_id"] for s in skills],
+                  matrix[len(profiles):], model_id, "skill_vectors")
     _record(config, "embed", started, model_id=model_id,
             texts=stats.texts + unchanged, unique_texts=stats.unique,
             cache_hits=stats.cache_hits, embedded=stats.embedded,
             unchanged=unchanged + stats.reused,
             model_loaded=stats.model_loaded,
             artifact_rows={"chunk_vectors.parquet": rows,
-                           "entity_vectors.parquet": len(profiles)})
+                           "entity_vectors.parquet": len(profiles),
+                           "skill_vectors.parquet": len(skills)})
 
 
 _VECTOR_TEXTS = "vector-texts:"  # + a chunks.parquet group's digest: its rows' text keys
@@ -638,12 +644,13 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
     from ..artifacts.io import parquet_bytes
     from ..artifacts.parquet_splice import (Group, assemble_pieces, copied_from, group_bytes,
                                             group_record, read_parts)
+    from ..artifacts.layout import VECTORS_SCHEMA
     from ..artifacts.vectors import vectors_table
     from ..compile.embed import chunk_text, embed_texts, model_id_of, text_keys
 
     settings = config.build
     model_id = model_id_of(settings.embedding_model)
-    made_by = [__version__, pa.__version__, model_id]
+    made_by = [__version__, pa.__version__, model_id, VECTORS_SCHEMA]
     recorded = store.value("embedded")
     spans, chunks, source = _chunk_groups(config, store.value("compiled"), published)
     digests = [digest for digest, _ in spans]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..artifacts.layout import (LEDGER_FILES, MANIFEST, RUN_RESULTS, ledger_copy_name,
-                                result_name)
+from ..artifacts.layout import (LEDGER_FILES, MANIFEST, RUN_RESULTS, VECTORS_SCHEMA,
+                                ledger_copy_name, result_name)
 from . import stages
 
 SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version today
@@ -79,11 +79,12 @@ _MAKERS = (
           publishes=_published("entity-profiles.json", "entities.parquet"),
           lineage=("chunks.json",),
           summary="{entities_profiled} of {entities} entity profiles made"),
-    Stage("embed", "Embed chunks and entity profiles (cached by model and text).",
-          stages.stage_embed, reads=("chunks.parquet", "entities.parquet"),
-          publishes=_published("chunk_vectors.parquet", "entity_vectors.parquet"),
+    Stage("embed", "Embed chunks, entity profiles and skills (cached by model and text).",
+          stages.stage_embed, reads=("chunks.parquet", "entities.parquet", "skills.parquet"),
+          publishes=tuple((name, VECTORS_SCHEMA) for name in (
+              "chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet")),
           settings=("embedding_model", "embed_batch_size"),
-          lineage=("chunks.json", "entity-profiles.json"),
+          lineage=("chunks.json", "entity-profiles.json", "skill-index.json"),
           summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache, "
                   "{unchanged} unchanged"),
     Stage("graph", "Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges.",
