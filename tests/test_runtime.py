@@ -44,7 +44,7 @@ def test_state_commands(kb, cli):
     assert done["serial"] == 4 and "state:has-skill-inventory" in done["active_states"]
     assert done["completed_skills"][0]["summary"] == "ok"
     history = cli("state", "history", "--format", "json", cwd=kb).json()
-    assert [e["type"] for e in history] == ["init", "add", "remove", "complete"]
+    assert [e["type"] for e in history["events"]] == ["init", "add", "remove", "complete"]
     subgraph = cli("state", "subgraph", "--depth", "1", "--format", "json", cwd=kb).json()
     assert GOAL in subgraph["current_subgraph"]["nodes"]
     assert len({(e["source"], e["target"], e["relation"])

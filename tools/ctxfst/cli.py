@@ -235,10 +235,10 @@ def _print(data, fmt: str, lines: list[str]) -> None:
     """JSON, or the text lines with control characters made visible in each (ids and
     summaries come from the knowledge base and its scripts: a newline in one must not
     forge a line)."""
-    from .diagnostics import escape_lines, json_text
+    from .diagnostics import escape_lines, output_json
 
     if fmt == "json":
-        print(json_text(data))
+        print(output_json(data))
     else:
         print(escape_lines(lines))
 
@@ -286,7 +286,7 @@ def _runtime(args: argparse.Namespace) -> int:
             state = store.rebuild()
         elif action == "history":
             events = store.history()
-            _print(events, args.format, [
+            _print({"events": events}, args.format, [
                 f"{e['serial']:>4} {e['at']} {e['type']} "
                 + " ".join(f"{k}={v}" for k, v in sorted(e.items())
                            if k not in ("serial", "at", "type", "lineage")) for e in events])
@@ -340,7 +340,7 @@ def _retrieval(args: argparse.Namespace) -> int:
     import yaml
 
     from .compile.embed import get_embedder
-    from .diagnostics import escape, json_text
+    from .diagnostics import escape, output_json
     from .config import find_project
     from .retrieval.evaluate import evaluate, load_queries, markdown
     from .retrieval.search import Index, RetrievalError, load_skill_graph, search
@@ -399,7 +399,7 @@ def _retrieval(args: argparse.Namespace) -> int:
             result = search(index, args.text, vector, args.mode, args.top_k, args.hops,
                             skill_graph, bridge)
             if args.format == "json":
-                print(json_text(result.as_json()))
+                print(output_json(result.as_json()))
                 return EXIT_OK
             lines = [] if result.hits else ["no matching chunks"]
             for number, hit in enumerate(result.hits, 1):
@@ -419,7 +419,7 @@ def _retrieval(args: argparse.Namespace) -> int:
             raise _Usage(f"{args.queries}: {error}") from None
         report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph,
                           bridge_for=bridge_for)
-        print(json_text(report) if args.format == "json" else markdown(report),
+        print(output_json(report) if args.format == "json" else markdown(report),
               end="" if args.format == "markdown" else "\n")
         return EXIT_OK
     except RetrievalError as error:

@@ -248,9 +248,19 @@ def json_text(payload: object) -> str:
                          json.dumps(payload, ensure_ascii=False, indent=2))
 
 
+# The version of every `--format json` output's shape; each has a schema in schemas/
+# (docs/cli.md lists which). A field added is a minor step, one renamed or removed major.
+OUTPUT_SCHEMA_VERSION = "1.0.0"
+
+
+def output_json(data: dict) -> str:
+    """A `--format json` output: its schema_version first (a world state keeps its own)."""
+    return json_text({"schema_version": OUTPUT_SCHEMA_VERSION, **data})
+
+
 def render_json(diagnostics: list[Diagnostic], summary: dict) -> str:
     payload = {"diagnostics": [d.to_dict() for d in diagnostics], "summary": summary}
-    return json_text(payload) + "\n"
+    return output_json(payload) + "\n"
 
 
 def _escape_data(value: str) -> str:

@@ -14,7 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .diagnostics import OUTPUT_SCHEMA_VERSION
 from .document.model import SCHEMA_VERSION, ChunkRecord, Entity, Frontmatter
+from .output_models import OUTPUT_MODELS
+from .runtime.state import STATE_SCHEMA_VERSION
 from .skills.model import SkillRecord
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -43,6 +46,7 @@ class DiagnosticsReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    schema_version: Literal[OUTPUT_SCHEMA_VERSION]  # type: ignore[valid-type]
     diagnostics: list[DiagnosticRecord]
     summary: DiagnosticSummary
 
@@ -53,14 +57,19 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "chunk": ChunkRecord,
     "skill": SkillRecord,
     "diagnostics": DiagnosticsReport,
+    **OUTPUT_MODELS,
 }
+# the version in a schema's $id: the documents' for the input formats
+VERSIONS = {"diagnostics": OUTPUT_SCHEMA_VERSION, "world-state": STATE_SCHEMA_VERSION,
+            **{name: OUTPUT_SCHEMA_VERSION for name in OUTPUT_MODELS if name != "world-state"}}
 
 
 def schema_for(name: str) -> dict:
     model = SCHEMAS[name]
     body = model.model_json_schema()
-    return {"$schema": DRAFT, "$id": f"urn:ctxfst:schema:{name}:{SCHEMA_VERSION}",
-            "x-ctxfst-schema-version": SCHEMA_VERSION, **body}
+    version = VERSIONS.get(name, SCHEMA_VERSION)
+    return {"$schema": DRAFT, "$id": f"urn:ctxfst:schema:{name}:{version}",
+            "x-ctxfst-schema-version": version, **body}
 
 
 def render(name: str) -> str:

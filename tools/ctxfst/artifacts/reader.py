@@ -23,7 +23,7 @@ ARTIFACT_DIGESTS = "artifacts.json"  # in the cache folder: verified artifacts b
 
 
 # The columns readers use of the compiler's tables, in the types it writes them.
-CHUNK_NULLABLE = frozenset({"context", "content"})
+CHUNK_NULLABLE = frozenset({"context", "content", "document_title"})
 
 
 def chunk_columns() -> dict[str, Any]:
@@ -31,7 +31,8 @@ def chunk_columns() -> dict[str, Any]:
 
     return {"chunk_id": pa.string(), "source": pa.string(), "context": pa.string(),
             "content": pa.string(), "tags": pa.list_(pa.string()),
-            "entities": pa.list_(pa.string())}
+            "entities": pa.list_(pa.string()), "document_title": pa.string(),
+            "line_start": pa.int32(), "line_end": pa.int32()}
 
 
 def entity_columns() -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..diagnostics import escape, escape_lines, json_text
+from ..diagnostics import escape, escape_lines, output_json
 
 OPS = ("exists", "count", "list")  # = query.OPS; not imported: parsing stays light
 
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return 1
     # Values, excerpts and ids come from the KB: one line each, control characters escaped.
-    print(json_text(data) if args.format == "json" else text)
+    print(output_json(data) if args.format == "json" else text)
     return 0
 
 

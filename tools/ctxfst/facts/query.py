@@ -245,7 +245,7 @@ def ask(store: Store, settings, tenant: str | None, op: str, entity_type: str | 
         "answer": "unknown", "count": len(entities), "count_exact": False,
         "facts_matched": len(matched), "below_threshold": below,
         "completeness": complete, "facts": [], "entities": [],
-        "fallback": {"used": False},
+        "fallback": {"used": False}, "truncated": False,
     }
     if matched:
         result["answer"] = "yes"

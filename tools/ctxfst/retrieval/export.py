@@ -39,9 +39,7 @@ def export_lancedb(build_dir: Path, db_path: Path, cache_dir: Path | None = None
     try:  # every artifact checked against the manifest, then for the columns used
         build = BuildArtifacts(build_dir, ["chunks.parquet", "entities.parquet",
                                            "skills.parquet", *vector_files], cache_dir)
-        chunks = build.parquet("chunks.parquet", {
-            **chunk_columns(), "document_title": pa.string(), "line_start": pa.int32(),
-            "line_end": pa.int32()}, CHUNK_NULLABLE | {"document_title"})
+        chunks = build.parquet("chunks.parquet", chunk_columns(), CHUNK_NULLABLE)
         entities = build.parquet("entities.parquet", {
             **entity_columns(), "contexts": pa.list_(pa.string())})
         skills = build.parquet("skills.parquet", {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,17 @@ class Hit:
     source: str
     context: str
     via: list[str] = field(default_factory=list)
+    # what a RAG caller puts in its prompt and cites, without a second lookup
+    title: str = ""
+    content: str = ""
+    line_start: int = 0
+    line_end: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        return {"chunk_id": self.chunk_id, "score": round(self.score, 6), "source": self.source,
-                "context": self.context, "via": self.via}
+        return {"chunk_id": self.chunk_id, "score": round(self.score, 6), "title": self.title,
+                "source": self.source, "line_start": self.line_start,
+                "line_end": self.line_end, "context": self.context, "content": self.content,
+                "via": self.via}
 
 
 @dataclass
@@ -239,7 +246,8 @@ class Index:
     def hit(self, row: int, score: float, via: list[str] | None = None) -> Hit:
         chunk = self.chunks[row]
         return Hit(chunk["chunk_id"], score, chunk["source"], chunk["context"] or "",
-                   via or [])
+                   via or [], chunk["document_title"] or "", chunk["content"] or "",
+                   chunk["line_start"], chunk["line_end"])
 
 
 def graph_problem(graph: Any) -> str | None:
@@ -467,8 +475,7 @@ def fuse(rankings: list[list[Hit]], k: int) -> list[Hit]:
             if hit.chunk_id not in first or (hit.via and not first[hit.chunk_id].via):
                 first[hit.chunk_id] = hit
     order = sorted(scores, key=lambda cid: (-scores[cid], cid))[:k]
-    return [Hit(cid, scores[cid], first[cid].source, first[cid].context, first[cid].via)
-            for cid in order]
+    return [replace(first[cid], score=scores[cid]) for cid in order]
 
 
 def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str, k: int = 5,

@@ -1,0 +1,301 @@
+"""The shapes of the commands' `--format json` outputs, as pydantic models: the source of
+schemas/*-output.schema.json (ctxfst.schemas writes them; tests check every output
+against them). Only ctxfst.schemas imports this module: the commands build plain dicts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .diagnostics import OUTPUT_SCHEMA_VERSION
+from .retrieval.search import MODES
+from .runtime.loop import STOP_REASONS
+from .runtime.state import RESULTS, STATE_SCHEMA_VERSION
+
+Version = Literal[OUTPUT_SCHEMA_VERSION]  # type: ignore[valid-type]
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Open(BaseModel):
+    """An object that may gain fields in a minor version."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# ---- ctxfst query ----------------------------------------------------------------------
+
+class QueryHit(Closed):
+    chunk_id: str
+    score: float
+    title: str = Field(description="the title of the chunk's document")
+    source: str = Field(description="the document's path, relative to the project")
+    line_start: int = Field(ge=1, description="the <Chunk> element's first line in source")
+    line_end: int = Field(ge=1, description="its last line")
+    context: str
+    content: str = Field(description="the chunk's text, as compiled")
+    via: list[str] = Field(description="the graph paths or entities that led to the chunk")
+
+
+class QuerySeed(Open):
+    name: str
+    entity: Optional[str] = None
+    score: Optional[float] = None
+    by: Optional[str] = Field(None, description="what matched: name, vector, chunk ...")
+
+
+class QueryExpanded(Open):
+    entity: str
+    name: str
+    activation: float
+
+
+class QueryOutput(Closed):
+    """The output of `ctxfst query --format json`."""
+
+    schema_version: Version
+    query: str
+    mode: Literal[MODES]  # type: ignore[valid-type]
+    results: list[QueryHit]
+    seeds: list[QuerySeed]
+    expanded: list[QueryExpanded]
+
+
+# ---- ctxfst eval -----------------------------------------------------------------------
+
+class EvalScores(Open):
+    hit_at_k: int = Field(ge=0, description="queries with a relevant chunk in the top k")
+    relevant_in_top_k: int = Field(ge=0)
+    possible: int = Field(ge=0, description="k times the number of queries")
+    entity_recall: float = Field(ge=0, le=1)
+    mrr: float = Field(ge=0, le=1)
+    ndcg: float = Field(ge=0, le=1)
+
+
+class EvalRanked(Closed):
+    chunk_id: str
+    relevant: bool
+
+
+class EvalQuery(Open):
+    id: str
+    query: str
+    results: dict[str, list[EvalRanked]] = Field(description="each mode's top k")
+
+
+class EvalOutput(Closed):
+    """The output of `ctxfst eval --format json`."""
+
+    schema_version: Version
+    k: int = Field(ge=1)
+    queries: int = Field(ge=0)
+    modes: dict[str, EvalScores]
+    per_query: list[EvalQuery]
+
+
+# ---- ctxfst plan / select / run --------------------------------------------------------
+
+class PlanStep(Closed):
+    step: int = Field(ge=1)
+    skill: str
+    preconditions_met: list[str]
+    must_not_hold: list[str]
+    adds: list[str]
+    removes: list[str]
+    reaches_goal: bool
+    cost: float
+
+
+class PlanAlternative(Closed):
+    steps: list[str]
+    cost: float
+    why_not: str
+
+
+class PlanOutput(Closed):
+    """The output of `ctxfst plan --format json` (a plan, or why there is none)."""
+
+    schema_version: Version
+    goal: str
+    solved: bool
+    algorithm: Literal["astar", "ucs", "greedy"]
+    expanded: int = Field(ge=0, description="search states expanded")
+    steps: Optional[list[str]] = None
+    cost: Optional[float] = None
+    validated: Optional[bool] = None
+    explanation: Optional[list[PlanStep]] = Field(None, description="with --explain")
+    alternatives: Optional[list[PlanAlternative]] = Field(None, description="with --explain")
+    unreachable: Optional[list[str]] = Field(None, description="unsolved: goal facts no "
+                                             "skill sequence reaches")
+    reason: Optional[str] = None
+
+
+class SelectCandidate(Closed):
+    skill: str
+    cost: float
+    distance: Optional[float] = Field(description="to the goal in the graph; null: none")
+    applicable: bool
+    reason: str
+
+
+class SelectOutput(Closed):
+    """The output of `ctxfst select --format json`."""
+
+    schema_version: Version
+    goal: str
+    goal_reached: bool
+    selected: Optional[str]
+    candidates: list[SelectCandidate]
+
+
+class CompletedSkill(Open):
+    skill: str
+    result: Literal[RESULTS]  # type: ignore[valid-type]
+    timestamp: str
+    summary: Optional[str] = None
+
+
+class Subgraph(Open):
+    nodes: list[str]
+    edges: list[dict[str, Any]]
+
+
+class WorldStateOutput(Closed):
+    """A world state: `.ctxfst/world-state.json`, and the output of `ctxfst state
+    init|show|add|remove|complete|subgraph|replay --format json`."""
+
+    schema_version: Literal[STATE_SCHEMA_VERSION]  # type: ignore[valid-type]
+    session_id: str
+    lineage: str
+    serial: int = Field(ge=1)
+    goal: str
+    active_states: list[str]
+    completed_skills: list[CompletedSkill]
+    current_subgraph: Subgraph
+    created_at: str
+    updated_at: str
+
+
+class StateEvent(Open):
+    type: Literal["init", "add", "remove", "complete", "subgraph", "step_started",
+                  "step_finished"]
+    serial: int = Field(ge=1)
+    lineage: str
+    at: str
+
+
+class StateHistoryOutput(Closed):
+    """The output of `ctxfst state history --format json`: the event log, oldest first."""
+
+    schema_version: Version
+    events: list[StateEvent]
+
+
+class RunStep(Open):
+    skill: str
+    status: str
+    summary: str
+
+
+class RunOutput(Closed):
+    """The output of `ctxfst run --format json`."""
+
+    schema_version: Version
+    stop_reason: Literal[STOP_REASONS]  # type: ignore[valid-type]
+    steps: list[RunStep]
+    state: WorldStateOutput
+
+
+# ---- ctxfst facts ----------------------------------------------------------------------
+
+class FactEvidence(Open):
+    path: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    excerpt: str
+    source_type: str
+    source_id: str
+    extractor: str
+    confidence: float
+
+
+class Fact(Open):
+    fact_id: str
+    entity_type: str
+    entity_id: str
+    namespace: str
+    key: str
+    value: str
+    value_norm: str
+    value_type: str
+    confidence: float = Field(ge=0, le=1)
+    freshness_at: Optional[str]
+    is_active: bool
+    evidence_count: int = Field(ge=0)
+    evidence: list[FactEvidence]
+
+
+class FactDetail(Fact):
+    """The output of `ctxfst facts show --format json`: one fact with all its evidence."""
+
+    schema_version: Version
+    tenant_id: str
+    extract_version: str
+    created_run_id: str
+    created_build_seq: int
+    updated_build_seq: int
+    invalidated_run_id: Optional[str]
+    invalidated_build_seq: Optional[int]
+    invalidation_reason: Optional[str]
+
+
+class FactsAskOutput(Closed):
+    """The output of `ctxfst facts ask --format json`: yes, no or unknown, and why."""
+
+    schema_version: Version
+    tenant: str
+    op: Literal["exists", "count", "list"]
+    filters: dict[str, Any]
+    min_confidence: float
+    build_seq: int
+    answer: Literal["yes", "no", "unknown"]
+    count: Optional[int]
+    count_exact: bool
+    facts_matched: int = Field(ge=0)
+    below_threshold: int = Field(ge=0)
+    completeness: dict[str, Any]
+    facts: list[Fact]
+    entities: list[dict[str, Any]]
+    fallback: dict[str, Any]
+    reason: str
+    truncated: bool
+
+
+class FactsListOutput(Closed):
+    """The output of `ctxfst facts list --format json`."""
+
+    schema_version: Version
+    tenant: str
+    build_seq: int
+    total: int = Field(ge=0)
+    facts: list[Fact]
+    truncated: bool
+
+
+# name in schemas/ -> model; every one of them has OUTPUT_SCHEMA_VERSION's version but the
+# world state, which is the state file's
+OUTPUT_MODELS: dict[str, type[BaseModel]] = {
+    "query-output": QueryOutput,
+    "eval-output": EvalOutput,
+    "plan-output": PlanOutput,
+    "select-output": SelectOutput,
+    "run-output": RunOutput,
+    "world-state": WorldStateOutput,
+    "state-history-output": StateHistoryOutput,
+    "facts-ask-output": FactsAskOutput,
+    "facts-show-output": FactDetail,
+    "facts-list-output": FactsListOutput,
+}
