@@ -899,7 +899,7 @@ def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
     shutil.copy(CH22, root / "content" / CH22.name)
     # ch22 and the world-model example declare docker/kubernetes differently, so each
     # is its own knowledge base, as upstream builds them.
-    ch22 = project(tmp_path / "ch22", model="minilm")
+    ch22 = project(tmp_path / "ch22", model="minilm", embedding_device="cpu")
     (root / "content" / CH22.name).rename(ch22 / "content" / CH22.name)
     for kb in (root, ch22):
         code, out = build(kb, capsys)
@@ -915,6 +915,13 @@ def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
     assert ("entity:docker", "entity:kubernetes") in pairs
     vectors = pq.read_table(ch22 / "build/entity_vectors.parquet")
     assert vectors.schema.metadata[b"ctxfst.dim"] == b"384"
+    # the model ran where each project's embedding_device put it (auto: a GPU if any)
+    import torch
+    from ctxfst.compile.embed import get_embedder, torch_device
+
+    assert get_embedder("minilm", "cpu")._load().device.type == "cpu"
+    auto = get_embedder("minilm", "auto")._load().device.type
+    assert auto == torch_device("auto") == ("cuda" if torch.cuda.is_available() else auto)
 
 
 def test_yaml_dates_in_extra_fields_build(tmp_path, capsys):

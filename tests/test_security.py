@@ -823,6 +823,7 @@ def test_settings_errors_are_located_with_a_code(tmp_path, cli):
         ('embedding_model = "hash-16"\nsimilar_top_k = "five"\n', "CTX803", 2, 17),
         ('content_dir = "content"\nbuild_dir = [\n', "CTX801", 3, 1),
         ('[facts]\nfallback_limit = 1000\n', "CTX803", 2, 18),
+        ('embedding_device = "gpu0"\n', "CTX803", 1, 20),
         ('[facts]\nunknown = 1\n', "CTX802", 2, 1),
         ('[facts.tenants]\n"content/a" = "has space"\n', "CTX803", 2, 15),
         ('content_dir = "a\\u0000b"\n', "CTX803", 1, 15),

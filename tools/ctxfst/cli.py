@@ -375,7 +375,7 @@ def _retrieval(args: argparse.Namespace) -> int:
         index = Index(build_dir, model_id_of(model) if model else None,
                       config.cache_dir if config else None)
         spec = model or index.model_id
-        embedder = get_embedder(spec)
+        embedder = get_embedder(spec, config.embedding_device if config else "auto")
 
         def embed(texts: list[str]):
             try:

@@ -271,6 +271,9 @@ class Config:
     build_dir: Path
     config_file: Path | None
     build: BuildSettings = field(default_factory=BuildSettings)
+    # Where models run: it does not shape the artifacts (not a BuildSettings), so a
+    # change re-embeds nothing; the cache keeps a text's vector once it is made.
+    embedding_device: str = "auto"
 
     @property
     def source_dirs(self) -> list[Path]:
@@ -418,7 +421,9 @@ def check_inside(root: Path, path: Path, what: str) -> Path:
 
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
-          "similar_min_score", "extra_edges", "embed_batch_size", "facts"}
+          "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts"}
+# auto: a CUDA GPU, else Apple's MPS, else the CPU (compile/embed.py resolves it)
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,2})?")
 
 
 def _tenant_folder(root: Path, folder, settings: _Settings, where: tuple) -> str:
@@ -595,6 +600,10 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
                            f"{', '.join(sorted(NAMED_MODELS))}, 'hash-N', or a Hub id such as "
                            "'BAAI/bge-m3' (local model folders are not accepted)",
                            "embedding_model")
+    device = text_value("embedding_device", "auto")
+    if not _DEVICE.fullmatch(device):
+        raise source.error("CTX803", f"'embedding_device' {device!r}: use auto, cpu, cuda, "
+                           "cuda:N or mps", "embedding_device")
     patterns = settings.get("extra_edges", list(DEFAULT_EXTRA_EDGES))
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         raise source.error("CTX803", "'extra_edges' must be a list of glob patterns",
@@ -640,4 +649,5 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
                                "`doit clean` would delete sources", "build_dir")
     _check_tool_folder(root)
     return Config(root=root, content_dir=content_dir, skills_dir=skills_dir,
-                  build_dir=build_dir, config_file=config_file, build=build)
+                  build_dir=build_dir, config_file=config_file, build=build,
+                  embedding_device=device)

@@ -106,8 +106,8 @@ class HashEmbedder:
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model; `minilm` is the one bundled offline."""
 
-    def __init__(self, spec: str) -> None:
-        self.spec = spec
+    def __init__(self, spec: str, device: str = "auto") -> None:
+        self.spec, self.device = spec, device
         self.model_id = MINILM_ID if spec == BUNDLED_MINILM else spec
         self._model = None
 
@@ -130,7 +130,8 @@ class SentenceTransformerEmbedder:
                                      "load a model from the working tree")
             SentenceTransformer = _extra("sentence_transformers", "embed").SentenceTransformer
             _no_progress_monitor()  # (loading and encoding may show bars)
-            self._model = SentenceTransformer(location, device="cpu", trust_remote_code=False)
+            self._model = SentenceTransformer(location, device=torch_device(self.device),
+                                              trust_remote_code=False)
         return self._model
 
     def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
@@ -188,23 +189,38 @@ def _no_progress_monitor() -> None:
     tqdm.tqdm.monitor_interval = 0
 
 
-_EMBEDDERS: dict[str, Embedder] = {}
+def torch_device(setting: str) -> str:
+    """The torch device for an embedding_device setting: auto takes a CUDA GPU, else
+    Apple's MPS, else the CPU; any other setting is used as it is."""
+    if setting != "auto":
+        return setting
+    import torch  # (imported by sentence-transformers already)
+
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else "cpu"
 
 
-def get_embedder(spec: str) -> Embedder:
-    """The embedder for a model spec; one instance per spec, so a model loads once."""
-    if spec not in _EMBEDDERS:
-        _EMBEDDERS[spec] = _make_embedder(spec)
-    return _EMBEDDERS[spec]
+_EMBEDDERS: dict[tuple[str, str], Embedder] = {}
 
 
-def _make_embedder(spec: str) -> Embedder:
+def get_embedder(spec: str, device: str = "auto") -> Embedder:
+    """The embedder for a model spec on a device (the embedding_device setting; models
+    without torch run on the CPU); one instance each, so a model loads once."""
+    key = (spec, device)
+    if key not in _EMBEDDERS:
+        _EMBEDDERS[key] = _make_embedder(spec, device)
+    return _EMBEDDERS[key]
+
+
+def _make_embedder(spec: str, device: str) -> Embedder:
     if spec.startswith("hash"):
         dim = int(spec.split("-", 1)[1]) if "-" in spec else 256
         return HashEmbedder(dim)
     if spec == USE_MULTILINGUAL:
         return UniversalSentenceEncoder()
-    return SentenceTransformerEmbedder(spec)
+    return SentenceTransformerEmbedder(spec, device)
 
 
 def model_id_of(spec: str) -> str:
@@ -297,12 +313,13 @@ def text_keys(texts: list[str]) -> list[str]:
 
 def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: int = 32,
                 stats: EmbedStats | None = None, keys: list[str] | None = None,
-                known: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, str]:
+                known: dict[str, np.ndarray] | None = None, device: str = "auto"
+                ) -> tuple[np.ndarray, str]:
     """Vectors for texts (cached where possible) and the model id that made them. keys:
     the texts' text_keys, when made already; known: vectors of this model by key, known
-    without the cache (the previous build's)."""
+    without the cache (the previous build's); device: the embedding_device setting."""
     stats = stats if stats is not None else EmbedStats()
-    embedder = get_embedder(spec)
+    embedder = get_embedder(spec, device)
     keys = text_keys(texts) if keys is None else keys
     unique = dict(zip(keys, texts))
     stats.texts += len(texts)

@@ -595,7 +595,8 @@ def stage_embed(config: Config) -> None:
             # one call for both: one batch of cache misses, one model load at most
             matrix, model_id = embed_texts(
                 [p["representation"] for p in profiles] + [skill_text(s) for s in skills],
-                settings.embedding_model, cache, settings.embed_batch_size, stats)
+                settings.embedding_model, cache, settings.embed_batch_size, stats,
+                device=config.embedding_device)
         except (ImportError, OSError, ValueError) as error:  # a model that cannot load
             raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not "
                               f"be used: {error}") from None
@@ -683,7 +684,8 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
             known = _replaced_vectors(store, recorded, previous, set(digests), found,
                                       set(keys))
             matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
-                                           settings.embed_batch_size, stats, keys, known)
+                                           settings.embed_batch_size, stats, keys, known,
+                                           config.embedding_device)
             if not ids and dim:  # every group kept: the footer still needs the vectors' type
                 matrix = np.zeros((0, dim), np.float32)
             fresh = read_parts(parquet_bytes(
