@@ -100,7 +100,7 @@ def test_export_without_the_lancedb_extra_names_it(core, tmp_path):
     kb = copy_example(tmp_path / "kb", "hash-256")
     assert core("build", cwd=kb).returncode == 0
     done = core("export", "lancedb", "--db", "lance", cwd=kb)
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "pip install 'ctxfst[lancedb]'" in done.stderr
     assert not (kb / "lance").exists()
 

@@ -454,17 +454,17 @@ def test_cli_refuses_missing_tenant_bad_tenant_and_stale_builds(tmp_path, capsys
     root = project(tmp_path)
     write(root, "content/a.md", doc("note:a", "Some text."))
     none = run_process("facts", "ask", "--op", "exists", cwd=root)
-    assert none.returncode == 2 and "a tenant is required" in none.stderr
+    assert none.returncode == 2 and "required: --tenant" in none.stderr
     bad = run_process("facts", "ask", "--tenant", "ac me", "--op", "exists", cwd=root)
     assert bad.returncode == 2 and "not a tenant id" in bad.stderr
     unbuilt = run_process("facts", "list", "--tenant", "default", cwd=root)
-    assert unbuilt.returncode == 1 and "run `doit`" in unbuilt.stderr
+    assert unbuilt.returncode == 2 and "run `doit`" in unbuilt.stderr
     build(root, capsys)
     ok = run_process("facts", "list", "--tenant", "default", cwd=root)
     assert ok.returncode == 0 and "fact(s) in tenant default" in ok.stdout
     write(root, "content/a.md", doc("note:a", "Edited text."))
     stale = run_process("facts", "list", "--tenant", "default", cwd=root)
-    assert stale.returncode == 1 and "older than the sources" in stale.stderr
+    assert stale.returncode == 2 and "older than the sources" in stale.stderr
     confidence = run_process("facts", "ask", "--tenant", "default", "--op", "exists",
                              "--min-confidence", "2", cwd=root)
     assert confidence.returncode == 2 and "--min-confidence" in confidence.stderr

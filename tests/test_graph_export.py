@@ -113,7 +113,7 @@ def test_bad_exports_are_clear_errors(built, cli, tmp_path_factory):
     graph = built / "build" / "entity-graph.json"
     graph.write_text(json.dumps({"meta": {}, "nodes": [{"name": "no id"}], "edges": []}))
     result = cli("export", "graph", "--format", "graphml", "--allow-stale", cwd=built)
-    assert result.code == 1 and "manifest" in result.err and "Traceback" not in result.err
+    assert result.code == 2 and "manifest" in result.err and "Traceback" not in result.err
     reseal(built / "build", "entity-graph.json")  # the manifest agrees: the shape is checked
     result = cli("export", "graph", "--format", "graphml", "--allow-stale", cwd=built)
-    assert result.code == 1 and "not an entity graph" in result.err
+    assert result.code == 2 and "not an entity graph" in result.err

@@ -68,9 +68,9 @@ def test_bad_queries_and_builds(built, tmp_path, cli, capsys):
         Index(built / "build", "minilm")
     (built / "build/chunk_vectors.parquet").unlink()
     result = cli("query", "hono", cwd=built)
-    assert result.code == 1 and "run `doit`" in result.err
+    assert result.code == 2 and "run `doit`" in result.err
     empty = make_project(tmp_path / "empty")
-    assert cli("query", "x", cwd=empty).code == 1  # no build yet
+    assert cli("query", "x", cwd=empty).code == 2  # no build yet
     write(empty, "ctxfst.toml", 'embedding_model = "hash-64"\n')
     assert run_build(empty, []) == 0
     capsys.readouterr()
@@ -125,7 +125,7 @@ def test_ch22_graph_finds_all_18_with_the_real_model(tmp_path, capsys, cli):
     without = search(index, q2, model.encode([q2], 1, False)[0], "graph", 3)
     assert not any(s["by"] == "multilingual" for s in without.seeds)
     broken = cli("query", q2, "--bridge-model", str(tmp_path / "no-such-model"), cwd=root)
-    assert broken.code == 1 and "--bridge-model none" in broken.err
+    assert broken.code == 2 and "--bridge-model none" in broken.err
     assert cli("query", q2, "--bridge-model", "none", cwd=root).code == 0
 
 
@@ -187,7 +187,7 @@ def test_keyword_graph_baseline(built, cli):
     assert "Telegram Bot -requires-> Node.js" in vias
     (built / "skill-graph.json").unlink()
     missing = cli("query", "x y", "--mode", "keyword-graph", cwd=built)
-    assert missing.code == 1 and "skill graph" in missing.err
+    assert missing.code == 2 and "skill graph" in missing.err
 
 
 TELEGRAM = "I want to build a Telegram chat bot that answers with AI; what should I look at?"
@@ -296,7 +296,7 @@ def test_a_stale_build_is_refused_until_rebuilt(built, cli, capsys):
     source.write_text(original + "\n", encoding="utf-8")
     for args in (["query", "Hono"], ["export", "lancedb", "--db", str(built / "db")]):
         result = cli(*args, cwd=built)
-        assert result.code == 1 and "content/backend-frameworks.ctxfst.md" in result.err
+        assert result.code == 2 and "content/backend-frameworks.ctxfst.md" in result.err
         assert "older than the sources" in result.err and "run `doit`" in result.err
         assert "Traceback" not in result.err
     assert cli("query", "Hono", "--allow-stale", cwd=built).code == 0
@@ -316,7 +316,7 @@ def test_a_settings_change_makes_the_build_stale(built, cli):
     config = built / "ctxfst.toml"
     config.write_text(config.read_text() + "similar_top_k = 3\n")
     result = cli("query", "Hono", cwd=built)
-    assert result.code == 1 and "ctxfst.toml" in result.err
+    assert result.code == 2 and "ctxfst.toml" in result.err
 
 
 def test_damaged_lexical_caches_are_rebuilt_not_trusted(built, tmp_path):
@@ -365,7 +365,7 @@ def test_damaged_vectors_and_bad_arguments_are_clear_errors(built, cli):
                          bytes=path.stat().st_size)
     manifest_path.write_text(json.dumps(manifest))
     result = cli("query", "Hono", "--allow-stale", cwd=built)
-    assert result.code == 1 and "damaged vectors" in result.err and "Traceback" not in result.err
+    assert result.code == 2 and "damaged vectors" in result.err and "Traceback" not in result.err
 
 
 def test_stale_check_with_a_relative_build_dir_and_a_link_out_of_the_project(built, cli):
@@ -374,4 +374,4 @@ def test_stale_check_with_a_relative_build_dir_and_a_link_out_of_the_project(bui
     (built / "content" / "linked.md").symlink_to(outside)
     for args in ([], ["--build", "build"], ["--build", "./build"]):
         result = cli("query", "Hono", *args, cwd=built)
-        assert result.code == 1 and "content/linked.md" in result.err, (args, result.err)
+        assert result.code == 2 and "content/linked.md" in result.err, (args, result.err)

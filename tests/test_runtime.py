@@ -51,7 +51,7 @@ def test_state_commands(kb, cli):
                 for e in subgraph["current_subgraph"]["edges"]}) == len(
         subgraph["current_subgraph"]["edges"])
     again = cli("state", "init", "--goal", GOAL, cwd=kb)
-    assert again.code == 1 and "already exists" in again.err
+    assert again.code == 2 and "already exists" in again.err
 
 
 def test_unknown_ids_name_close_matches(kb, cli):

@@ -1617,7 +1617,7 @@ def built_kb(tmp_path, capsys):
 
 
 def assert_clear(result, *names: str) -> None:
-    assert result.code == 1, (result.code, result.err)
+    assert result.code == 2, (result.code, result.err)
     assert "internal error" not in result.err and "Traceback" not in result.err, result.err
     assert "run `doit" in result.err, result.err
     for name in names:
@@ -1670,7 +1670,7 @@ def test_truncated_empty_or_garbage_artifacts_are_clear_errors(built_kb, cli):
                 (build / name).write_bytes(damage(pristine[name]))
                 result = cli(*args, cwd=built_kb)
                 (build / name).write_bytes(pristine[name])
-                if result.code != 1 or "internal error" in result.err or \
+                if result.code != 2 or "internal error" in result.err or \
                         name not in result.err or "run `doit" not in result.err:
                     failures.append((command, name, how, result.code, result.err.strip()))
     assert not failures, failures
@@ -1746,7 +1746,7 @@ def test_a_hostile_build_whose_manifest_matches_is_still_a_clear_error(built_kb,
         result = cli(*args, cwd=built_kb)
         for restore in (name, "manifest.json"):
             (build / restore).write_bytes(pristine[restore])
-        if result.code != 1 or "internal error" in result.err or name not in result.err \
+        if result.code != 2 or "internal error" in result.err or name not in result.err \
                 or expected not in result.err:
             failures.append((args[0], name, expected, result.code, result.err.strip()[-300:]))
     # The manifest itself: nested past the stack, or with fields of the wrong types.
@@ -1759,7 +1759,7 @@ def test_a_hostile_build_whose_manifest_matches_is_still_a_clear_error(built_kb,
         (build / "manifest.json").write_bytes(bad)
         for args in (QUERY, FACTS_ASK, ("query", "Hono", "--allow-stale")):
             result = cli(*args, cwd=built_kb)
-            if result.code != 1 or "internal error" in result.err or \
+            if result.code != 2 or "internal error" in result.err or \
                     "manifest.json" not in result.err:
                 failures.append((args[0], "manifest.json", bad[:40], result.code,
                                  result.err.strip()))
@@ -1847,7 +1847,7 @@ def test_a_fifo_in_the_caches_or_the_build_never_hangs_a_reader(built_kb):
     os.mkfifo(graph)
     done = subprocess.run([sys.executable, "-m", "ctxfst", *QUERY], cwd=built_kb,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1 and "entity-graph.json" in done.stderr, done.stderr
+    assert done.returncode == 2 and "entity-graph.json" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -1855,19 +1855,19 @@ def test_eval_queries_and_skill_graphs_of_the_wrong_shape_are_clear_errors(built
     """The other files the retrieval commands read: a queries file (shipped with a KB) and
     the project's hand-made skill graph."""
     failures = []
-    for queries, code in (({"queries": [{"query": "Hono", "expected_chunks": 5}]}, 1),
-                          ({"queries": [{"query": "Hono", "expected_entities": [{"a": 1}]}]}, 1),
-                          ({"queries": [{"query": "Hono", "id": ["x"]}]}, 1),
-                          ("[" * 100_000, 2)):
+    for queries in ({"queries": [{"query": "Hono", "expected_chunks": 5}]},
+                    {"queries": [{"query": "Hono", "expected_entities": [{"a": 1}]}]},
+                    {"queries": [{"query": "Hono", "id": ["x"]}]}, "[" * 100_000):
         path = write(built_kb, "queries.yaml", queries if isinstance(queries, str)
                      else yaml.safe_dump(queries))
-        result = cli("eval", path, cwd=built_kb)
-        if result.code != code or "internal error" in result.err:
-            failures.append((queries if code == 1 else "deep", result.code, result.err))
+        result = cli("eval", path, cwd=built_kb)  # bad input: 2, as every command has it
+        if result.code != 2 or "internal error" in result.err:
+            failures.append((queries if isinstance(queries, dict) else "deep", result.code,
+                             result.err))
     for graph in ("[" * 100_000, '{"nodes": 5}'):
         write(built_kb, "skill-graph.json", graph)
         result = cli("query", "Hono", "--mode", "keyword-graph", cwd=built_kb)
-        if result.code != 1 or "internal error" in result.err or \
+        if result.code != 2 or "internal error" in result.err or \
                 "skill-graph.json" not in result.err:
             failures.append((graph[:10], result.code, result.err))
     assert not failures, failures
@@ -1985,7 +1985,7 @@ def test_fifos_where_files_belong_never_hang_a_command(tmp_path):
         assert "content/x.ctxfst.md:1:1: error CTX001: cannot read file: not a regular file" \
             in result.stdout
     result = _no_hang("query", "Hono", "--bridge-model", "none", cwd=root)
-    assert result.returncode == 1 and "older than the sources" in result.stderr
+    assert result.returncode == 2 and "older than the sources" in result.stderr
     (root / "content" / "x.ctxfst.md").unlink()
     state = root / ".ctxfst" / "world-state.json"
     os.mkfifo(state)
@@ -2004,7 +2004,7 @@ def test_sparse_huge_artifacts_are_refused_before_they_are_read(tmp_path):
         with open(path, "r+b") as handle:
             handle.truncate(1 << 40)  # 1 TB, sparse: reading it would exhaust memory
         result = _no_hang(*command, cwd=root)
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 2, result.stderr
         assert name in result.stderr and "internal error" not in result.stderr
         path.write_bytes(saved)
 
@@ -2016,7 +2016,7 @@ def test_a_dangling_link_in_the_sources_makes_readers_refuse_not_crash(tmp_path,
     for command in (("query", "Hono", "--bridge-model", "none"),
                     ("facts", "ask", "--tenant", "default", "--op", "exists", "--value", "x")):
         result = cli(*command, cwd=root)
-        assert result.code == 1 and "older than the sources" in result.err, result.err
+        assert result.code == 2 and "older than the sources" in result.err, result.err
     assert cli("validate", cwd=root).code == 1
 
 

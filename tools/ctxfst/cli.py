@@ -9,6 +9,9 @@ from pathlib import Path
 
 from . import __version__
 
+# One policy for every command (docs/cli.md): 0 done (an answer, even an empty one),
+# 1 findings or work that did not succeed, 2 it cannot run as asked (arguments, settings,
+# a missing or damaged build or state file), 70 a bug.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
 EXIT_BROKEN_PIPE = 141  # as a process killed by SIGPIPE
 
@@ -422,9 +425,9 @@ def _retrieval(args: argparse.Namespace) -> int:
         print(output_json(report) if args.format == "json" else markdown(report),
               end="" if args.format == "markdown" else "\n")
         return EXIT_OK
-    except RetrievalError as error:
+    except RetrievalError as error:  # no usable build, model or input: fix it, run again
         print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
 
 
 def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:

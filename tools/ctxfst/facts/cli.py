@@ -17,8 +17,10 @@ def add_parser(commands) -> None:
     actions = facts.add_subparsers(dest="facts_command", required=True, metavar="FACTS_COMMAND")
 
     def common(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--tenant", default=None,
-                            help="the tenant to answer for (required; never crosses tenants)")
+        parser.add_argument("--tenant", required=True,
+                            help="the tenant to answer for (never crosses tenants); "
+                                 "`default` holds every source no [facts] tenants folder "
+                                 "claims")
         parser.add_argument("--format", choices=("text", "json"), default="text")
         parser.add_argument("--build", type=Path, default=None,
                             help="build folder (default: the project's)")
@@ -49,7 +51,8 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 with an answer, 1 when it cannot be answered, 2 for bad arguments."""
+    """Exit 0 with an answer (unknown is one), 1 when it cannot be answered (a tenant
+    with no sources, an unknown fact), 2 for bad arguments or no usable build."""
     from ..config import find_project
     from .extractors import reader_version
     from .query import FactsError, FactsUsage, Store, ask, check_tenant, list_facts, show

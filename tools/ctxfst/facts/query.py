@@ -27,11 +27,17 @@ SOURCE_KIND = {"document": "document", "chunk": "document", "entity": "document"
 
 
 class FactsError(Exception):
-    """A query that cannot be answered: missing build, no tenant, unknown fact..."""
+    """A query that cannot be answered: a tenant with no sources, an unknown fact (exit
+    1)."""
 
 
 class FactsUsage(FactsError):
     """Bad arguments (exit 2)."""
+
+
+class FactsBuildError(FactsUsage):
+    """No usable build: missing, stale or damaged artifacts (exit 2, as for every
+    command: fix it and run again)."""
 
 
 # Columns a writer may leave empty; every other one the queries use holds a value.
@@ -90,22 +96,22 @@ class Store:
             build = BuildArtifacts(build_dir, [FACTS_FILE, RUNS_FILE],
                                    project.cache_dir if project is not None else None)
         except ArtifactError as error:
-            raise FactsError(str(error)) from None
+            raise FactsBuildError(str(error)) from None
         if project is not None:
             from ..artifacts.freshness import changed_inputs, stale_message
 
             changed = changed_inputs(project, build.manifest)
             if changed:
-                raise FactsError(stale_message(changed))
+                raise FactsBuildError(stale_message(changed))
         try:
             table = build.parquet(FACTS_FILE, _columns(facts_schema()), FACTS_NULLABLE)
             runs = build.parquet(RUNS_FILE, _columns(runs_schema()), RUNS_NULLABLE)
             seq, version = _build_stamp(table.schema.metadata or {})
         except ArtifactError as error:
-            raise FactsError(str(error)) from None
+            raise FactsBuildError(str(error)) from None
         except ValueError as error:
-            raise FactsError(f"{build.path(FACTS_FILE)}: {error}: run `doit clean` and "
-                             "`doit`") from None
+            raise FactsBuildError(f"{build.path(FACTS_FILE)}: {error}: run `doit clean` "
+                                  "and `doit`") from None
         return cls(build_dir, table.to_pylist(), runs.to_pylist(), seq, version, build)
 
     def sources(self, tenant: str) -> dict[str, dict[str, Any]]:
@@ -128,7 +134,7 @@ class Store:
             return build.parquet(CHUNKS_FILE, {c: kinds[c] for c in columns}, CHUNK_NULLABLE,
                                  read_columns=columns)
         except ArtifactError as error:
-            raise FactsError(str(error)) from None
+            raise FactsBuildError(str(error)) from None
 
     def tenant_facts(self, tenant: str, active_only: bool = True) -> list[dict[str, Any]]:
         return [f for f in self.facts if f["tenant_id"] == tenant

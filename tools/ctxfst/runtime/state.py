@@ -28,11 +28,13 @@ RESULTS = ("success", "failed", "partial")
 
 
 class StateError(Exception):
-    """A state file that cannot be used as asked; the message says why."""
+    """A change to the state that could not be made (a lock held, a concurrent write):
+    failed work (exit 1); the message says why."""
 
 
 class StateFileError(StateError):
-    """A state file that is damaged, of an unknown version, or not a file: bad input."""
+    """A state file that is missing, damaged, of an unknown version, or not a file, or
+    one that `state init` would replace without --force: bad input (exit 2)."""
 
 
 def _file_error(error: OSError, fallback: Path) -> StateFileError:
@@ -105,7 +107,8 @@ class WorldState:
                        created_at=data.get("created_at", ""),
                        updated_at=data.get("updated_at", ""), serial=int(data["serial"]))
         except (KeyError, TypeError, ValueError) as error:
-            raise StateError(f"not a ctxfst world state (missing or bad {error})") from None
+            raise StateFileError(f"not a ctxfst world state (missing or bad {error})") \
+                from None
 
     @property
     def reached(self) -> bool:
@@ -303,7 +306,7 @@ class StateStore:
                         raise StateFileError(f"{self.path}: completed skill {number - 1}: "
                                              f"{error}") from None
                 return Replay(state, events, None)
-            raise StateError(f"no world state at {self.path} (run `ctxfst state init`)")
+            raise StateFileError(f"no world state at {self.path} (run `ctxfst state init`)")
         raw = read_bytes_no_follow(self.log)
         lines = raw.split(b"\n")
         dropped = None
@@ -396,7 +399,8 @@ class StateStore:
     def init(self, goal: str, seeds: list[str], force: bool = False) -> WorldState:
         with self.locked():
             if self.exists and not force:
-                raise StateError(f"{self.path} already exists; use --force to start over")
+                raise StateFileError(f"{self.path} already exists; use --force to start "
+                                     "over")
             for path in (self.log, self.path):
                 path.unlink(missing_ok=True)
             event = {"type": "init", "serial": 1, "lineage": str(uuid.uuid4()),
