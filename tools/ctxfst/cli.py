@@ -30,6 +30,12 @@ def _add_check_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="ignore the parse cache in .ctxfst/ (one shipped with an "
                         "untrusted change); also CTXFST_NO_CACHE=1")
+    parser.add_argument("--select", type=_codes(False), default=None, metavar="CODES",
+                        help="show only these warnings and infos, codes or prefixes "
+                        "separated by commas, such as CTX5,CTX106 (replaces [lint] select; "
+                        "default: all); errors are always shown")
+    parser.add_argument("--ignore", type=_codes(True), default=None, metavar="CODES",
+                        help="also hide these warnings and infos (added to [lint] ignore)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +132,18 @@ def build_parser() -> argparse.ArgumentParser:
     hook.add_argument("--force", action="store_true",
                       help="replace an existing pre-commit hook")
     return parser
+
+
+def _codes(silenceable_only: bool):
+    def parse(text: str) -> list[str]:
+        from .silence import RuleSettingError, check_prefixes
+
+        try:
+            return check_prefixes([c for c in text.split(",") if c.strip()],
+                                  silenceable_only=silenceable_only)
+        except RuleSettingError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
 
 
 def _positive(text: str) -> int:
@@ -491,10 +509,12 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
         if args.paths:
             raise _Usage("--staged takes no paths")
         report = check_staged(lint=lint, strict_spec=args.strict_spec,
-                              use_cache=not args.no_cache)
+                              use_cache=not args.no_cache, select=args.select,
+                              ignore=args.ignore)
     else:
         report = check_paths(args.paths, lint=lint, strict_spec=args.strict_spec,
-                             use_cache=not args.no_cache)
+                             use_cache=not args.no_cache, select=args.select,
+                             ignore=args.ignore)
     sys.stdout.write(RENDERERS[args.format](report.diagnostics, report.summary))
     return report.exit_code(strict=args.strict)
 

@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from .document.ids import DEFAULT_TENANT, NAME_PATTERN, TENANT_PATTERN
 from .files import display_path, inside
+from .silence import RuleSelection, RuleSettingError, check_prefixes
 
 CONFIG_FILE = "ctxfst.toml"
 TOOL_DIR = ".ctxfst"
@@ -274,6 +275,8 @@ class Config:
     # Where models run: it does not shape the artifacts (not a BuildSettings), so a
     # change re-embeds nothing; the cache keeps a text's vector once it is made.
     embedding_device: str = "auto"
+    # [lint]: which warnings and infos are shown (silence.py); the artifacts never change.
+    lint: RuleSelection = field(default_factory=RuleSelection)
 
     @property
     def source_dirs(self) -> list[Path]:
@@ -421,7 +424,9 @@ def check_inside(root: Path, path: Path, what: str) -> Path:
 
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
-          "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts"}
+          "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts",
+          "lint"}
+_LINT_KNOWN = {"select", "ignore", "per_file_ignores"}
 # auto: a CUDA GPU, else Apple's MPS, else the CPU (compile/embed.py resolves it)
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,2})?")
 
@@ -523,6 +528,47 @@ def _facts_settings(section, settings: _Settings, root: Path) -> dict:
             raise error("CTX803", f"'{key}' must be an integer from 0 to {high}", key)
         out[f"facts_{key}"] = value
     return out
+
+
+def _lint_settings(section, settings: _Settings) -> RuleSelection:
+    """The [lint] table: select, ignore (codes or prefixes) and per_file_ignores (glob =
+    codes, globs relative to the project root)."""
+    if section is None:
+        return RuleSelection()
+
+    def error(code: str, message: str, *keys, at_key: bool = False) -> ConfigError:
+        return settings.error(code, f"[lint] {message}", "lint", *keys, at_key=at_key)
+
+    if not isinstance(section, dict):
+        raise error("CTX803", "must be a table")
+    unknown = sorted(set(section) - _LINT_KNOWN)
+    if unknown:
+        raise error("CTX802", f"unknown setting(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(sorted(_LINT_KNOWN))}", unknown[0], at_key=True)
+    chosen: dict[str, tuple] = {}
+    for key in ("select", "ignore"):
+        try:
+            chosen[key] = tuple(check_prefixes(section.get(key, []), f"'{key}': ",
+                                               silenceable_only=key == "ignore"))
+        except RuleSettingError as problem:
+            raise error("CTX803", str(problem), key) from None
+    per_file = section.get("per_file_ignores", {})
+    if not isinstance(per_file, dict):
+        raise error("CTX803", "'per_file_ignores' must be a table of \"glob\" = [codes]",
+                    "per_file_ignores")
+    pairs = []
+    for pattern, codes in sorted(per_file.items()):
+        if not pattern or "\0" in pattern or pattern.startswith("/") or \
+                ".." in PurePosixPath(pattern).parts:
+            raise error("CTX803", f"per_file_ignores {pattern!r}: a glob relative to the "
+                        "project root, without '..'", "per_file_ignores", pattern,
+                        at_key=True)
+        try:
+            pairs.append((pattern, tuple(check_prefixes(codes, f"per_file_ignores "
+                                                        f"{pattern!r}: "))))
+        except RuleSettingError as problem:
+            raise error("CTX803", str(problem), "per_file_ignores", pattern) from None
+    return RuleSelection(chosen["select"], chosen["ignore"], tuple(pairs))
 
 
 def _inside_root(root: Path, value: str, settings: _Settings, what: str, keys: tuple,
@@ -650,4 +696,5 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
     _check_tool_folder(root)
     return Config(root=root, content_dir=content_dir, skills_dir=skills_dir,
                   build_dir=build_dir, config_file=config_file, build=build,
-                  embedding_device=device)
+                  embedding_device=device,
+                  lint=_lint_settings(settings.get("lint"), source))

@@ -123,6 +123,7 @@ _RULES = [
     Rule("CTX510", Severity.WARNING, "too many entities in a chunk"),
     Rule("CTX511", Severity.INFO, "chunk links no entities"),
     Rule("CTX512", Severity.WARNING, "context is empty"),
+    Rule("CTX513", Severity.WARNING, "noqa comment that cannot apply"),
 ]
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULES}
 

@@ -20,6 +20,7 @@ from .diagnostics import Diagnostic, Severity, ordered, summarize
 from .document.kb import Input, inputs_for
 from .files import display_path, inside, scan_project
 from .kb import KnowledgeBase, load_kb, validate
+from .silence import RuleSelection, apply as apply_selection
 from .document.source import Source
 
 
@@ -49,6 +50,7 @@ class _Plan:
     skills_dir: Path | None = None
     cache_dir: Path | None = None  # a project's parse cache, when there is a project
     refused: list[Diagnostic] = field(default_factory=list)  # see project_inputs
+    selection: RuleSelection = field(default_factory=RuleSelection)  # the project's [lint]
 
 
 def _is_under(path: Path, folder: Path) -> bool:
@@ -84,7 +86,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
                              "pyproject.toml); name the files or folders to check")
         refused: list[Diagnostic] = []
         return [_Plan(config.root, project_inputs(config, refused), None, config.skills_dir,
-                      config.cache_dir, refused)]
+                      config.cache_dir, refused, config.lint)]
     plans: list[_Plan] = []
     by_project: dict[Path, _Plan] = {}
     for path in paths:
@@ -97,7 +99,7 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
             if plan is None:
                 refused = []
                 plan = _Plan(config.root, project_inputs(config, refused), set(),
-                             config.skills_dir, config.cache_dir, refused)
+                             config.skills_dir, config.cache_dir, refused, config.lint)
                 by_project[config.root] = plan
                 plans.append(plan)
             assert plan.only is not None
@@ -114,21 +116,32 @@ def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:
 
 
 def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
-         use_cache: bool = True) -> Report:
+         use_cache: bool = True, select: list[str] | None = None,
+         ignore: list[str] | None = None) -> Report:
     report = Report()
     for plan in plans:
         with collector_paused():  # a parsed KB is large, long-lived and acyclic
             kb = _load(plan, use_cache)
             kb.skills_dir = plan.skills_dir
-            found = ordered(check_kb(kb, with_lint, strict_spec) + plan.refused)
+            found = check_kb(kb, with_lint, strict_spec) + plan.refused
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
+        sources = {item.source.path: item.source for item in plan.inputs}
+        found = ordered(apply_selection(found, plan.selection.with_options(select, ignore),
+                                        plan.root, lambda path: _text_of(sources.get(path))))
+        if plan.only is not None:
             report.files += sum(1 for item in (*kb.documents, *kb.skills)
                                 if _resolved(item.path) in plan.only)
         else:
             report.files += kb.file_count
         report.diagnostics.extend(found)
     return report
+
+
+def _text_of(source: Source | None) -> str | None:
+    from .document.source import load_text
+
+    return load_text(source)[0] if source is not None else None
 
 
 def _load(plan: _Plan, use_cache: bool = True) -> KnowledgeBase:
@@ -167,8 +180,12 @@ def check_kb(kb: KnowledgeBase, with_lint: bool = False, strict_spec: bool = Fal
 
 
 def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False,
-                strict_spec: bool = False, use_cache: bool = True) -> Report:
-    return _run(plan_paths(paths, cwd or Path.cwd()), lint, strict_spec, use_cache)
+                strict_spec: bool = False, use_cache: bool = True,
+                select: list[str] | None = None, ignore: list[str] | None = None) -> Report:
+    """select / ignore: codes or prefixes, as --select (replacing [lint] select) and
+    --ignore (added to [lint] ignore); RuleSettingError for one that is no code."""
+    return _run(plan_paths(paths, cwd or Path.cwd()), lint, strict_spec, use_cache,
+                select, ignore)
 
 
 def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
@@ -181,7 +198,8 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
 
 
 def check_staged(cwd: Path | None = None, lint: bool = False,
-                 strict_spec: bool = False, use_cache: bool = True) -> Report:
+                 strict_spec: bool = False, use_cache: bool = True,
+                 select: list[str] | None = None, ignore: list[str] | None = None) -> Report:
     """Check the knowledge base exactly as the git index holds it (what a commit gets)."""
     cwd = cwd or Path.cwd()
     top = Path(_git(cwd, "rev-parse", "--show-toplevel").decode().strip())
@@ -214,5 +232,5 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         offset = header_end + 1 + size + 1
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
-    return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir)], lint,
-                strict_spec, use_cache)
+    return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir,
+                       selection=config.lint)], lint, strict_spec, use_cache, select, ignore)

@@ -15,6 +15,8 @@ document when only its summary is at hand: only for errors, which stop a build).
 
 from __future__ import annotations
 
+import difflib
+
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -122,12 +124,38 @@ class View:
     by_tail: dict[str, str]        # last id part -> the first declared id with it
 
     def suggest(self, reference: str) -> str:
-        """A hint when an unknown id differs from a declared one only by its type prefix
-        (state: vs entity:)."""
+        """A hint for an unknown id: a declared one that differs only by its type prefix
+        (state: vs entity:), else the closest declared id of the same prefix (a typo)."""
         candidate = self.by_tail.get(tail(reference))
+        if (candidate is None or candidate == reference) and self._typo_budget() > 0:
+            self._typo_left[0] -= 1
+            alike = self._ids_by_prefix().get(reference.rpartition(":")[0], ())
+            close = difflib.get_close_matches(reference, alike, n=1, cutoff=0.8)
+            candidate = close[0] if close else None
         if candidate is None or candidate == reference:
             return ""
         return f"; did you mean '{candidate}'?"
+
+    # Each typo hint compares the id with every declared id of its prefix: a document of
+    # 10,000 unknown ids must not cost 10,000 such scans. (Per document: its diagnostics
+    # are the same whichever documents were checked before it.)
+    TYPO_HINTS = 50
+
+    def start_document(self) -> None:
+        self._typo_left = [self.TYPO_HINTS]
+
+    def _typo_budget(self) -> int:
+        if "_typo_left" not in self.__dict__:
+            self.start_document()
+        return self._typo_left[0]
+
+    def _ids_by_prefix(self) -> dict[str, list[str]]:
+        if "_by_prefix" not in self.__dict__:
+            grouped: dict[str, list[str]] = {}
+            for known in sorted(self.types):
+                grouped.setdefault(known.rpartition(":")[0], []).append(known)
+            self._by_prefix = grouped
+        return self._by_prefix
 
 
 class Link:

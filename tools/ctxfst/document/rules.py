@@ -69,6 +69,7 @@ def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
     (and its content_path files), the view and names: a build reuses it while they are
     unchanged."""
     out: list[Diagnostic] = []
+    view.start_document()
     seen_here: dict[str, int] = {}
     for index, entity in doc.entities:
         if entity.id in seen_here:
@@ -79,24 +80,28 @@ def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
         else:
             seen_here[entity.id] = index
     _check_body_sync(doc, root, out)
+    refused = _refused_entity_ids(doc)
     for index, entity in doc.entities:
         _check_conditions(doc, ("entities", index), f"entity '{entity.id}'", entity, view,
-                          out)
+                          out, refused)
         if names is not None:
             for position, other in enumerate(entity.related_skills):
                 if other not in names:
                     out.append(_at(doc, ("entities", index, "related_skills", position),
                                    "CTX208", f"entity '{entity.id}': related skill '{other}' "
                                    f"has no skills/{other}/SKILL.md"))
+    # An entity this document declares but whose declaration was refused (a bad type,
+    # a bad field) is reported there; "no document declares it" would mislead.
+    refused = _refused_entity_ids(doc)
     for index, chunk in doc.chunks:
         base = ("chunks", index)
         label = f"chunk '{chunk.id}'"
         for position, ref in enumerate(chunk.entities):
-            if ref not in view.types:
+            if ref not in view.types and ref not in refused:
                 out.append(_at(doc, base + ("entities", position), "CTX204",
                                f"{label} mentions '{ref}', which no document declares"
                                f"{view.suggest(ref)}"))
-        _check_conditions(doc, base, label, chunk, view, out)
+        _check_conditions(doc, base, label, chunk, view, out, refused)
         for position, dependency in enumerate(chunk.dependencies):
             if dependency not in view.chunk_ids:
                 out.append(_at(doc, base + ("dependencies", position), "CTX206",
@@ -145,7 +150,18 @@ def _chunk_places(linked: Link, docs: dict[str, ParsedDocument]) -> dict[str, Ch
             for chunk_id, p in linked.chunk_places.items()}
 
 
-def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out) -> None:
+def _refused_entity_ids(doc: ParsedDocument) -> frozenset[str]:
+    """Ids of entities[] entries of doc that have a string id but were not kept."""
+    raw = (doc.frontmatter or {}).get("entities")
+    if not isinstance(raw, list) or len(doc.entities) == len(raw):
+        return frozenset()
+    kept = {index for index, _ in doc.entities}
+    return frozenset(item["id"] for index, item in enumerate(raw) if index not in kept
+                     and isinstance(item, dict) and isinstance(item.get("id"), str))
+
+
+def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out,
+                      refused: frozenset[str] = frozenset()) -> None:
     for field_name, allowed in _CONDITION_TYPES.items():
         references = getattr(record, field_name, None)  # entities: an extra state_refs
         if references is None:
@@ -159,6 +175,8 @@ def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out) -
             _negated, ref_id = strip_not(reference)
             path = base + (field_name, position)
             found = view.types.get(ref_id)
+            if found is None and ref_id in refused:
+                continue
             if found is None:
                 out.append(_at(doc, path, "CTX204",
                                f"{label}: {field_name} names '{ref_id}', which no document "

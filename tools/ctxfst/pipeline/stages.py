@@ -70,8 +70,17 @@ class _Counts(dict):
         return f"{value:,}" if type(value) is int else "?"
 
 
-def _show(diagnostics: list[Diagnostic], files: int) -> None:
-    sys.stdout.write(render_text(diagnostics, summarize(diagnostics, files)))
+def _shown(config: Config, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """The diagnostics the project's [lint] settings and noqa comments leave shown."""
+    from ..silence import apply as apply_selection, project_text_reader
+
+    return apply_selection(diagnostics, config.lint, config.root,
+                           project_text_reader(config.root))
+
+
+def _show(config: Config, diagnostics: list[Diagnostic], files: int) -> None:
+    shown = _shown(config, diagnostics)
+    sys.stdout.write(render_text(shown, summarize(shown, files)))
 
 
 # The validated KB of this process's last load, shared by the stages of one build run
@@ -219,7 +228,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
                       documents_from_cache=sum(c.hits for c in caches), **checked.counts)
     errors = [d for d in checked.diagnostics if d.severity.value == "error"]
     if errors:
-        _show(checked.diagnostics, checked.files)
+        _show(config, checked.diagnostics, checked.files)
         raise BuildFailed(f"{len(errors)} error(s) in the knowledge base")
     if identities:
         _validated[key] = (identities, checked, _runs[0])
@@ -392,10 +401,11 @@ def stage_validate(config: Config) -> None:
     started = time.perf_counter()
     counts: dict[str, int] = {}
     checked = _load_validated(config, counts, reuse=False)
-    warnings = sum(1 for d in checked.diagnostics if d.severity.value == "warning")
+    shown = _shown(config, checked.diagnostics)
+    warnings = sum(1 for d in shown if d.severity.value == "warning")
     files = checked.files
-    if checked.diagnostics:
-        _show(checked.diagnostics, files)
+    if shown:
+        sys.stdout.write(render_text(shown, summarize(shown, files)))
     from ..files import scan_project
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.
@@ -434,7 +444,7 @@ def stage_compile(config: Config) -> None:
         compiled.record(store)  # what the staged chunk files were made from
         checked.let_go_typed()  # (the facts stage types what it extracts, in its workers)
     except CompileError as error:
-        _show(error.diagnostics, checked.files)
+        _show(config, error.diagnostics, checked.files)
         raise BuildFailed("some chunk content could not be read") from None
     finally:
         store.close()

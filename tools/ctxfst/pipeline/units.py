@@ -39,7 +39,7 @@ from ..artifacts.io import (Span, compact_json, digest_written, file_stamp, is_s
                              write_pieces)
 from .link_index import TABLES as LINK_TABLES, LinkIndex
 
-UNIT_FORMAT = "5"  # 3: declarations keyed by their text; 4: units and link step as tables;
+UNIT_FORMAT = "6"  # 3: declarations keyed by their text; 4: units and link step as tables;
 # 5: each unit keeps the stamp (unit_stamp) of the file it was checked from
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS units (key TEXT PRIMARY KEY, value BLOB NOT NULL);

@@ -62,6 +62,7 @@ def check_skills(skills: list[ParsedSkill], view: View, strict_spec: bool,
 def _check_skill(skill, view: View, names: set[str], produced: set[str], out) -> None:
     record = skill.record
     label = f"skill '{record.name}'"
+    view.start_document()
     for field_name in ("preconditions", "postconditions"):
         for position, reference in enumerate(getattr(record, field_name)):
             negated, ref_id = strip_not(reference)
