@@ -469,21 +469,27 @@ def _spelt_exactly(root: Path, path: Path) -> bool:
     return True
 
 
+def _table_errors(section, settings: _Settings, name: str, known: set[str]):
+    """The error maker of a [name] table, once the table is checked to be a table of
+    known settings."""
+    def error(code: str, message: str, *keys, at_key: bool = False) -> ConfigError:
+        return settings.error(code, f"[{name}] {message}", name, *keys, at_key=at_key)
+
+    if not isinstance(section, dict):
+        raise error("CTX803", "must be a table")
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise error("CTX802", f"unknown setting(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(sorted(known))}", unknown[0], at_key=True)
+    return error
+
+
 def _facts_settings(section, settings: _Settings, root: Path) -> dict:
     """The [facts] table: tenants by folder, complete keys, extractors, fallback bounds."""
     if section is None:
         return {}
     where = ("facts",)
-
-    def error(code: str, message: str, *keys, at_key: bool = False) -> ConfigError:
-        return settings.error(code, f"[facts] {message}", *where, *keys, at_key=at_key)
-
-    if not isinstance(section, dict):
-        raise error("CTX803", "must be a table")
-    unknown = sorted(set(section) - _FACTS_KNOWN)
-    if unknown:
-        raise error("CTX802", f"unknown setting(s) {', '.join(unknown)}; known: "
-                    f"{', '.join(sorted(_FACTS_KNOWN))}", unknown[0], at_key=True)
+    error = _table_errors(section, settings, "facts", _FACTS_KNOWN)
     out: dict = {}
     tenants = section.get("tenants", {})
     if not isinstance(tenants, dict):
@@ -535,16 +541,7 @@ def _lint_settings(section, settings: _Settings) -> RuleSelection:
     codes, globs relative to the project root)."""
     if section is None:
         return RuleSelection()
-
-    def error(code: str, message: str, *keys, at_key: bool = False) -> ConfigError:
-        return settings.error(code, f"[lint] {message}", "lint", *keys, at_key=at_key)
-
-    if not isinstance(section, dict):
-        raise error("CTX803", "must be a table")
-    unknown = sorted(set(section) - _LINT_KNOWN)
-    if unknown:
-        raise error("CTX802", f"unknown setting(s) {', '.join(unknown)}; known: "
-                    f"{', '.join(sorted(_LINT_KNOWN))}", unknown[0], at_key=True)
+    error = _table_errors(section, settings, "lint", _LINT_KNOWN)
     chosen: dict[str, tuple] = {}
     for key in ("select", "ignore"):
         try:
