@@ -23,7 +23,7 @@ SCHEMA_OF = {
     "eval": "eval-output", "plan": "plan-output", "select": "select-output",
     "run": "run-output", "state history": "state-history-output",
     "facts ask": "facts-ask-output", "facts show": "facts-show-output",
-    "facts list": "facts-list-output",
+    "facts list": "facts-list-output", "rule": "rule-output",
     **{f"state {action}": "world-state"
        for action in ("init", "show", "add", "remove", "complete", "subgraph", "replay")},
 }
@@ -147,3 +147,10 @@ def test_facts_json_outputs(kb, cli, capsys):
     unknown = checked(cli("facts", "ask", "--op", "exists", "--key", "tag", "--value",
                           "no-such-tag-anywhere", *facts, cwd=kb), "facts ask")
     assert unknown["answer"] == "unknown"  # no facts is not "does not exist"
+
+
+def test_rule_json_outputs(cli, tmp_path):
+    every = checked(cli("rule", "--format", "json", cwd=tmp_path), "rule")
+    assert len(every["rules"]) > 80
+    one = checked(cli("rule", "CTX513", "--format", "json", cwd=tmp_path), "rule")
+    assert [r["code"] for r in one["rules"]] == ["CTX513"]

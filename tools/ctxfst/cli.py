@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from . import __version__
+from .cli_help import HelpFormatter, add_command, add_verbosity, verbosity
+from .completion import SHELLS
 
 # One policy for every command (docs/cli.md): 0 done (an answer, even an empty one),
 # 1 findings or work that did not succeed, 2 it cannot run as asked (arguments, settings,
@@ -19,7 +22,8 @@ EXIT_BROKEN_PIPE = 141  # as a process killed by SIGPIPE
 def _add_check_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="files or folders (default: the project's content and skills)")
-    parser.add_argument("--format", choices=("text", "json", "github"), default="text")
+    parser.add_argument("--format", choices=("text", "json", "github"), default="text",
+                        help="text lines, one JSON object, or GitHub Actions annotations")
     parser.add_argument("--strict", action="store_true",
                         help="fail on warnings as well as errors")
     parser.add_argument("--staged", action="store_true",
@@ -35,102 +39,190 @@ def _add_check_options(parser: argparse.ArgumentParser) -> None:
                         "separated by commas, such as CTX5,CTX106 (replaces [lint] select; "
                         "default: all); errors are always shown")
     parser.add_argument("--ignore", type=_codes(True), default=None, metavar="CODES",
-                        help="also hide these warnings and infos (added to [lint] ignore)")
+                        help="also hide these warnings and infos (added to [lint] ignore; "
+                        "default: none)")
+
+
+MODES = ("vector", "lexical", "keyword-graph", "graph", "hybrid")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxfst", description=(
-        "Compile, validate and lint CtxFST knowledge bases."))
+    parser = argparse.ArgumentParser(
+        prog="ctxfst", formatter_class=HelpFormatter,
+        description="Compile, validate and lint CtxFST knowledge bases; retrieve from the "
+                    "build; plan and run skills toward a goal.",
+        epilog="examples:\n  ctxfst validate\n  ctxfst query \"Hono on Cloudflare Workers\"\n"
+               "  ctxfst rule CTX205\n\n`ctxfst COMMAND --help` shows a command's options; "
+               "docs/cli-reference.md lists them all.")
     parser.add_argument("--version", action="version", version=f"ctxfst {__version__}")
+    add_verbosity(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_check_options(commands.add_parser(
-        "validate", help="check documents and skills; exit 1 on errors"))
-    _add_check_options(commands.add_parser(
-        "lint", help="quality advice on chunks and entities"))
-    build = commands.add_parser("build", help="run the doit build without doit on the PATH")
+    _add_check_options(add_command(
+        commands, "validate", "check documents and skills; exit 1 on errors",
+        ["ctxfst validate", "ctxfst validate content/guide.ctxfst.md --format json",
+         "ctxfst validate --staged --strict"],
+        description="Check documents, skills and extra edges: syntax, fields, references "
+                    "across the knowledge base. Exit 1 on an error (with --strict, on a "
+                    "warning too); docs/rules.md explains every code, as `ctxfst rule` does."))
+    _add_check_options(add_command(
+        commands, "lint", "quality advice on chunks and entities",
+        ["ctxfst lint", "ctxfst lint --select CTX5 --ignore CTX511", "ctxfst lint --strict"],
+        description="Everything validate checks, plus quality advice (CTX5xx): near-duplicate "
+                    "chunks, short or repetitive contexts, tags, id style. Advice never fails "
+                    "the run unless --strict."))
+    rule = add_command(commands, "rule", "explain a diagnostic code",
+                       ["ctxfst rule CTX205", "ctxfst rule CTX5", "ctxfst rule --format json"],
+                       description="Explain a diagnostic code: its severity, what it means and "
+                                   "whether it can be silenced. A prefix (CTX5) or none lists "
+                                   "codes.")
+    from .diagnostics import RULES
+
+    rule.add_argument("code", nargs="?", default=None, metavar="CODE",
+                      help="a code such as CTX205, or a prefix such as CTX5 (default: all)"
+                      ).completions = sorted(RULES)
+    rule.add_argument("--format", choices=("text", "json"), default="text",
+                      help="text, or one JSON object")
+    build = add_command(commands, "build", "run the doit build without doit on the PATH",
+                        ["ctxfst build", "ctxfst build --root kb", "ctxfst build list",
+                         "ctxfst build clean"],
+                        description="Run the build (what `doit` runs in the project): compile "
+                                    "content/ and skills/ into build/, incrementally.")
     build.add_argument("--root", type=Path, default=Path("."),
-                       help="the knowledge-base repository (default: here)")
-    build.add_argument("doit_args", nargs=argparse.REMAINDER,
+                       help="the knowledge-base repository")
+    build.add_argument("doit_args", nargs=argparse.REMAINDER, metavar="DOIT_ARGS",
                        help="passed to doit (for example: clean, list, embed)")
-    init = commands.add_parser("init", help="scaffold a new knowledge-base repository")
-    init.add_argument("directory", type=_named_path)
+    init = add_command(commands, "init", "scaffold a new knowledge-base repository",
+                       ["ctxfst init my-kb", "ctxfst init my-kb --model hash-256"],
+                       description="Write a new knowledge-base repository: settings, a "
+                                   "dodo.py, a pre-commit configuration, an example "
+                                   "document and a skill.")
+    init.add_argument("directory", type=_named_path, metavar="DIRECTORY",
+                      help="a new or existing folder (nothing in it is overwritten)")
     init.add_argument("--model", default=None,
                       help="embedding model to configure (default: the measured best)")
-    mock = commands.add_parser("generate-mock", help="write a mock knowledge base")
-    mock.add_argument("out", type=_named_path)
+    mock = add_command(commands, "generate-mock", "write a mock knowledge base",
+                       ["ctxfst generate-mock /tmp/kb --docs 1000",
+                        "ctxfst generate-mock /tmp/career --career --seed 7"],
+                       description="Write a generated knowledge base, for benchmarks and "
+                                   "demos.")
+    mock.add_argument("out", type=_named_path, metavar="OUT", help="the folder to write")
     mock.add_argument("--docs", type=_mock_docs, default=200,
                       help=f"how many documents (1 to {MAX_MOCK_DOCS:,})")
-    mock.add_argument("--seed", type=int, default=0)
+    mock.add_argument("--seed", type=int, default=0, help="the random seed")
     mock.add_argument("--career", action="store_true",
                       help="add the course-style career articles (for retrieval demos)")
-    skills = commands.add_parser("skills", help="skill tools: migrate, to-prompt")
+    skills = add_command(commands, "skills", "skill tools: migrate, to-prompt",
+                         ["ctxfst skills migrate --check", "ctxfst skills to-prompt"],
+                         leaf=False)
     skill_commands = skills.add_subparsers(dest="skills_command", required=True,
                                            metavar="SKILLS_COMMAND")
-    migrate = skill_commands.add_parser(
-        "migrate", help="rewrite v2-dialect SKILL.md files into the Agent Skills form")
+    migrate = add_command(
+        skill_commands, "migrate", "rewrite v2-dialect SKILL.md files into the Agent Skills form",
+        ["ctxfst skills migrate", "ctxfst skills migrate skills/analyze-gaps --check"],
+        description="Rewrite v2-dialect SKILL.md files into the Agent Skills form (the "
+                    "world-model fields under metadata); the body is kept byte for byte.")
     migrate.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                          help="SKILL.md files or folders (default: the project's skills)")
     migrate.add_argument("--check", action="store_true",
                          help="change nothing; exit 1 if a file would change")
-    prompt = skill_commands.add_parser(
-        "to-prompt", help="print the <available_skills> block for an agent's prompt")
-    prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH")
+    prompt = add_command(
+        skill_commands, "to-prompt", "print the <available_skills> block for an agent's prompt",
+        ["ctxfst skills to-prompt", "ctxfst skills to-prompt skills/analyze-gaps"])
+    prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                        help="SKILL.md files or folders (default: the project's skills)")
     _add_runtime_commands(commands)
     from .facts.cli import add_parser as add_facts_parser
 
     add_facts_parser(commands)
-    query = commands.add_parser("query", help="retrieve chunks from the build artifacts")
-    query.add_argument("text")
-    query.add_argument("--mode", choices=("vector", "lexical", "keyword-graph", "graph",
-                                          "hybrid"), default="graph")
+    query = add_command(
+        commands, "query", "retrieve chunks from the build artifacts",
+        ["ctxfst query \"Hono on Cloudflare Workers\"",
+         "ctxfst query \"deploy an edge API\" --mode vector --top-k 10 --format json",
+         "ctxfst query \"what should I learn next\" --explain"],
+        description="Retrieve chunks from build/. graph mode (the default) seeds entities "
+                    "from the query and walks the entity graph to chunks plain vector search "
+                    "misses.")
+    query.add_argument("text", metavar="TEXT", help="the question or search text")
+    query.add_argument("--mode", choices=MODES, default="graph",
+                       help="vector, lexical (BM25), keyword-graph, graph or hybrid")
     query.add_argument("--skill-graph", type=Path, default=None,
-                       help="hand-made skill graph for keyword-graph mode")
-    query.add_argument("--top-k", type=_positive, default=5)
-    query.add_argument("--hops", type=_at_least_zero, default=2)
+                       help="hand-made skill graph for keyword-graph mode (default: "
+                       "skill-graph.json in the project, when there is one)")
+    query.add_argument("--top-k", type=_positive, default=5, help="how many chunks")
+    query.add_argument("--hops", type=_at_least_zero, default=2,
+                       help="how far graph mode walks from its seeds")
     query.add_argument("--explain", action="store_true", help="show seeds and expansion")
-    query.add_argument("--format", choices=("text", "json"), default="text")
-    query.add_argument("--build", type=Path, default=None, help="build folder (default: the "
-                       "project's)")
+    query.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text, or one JSON object")
+    _build_option(query)
     _bridge_option(query)
     _stale_option(query)
-    export = commands.add_parser("export", help="export artifacts to other systems")
+    export = add_command(commands, "export", "export artifacts to other systems",
+                         ["ctxfst export lancedb --db lance",
+                          "ctxfst export graph --format graphml --out graph.graphml"],
+                         leaf=False)
     targets = export.add_subparsers(dest="target", required=True, metavar="TARGET")
-    lance = targets.add_parser(
-        "lancedb", help="chunks, entities and skills as LanceDB tables",
+    lance = add_command(
+        targets, "lancedb", "chunks, entities and skills as LanceDB tables",
+        ["ctxfst export lancedb --db lance",
+         "ctxfst export lancedb --db lance --fts-tokenizer ngram"],
         description="Write LanceDB tables chunks (with a full-text index on text), entities "
-                    "and skills from build/, replacing tables of those names. Example: "
-                    "ctxfst export lancedb --db lance")
+                    "and skills from build/, replacing tables of those names.")
     lance.add_argument("--db", type=Path, required=True,
-                       help="LanceDB database folder, inside the project (required)")
+                       help="LanceDB database folder, inside the project")
     lance.add_argument("--fts-tokenizer", choices=("icu", "simple", "ngram"), default="icu",
                        help="the full-text index's tokenizer: icu (words in every script, "
-                            "Chinese too; the default), simple (split on spaces), ngram (2- "
+                            "Chinese too), simple (split on spaces), ngram (2- "
                             "and 3-character n-grams)")
-    lance.add_argument("--build", type=Path, default=None)
+    _build_option(lance)
     _stale_option(lance)
-    graph = targets.add_parser(
-        "graph", help="the entity graph as GraphML or GEXF (networkx, Gephi, Cytoscape)",
-        description="Write build/entity-graph.json as GraphML or GEXF. Example: ctxfst "
-        "export graph --format graphml --out graph.graphml")
-    graph.add_argument("--format", required=True, choices=("graphml", "gexf"))
+    graph = add_command(
+        targets, "graph", "the entity graph as GraphML or GEXF (networkx, Gephi, Cytoscape)",
+        ["ctxfst export graph --format graphml --out graph.graphml",
+         "ctxfst export graph --format gexf > graph.gexf"],
+        description="Write build/entity-graph.json as GraphML or GEXF; list attributes "
+                    "become strings.")
+    graph.add_argument("--format", required=True, choices=("graphml", "gexf"),
+                       help="graphml or gexf")
     graph.add_argument("--out", type=_named_path, default=None,
                        help="file to write, inside the project (default: standard output)")
-    graph.add_argument("--build", type=Path, default=None)
+    _build_option(graph)
     _stale_option(graph)
-    evaluation = commands.add_parser("eval", help="retrieval quality per mode on a queries file")
-    evaluation.add_argument("queries", type=Path)
-    evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph", "hybrid"],
-                            choices=("vector", "lexical", "keyword-graph", "graph", "hybrid"))
-    evaluation.add_argument("--skill-graph", type=Path, default=None)
-    evaluation.add_argument("--k", type=_positive, default=3)
-    evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown")
-    evaluation.add_argument("--build", type=Path, default=None)
+    evaluation = add_command(
+        commands, "eval", "retrieval quality per mode on a queries file",
+        ["ctxfst eval queries.yaml", "ctxfst eval queries.yaml --modes vector graph --k 5 "
+         "--format json"],
+        description="Score retrieval modes on a YAML file of queries with their expected "
+                    "chunks and entities: Hit@k, relevant chunks in the top k, entity recall, "
+                    "MRR and nDCG.")
+    evaluation.add_argument("queries", type=Path, metavar="QUERIES",
+                            help="the queries file (YAML)")
+    evaluation.add_argument("--modes", nargs="+", default=["vector", "lexical", "graph",
+                                                           "hybrid"],
+                            choices=MODES, help="the modes to compare")
+    evaluation.add_argument("--skill-graph", type=Path, default=None,
+                            help="hand-made skill graph for keyword-graph mode (default: "
+                            "skill-graph.json in the project, when there is one)")
+    evaluation.add_argument("--k", type=_positive, default=3, help="the cut-off rank")
+    evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown",
+                            help="a Markdown table, or one JSON object")
+    _build_option(evaluation)
     _bridge_option(evaluation)
     _stale_option(evaluation)
-    hook = commands.add_parser("install-hook",
-                               help="install a git pre-commit hook that validates staged files")
+    hook = add_command(commands, "install-hook",
+                       "install a git pre-commit hook that validates staged files",
+                       ["ctxfst install-hook", "ctxfst install-hook --force"])
     hook.add_argument("--force", action="store_true",
                       help="replace an existing pre-commit hook")
+    completion = add_command(
+        commands, "completion", "print a shell completion script",
+        ["ctxfst completion bash > ~/.local/share/bash-completion/completions/ctxfst",
+         "ctxfst completion zsh > \"${fpath[1]}/_ctxfst\"",
+         "ctxfst completion fish > ~/.config/fish/completions/ctxfst.fish"],
+        description="Print a completion script for bash, zsh or fish: commands, options and "
+                    "their choices complete; paths complete as files.")
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL",
+                            help="bash, zsh or fish")
     return parser
 
 
@@ -190,7 +282,12 @@ def _named_path(text: str) -> Path:
 def _bridge_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bridge-model", default="use-multilingual",
                         help="multilingual model that seeds graph mode when the build's model "
-                        "cannot read the query (default: use-multilingual; none: off)")
+                        "cannot read the query; none turns it off")
+
+
+def _build_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--build", type=Path, default=None,
+                        help="build folder (default: the project's)")
 
 
 def _stale_option(parser: argparse.ArgumentParser) -> None:
@@ -202,53 +299,88 @@ def _add_runtime_commands(commands) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--state", type=Path, default=None,
                             help="world-state file (default: .ctxfst/world-state.json)")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--format", choices=("text", "json"), default="text",
+                            help="text, or one JSON object")
 
-    state = commands.add_parser("state", help="the world state: init, show, add, remove, ...")
+    goal = "goal:edge-api-learning-plan"
+    state = add_command(commands, "state", "the world state: init, show, add, remove, ...",
+                        [f"ctxfst state init --goal {goal}", "ctxfst state show"], leaf=False,
+                        description="The world state the runner plans from: active states, "
+                                    "completed skills and the goal, kept as an event log "
+                                    "with a snapshot.")
     actions = state.add_subparsers(dest="state_command", required=True, metavar="ACTION")
-    init = actions.add_parser("init", help="start a world state")
-    init.add_argument("--goal", required=True)
-    init.add_argument("--seed", action="append", default=[], help="a state that holds")
+    init = add_command(actions, "init", "start a world state",
+                       [f"ctxfst state init --goal {goal}",
+                        f"ctxfst state init --goal {goal} --seed state:has-resume --force"])
+    init.add_argument("--goal", required=True, help="the goal entity to reach")
+    init.add_argument("--seed", action="append", default=[],
+                      help="a state that holds at the start (repeat for more)")
     init.add_argument("--force", action="store_true", help="replace an existing state")
     common(init)
     for name, text in (("show", "print the state"), ("history", "print the event log"),
                        ("replay", "rebuild the snapshot from the event log")):
-        common(actions.add_parser(name, help=text))
+        common(add_command(actions, name, text, [f"ctxfst state {name}",
+                                                 f"ctxfst state {name} --format json"]))
     for name in ("add", "remove"):
-        change = actions.add_parser(name, help=f"{name} active states")
-        change.add_argument("ids", nargs="+", metavar="ID")
+        change = add_command(actions, name, f"{name} active states",
+                             [f"ctxfst state {name} state:has-resume",
+                              f"ctxfst state {name} state:has-resume state:has-portfolio"])
+        change.add_argument("ids", nargs="+", metavar="ID", help="state entity ids")
         common(change)
-    complete = actions.add_parser("complete", help="record a skill's outcome")
-    complete.add_argument("skill")
-    complete.add_argument("--result", required=True, choices=("success", "failed", "partial"))
-    complete.add_argument("--summary", default=None)
+    complete = add_command(actions, "complete", "record a skill's outcome",
+                           ["ctxfst state complete analyze-gaps --result success",
+                            "ctxfst state complete analyze-gaps --result failed "
+                            "--summary \"no resume\""])
+    complete.add_argument("skill", metavar="SKILL", help="the skill's name")
+    complete.add_argument("--result", required=True, choices=("success", "failed", "partial"),
+                          help="success applies its postconditions")
+    complete.add_argument("--summary", default=None, help="a line on what happened")
     common(complete)
-    subgraph = actions.add_parser("subgraph", help="store the goal-relevant subgraph")
-    subgraph.add_argument("--depth", type=_at_least_zero, default=2)
+    subgraph = add_command(actions, "subgraph", "store the goal-relevant subgraph",
+                           ["ctxfst state subgraph", "ctxfst state subgraph --depth 3"])
+    subgraph.add_argument("--depth", type=_at_least_zero, default=2,
+                          help="how many hops from the goal")
     common(subgraph)
-    selecting = commands.add_parser("select", help="rank the skills that can run now")
-    selecting.add_argument("--explain", action="store_true")
+    selecting = add_command(commands, "select", "rank the skills that can run now",
+                            ["ctxfst select", "ctxfst select --explain --format json"])
+    selecting.add_argument("--explain", action="store_true",
+                           help="also list the skills that cannot run, and why")
     selecting.add_argument("--retries", type=_at_least_zero, default=2,
                            help="how often a failed skill may be retried")
     common(selecting)
-    running = commands.add_parser("run", help="the agent loop: plan, execute, record")
+    running = add_command(commands, "run", "the agent loop: plan, execute, record",
+                          ["ctxfst run", "ctxfst run --executor command --timeout 120 --replan",
+                           "ctxfst run --executor interactive"],
+                          description="The agent loop: plan from the state to the goal, run "
+                                      "each step with the executor, record its outcome, and "
+                                      "repeat until the goal holds or nothing can run.")
     running.add_argument("--executor", choices=("dry-run", "command", "interactive"),
-                         default="dry-run")
-    running.add_argument("--max-steps", type=_positive, default=20)
+                         default="dry-run",
+                         help="dry-run (apply postconditions), command (run each skill's "
+                              "script), interactive (ask before each step)")
+    running.add_argument("--max-steps", type=_positive, default=20,
+                         help="stop after this many steps")
     running.add_argument("--replan", action="store_true",
                          help="after a failed step, plan again instead of stopping")
     running.add_argument("--timeout", type=_seconds, default=60.0,
                          help="seconds a skill script may run (command executor)")
-    running.add_argument("--retries", type=_at_least_zero, default=2)
+    running.add_argument("--retries", type=_at_least_zero, default=2,
+                         help="how often a failed skill may be retried")
     running.add_argument("--yes", action="store_true",
                          help="re-run an interrupted non-idempotent skill without asking")
     common(running)
-    planning = commands.add_parser("plan", help="plan skills from the state to the goal")
-    planning.add_argument("--explain", action="store_true")
-    planning.add_argument("--algorithm", choices=("astar", "ucs", "greedy"), default="astar")
-    planning.add_argument("--goal", default=None, help="plan for this goal instead")
+    planning = add_command(commands, "plan", "plan skills from the state to the goal",
+                           ["ctxfst plan", "ctxfst plan --explain --algorithm ucs",
+                            f"ctxfst plan --goal {goal} --seed state:has-resume"])
+    planning.add_argument("--explain", action="store_true",
+                          help="say why each step is there, and the alternatives")
+    planning.add_argument("--algorithm", choices=("astar", "ucs", "greedy"), default="astar",
+                          help="astar and ucs find a cheapest plan; greedy finds one fast, not "
+                          "always the cheapest")
+    planning.add_argument("--goal", default=None,
+                          help="plan for this goal instead (default: the state's)")
     planning.add_argument("--seed", action="append", default=None,
-                          help="with --goal: a state that holds at the start")
+                          help="with --goal: a state that holds at the start (repeat for more)")
     common(planning)
 
 
@@ -314,7 +446,7 @@ def _runtime(args: argparse.Namespace) -> int:
             return EXIT_OK
         else:
             state = store.load()
-        for note in store.notes:
+        for note in store.notes if verbosity(args) >= 0 else ():
             print(f"ctxfst: note: {escape(note)}", file=sys.stderr)
         _print(state.to_json(), args.format, _state_text(state))
         return EXIT_OK
@@ -387,9 +519,9 @@ def _retrieval(args: argparse.Namespace) -> int:
             counts = export_lancedb(build_dir, lancedb_folder(
                 config.root if config else Path.cwd().resolve(), args.db),
                 config.cache_dir if config else None, args.fts_tokenizer)
-            print(f"wrote {counts['chunks']} chunks (full-text index: "
-                  f"{counts['fts_tokenizer']}), {counts['entities']} entities and "
-                  f"{counts['skills']} skills to {args.db}")
+            _say(args, f"wrote {counts['chunks']} chunks (full-text index: "
+                 f"{counts['fts_tokenizer']}), {counts['entities']} entities and "
+                 f"{counts['skills']} skills to {args.db}")
             return EXIT_OK
         from .compile.embed import model_id_of
 
@@ -415,10 +547,15 @@ def _retrieval(args: argparse.Namespace) -> int:
         skill_graph = load_skill_graph(graph_file) if graph_file and (
             args.skill_graph or graph_file.is_file()) else None
         if args.command == "query":
+            started = time.perf_counter()
             vector = None if args.mode in ("lexical", "keyword-graph") else embed([args.text])[0]
             bridge = bridge_for(args.text) if args.mode in ("graph", "hybrid") else None
+            embedded = time.perf_counter()
             result = search(index, args.text, vector, args.mode, args.top_k, args.hops,
                             skill_graph, bridge)
+            if verbosity(args) > 0:
+                print(f"ctxfst: query: model {spec}, embedding {embedded - started:.3f} s, "
+                      f"search {time.perf_counter() - embedded:.3f} s", file=sys.stderr)
             if args.format == "json":
                 print(output_json(result.as_json()))
                 return EXIT_OK
@@ -462,7 +599,7 @@ def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
         write_atomic(target, data)
     except OSError as error:  # a folder of that name, no such parent folder, read-only
         raise _Usage(f"--out {args.out}: {error.strerror or error}") from None
-    print(f"wrote the entity graph as {args.format} to {args.out}")
+    _say(args, f"wrote the entity graph as {args.format} to {args.out}")
     return EXIT_OK
 
 
@@ -505,6 +642,7 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
     from .diagnostics import RENDERERS
     from .validation import check_paths, check_staged
 
+    started = time.perf_counter()
     if args.staged:
         if args.paths:
             raise _Usage("--staged takes no paths")
@@ -515,22 +653,63 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
         report = check_paths(args.paths, lint=lint, strict_spec=args.strict_spec,
                              use_cache=not args.no_cache, select=args.select,
                              ignore=args.ignore)
-    sys.stdout.write(RENDERERS[args.format](report.diagnostics, report.summary))
+    quiet = verbosity(args) < 0 and args.format != "json"  # (JSON keeps its shape)
+    sys.stdout.write(RENDERERS[args.format](report.diagnostics,
+                                            None if quiet else report.summary,
+                                            color=color_wanted(sys.stdout)))
+    if verbosity(args) > 0:
+        print(f"ctxfst: {report.hidden} warning(s) and info(s) hidden by [lint] settings, "
+              f"--select/--ignore and noqa comments; {time.perf_counter() - started:.2f} s",
+              file=sys.stderr)
     return report.exit_code(strict=args.strict)
+
+
+def color_wanted(stream) -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (no-color.org) or TERM is dumb;
+    FORCE_COLOR asks for it anywhere (a CI log that shows it)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    """A progress or summary line: not with --quiet."""
+    if verbosity(args) >= 0:
+        print(text)
+
+
+def _rule(args: argparse.Namespace) -> int:
+    from .rule_docs import UnknownRule, explain, text_lines
+
+    try:
+        rules = explain(args.code)
+    except UnknownRule as error:
+        raise _Usage(str(error)) from None
+    _print({"rules": rules}, args.format, text_lines(rules))
+    return EXIT_OK
+
+
+def _completion(args: argparse.Namespace) -> int:
+    from .completion import script
+
+    sys.stdout.write(script(build_parser(), args.shell))
+    return EXIT_OK
 
 
 def _install_hook(args: argparse.Namespace) -> int:
     from .hook import install_hook
 
     path = install_hook(Path.cwd(), force=args.force)
-    print(f"installed {path}")
+    _say(args, f"installed {path}")
     return EXIT_OK
 
 
 def _build(args: argparse.Namespace) -> int:
     from .pipeline.runner import run_build
 
-    return run_build(args.root, args.doit_args)
+    return run_build(args.root, args.doit_args, quiet=verbosity(args) < 0)
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -541,8 +720,8 @@ def _init(args: argparse.Namespace) -> int:
 
     written = init(args.directory, args.model or DEFAULT_MODEL)
     for path in written:
-        print(f"created {escape(path)}")
-    print(f"next: cd {escape(args.directory)} && doit")
+        _say(args, f"created {escape(path)}")
+    _say(args, f"next: cd {escape(args.directory)} && doit")
     return EXIT_OK
 
 
@@ -557,7 +736,7 @@ def _generate_mock(args: argparse.Namespace) -> int:
     except OSError as error:
         raise MockError(f"cannot write the mock knowledge base into {args.out}: "
                         f"{error.strerror or error}") from None
-    print(f"wrote {len(written)} documents under {escape(args.out / 'content')}")
+    _say(args, f"wrote {len(written)} documents under {escape(args.out / 'content')}")
     return EXIT_OK
 
 
@@ -605,8 +784,8 @@ def _skills(args: argparse.Namespace) -> int:
             if differs:
                 changed += 1
                 print(f"{'would migrate' if args.check else 'migrated'} {escape(path)}")
-        print(f"{len(files)} skill file(s): {changed} {'to migrate' if args.check else 'migrated'}"
-              f", {failed} failed")
+        _say(args, f"{len(files)} skill file(s): {changed} "
+             f"{'to migrate' if args.check else 'migrated'}, {failed} failed")
         return EXIT_FAILED if failed or (args.check and changed) else EXIT_OK
     from .document.kb import Input
     from .document.source import Source
@@ -646,6 +825,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in ("validate", "lint"):
             return _check(args, lint=args.command == "lint")
+        if args.command == "rule":
+            return _rule(args)
+        if args.command == "completion":
+            return _completion(args)
         if args.command == "install-hook":
             return _install_hook(args)
         if args.command == "build":
@@ -677,8 +860,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return EXIT_BROKEN_PIPE
-    except Exception as error:  # a bug: say so briefly; CTXFST_DEBUG=1 shows the traceback
-        if os.environ.get("CTXFST_DEBUG"):
+    except Exception as error:  # a bug: say so briefly; -v or CTXFST_DEBUG=1 shows the traceback
+        if os.environ.get("CTXFST_DEBUG") or verbosity(args) > 0:
             raise
         print(f"ctxfst: internal error: {type(error).__name__}: {escape(error)} "
               "(set CTXFST_DEBUG=1 for details)", file=sys.stderr)

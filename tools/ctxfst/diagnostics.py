@@ -221,16 +221,27 @@ def escape_lines(lines: list[str]) -> str:
     return "\n".join(escape(line) for line in lines)
 
 
-def text_line(d: Diagnostic) -> str:
+# ANSI styles for a terminal: severity in its colour, the code bold
+_STYLE = {Severity.ERROR: "\033[1;31m", Severity.WARNING: "\033[1;33m",
+          Severity.INFO: "\033[1;36m"}
+_BOLD, _RESET = "\033[1m", "\033[0m"
+
+
+def text_line(d: Diagnostic, color: bool = False) -> str:
     """One diagnostic as `path:line:column: severity CODE: message`, on one line."""
-    return (f"{escape(d.path)}:{d.line}:{d.column}: {d.severity.value} {escape(d.code)}: "
-            f"{escape(d.message)}")
+    severity, code = d.severity.value, escape(d.code)
+    if color:  # (after escaping: the KB's text can hold no escape sequence of its own)
+        severity, code = f"{_STYLE[d.severity]}{severity}{_RESET}", f"{_BOLD}{code}{_RESET}"
+    return f"{escape(d.path)}:{d.line}:{d.column}: {severity} {code}: {escape(d.message)}"
 
 
-def render_text(diagnostics: list[Diagnostic], summary: dict) -> str:
-    lines = [text_line(d) for d in diagnostics]
-    lines.append(summary_line(summary))
-    return "\n".join(lines) + "\n"
+def render_text(diagnostics: list[Diagnostic], summary: dict | None,
+                color: bool = False) -> str:
+    """The text lines, then the summary line (none where summary is None: --quiet)."""
+    lines = [text_line(d, color) for d in diagnostics]
+    if summary is not None:
+        lines.append(summary_line(summary))
+    return "".join(line + "\n" for line in lines)
 
 
 def summary_line(summary: dict) -> str:
@@ -259,7 +270,7 @@ def output_json(data: dict) -> str:
     return json_text({"schema_version": OUTPUT_SCHEMA_VERSION, **data})
 
 
-def render_json(diagnostics: list[Diagnostic], summary: dict) -> str:
+def render_json(diagnostics: list[Diagnostic], summary: dict, color: bool = False) -> str:
     payload = {"diagnostics": [d.to_dict() for d in diagnostics], "summary": summary}
     return output_json(payload) + "\n"
 
@@ -276,15 +287,17 @@ def _escape_property(value: str) -> str:
 _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 
 
-def render_github(diagnostics: list[Diagnostic], summary: dict) -> str:
+def render_github(diagnostics: list[Diagnostic], summary: dict | None,
+                  color: bool = False) -> str:
     """GitHub Actions workflow commands, one annotation per diagnostic."""
     lines = []
     for d in diagnostics:
         props = (f"file={_escape_property(d.path)},line={d.line},col={d.column},"
                  f"title={_escape_property(d.code)}")
         lines.append(f"::{_GITHUB_LEVEL[d.severity]} {props}::{_escape_data(d.message)}")
-    lines.append(summary_line(summary))
-    return "\n".join(lines) + "\n"
+    if summary is not None:
+        lines.append(summary_line(summary))
+    return "".join(line + "\n" for line in lines)
 
 
 RENDERERS = {"text": render_text, "json": render_json, "github": render_github}

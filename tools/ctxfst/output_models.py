@@ -285,6 +285,28 @@ class FactsListOutput(Closed):
     truncated: bool
 
 
+# ---- ctxfst rule -----------------------------------------------------------------------
+
+class RuleEntry(Closed):
+    code: str = Field(pattern=r"^CTX\d{3}$")
+    severity: Literal["error", "warning", "info"]
+    title: str
+    silenceable: bool = Field(description="a warning or info: [lint] settings and noqa "
+                                          "comments can hide it; errors never")
+    reported_by: Literal["validate", "lint"] = Field(
+        description="validate: validate, lint and the build; lint: ctxfst lint only")
+    meaning: str = Field(description="the code's row in docs/rules.md")
+    group: str = Field(description="its section of docs/rules.md")
+    notes: str = Field(description="what the section says of all its codes (may be empty)")
+
+
+class RuleOutput(Closed):
+    """The output of `ctxfst rule [CODE] --format json`."""
+
+    schema_version: Version
+    rules: list[RuleEntry]
+
+
 # name in schemas/ -> model; every one of them has OUTPUT_SCHEMA_VERSION's version but the
 # world state, which is the state file's
 OUTPUT_MODELS: dict[str, type[BaseModel]] = {
@@ -298,4 +320,5 @@ OUTPUT_MODELS: dict[str, type[BaseModel]] = {
     "facts-ask-output": FactsAskOutput,
     "facts-show-output": FactDetail,
     "facts-list-output": FactsListOutput,
+    "rule-output": RuleOutput,
 }

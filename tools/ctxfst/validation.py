@@ -32,6 +32,7 @@ class UsageError(Exception):
 class Report:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
+    hidden: int = 0  # warnings and infos the [lint] settings and noqa comments hid
 
     @property
     def summary(self) -> dict:
@@ -127,6 +128,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
         sources = {item.source.path: item.source for item in plan.inputs}
+        before = set(found)
         found = ordered(apply_selection(found, plan.selection.with_options(select, ignore),
                                         plan.root, lambda path: _text_of(sources.get(path))))
         if plan.only is not None:
@@ -134,6 +136,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
                                 if _resolved(item.path) in plan.only)
         else:
             report.files += kb.file_count
+        report.hidden += len(before.difference(found))
         report.diagnostics.extend(found)
     return report
 

@@ -13,7 +13,14 @@ OPS = ("exists", "count", "list")  # = query.OPS; not imported: parsing stays li
 
 
 def add_parser(commands) -> None:
-    facts = commands.add_parser("facts", help="semantic facts with evidence: ask, show, list")
+    from ..cli_help import add_command
+
+    facts = add_command(commands, "facts", "semantic facts with evidence: ask, show, list",
+                        ["ctxfst facts ask --tenant default --op exists --key topic "
+                         "--value python", "ctxfst facts list --tenant default"],
+                        description="Ask the build's semantic facts. An answer is yes, no or "
+                                    "unknown: no facts is never taken for \"does not "
+                                    "exist\".", leaf=False)
     actions = facts.add_subparsers(dest="facts_command", required=True, metavar="FACTS_COMMAND")
 
     def common(parser: argparse.ArgumentParser) -> None:
@@ -21,33 +28,46 @@ def add_parser(commands) -> None:
                             help="the tenant to answer for (never crosses tenants); "
                                  "`default` holds every source no [facts] tenants folder "
                                  "claims")
-        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--format", choices=("text", "json"), default="text",
+                            help="text, or one JSON object")
         parser.add_argument("--build", type=Path, default=None,
                             help="build folder (default: the project's)")
 
     def filters(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--entity-type", default=None,
-                            help="document, chunk, entity, skill")
-        parser.add_argument("--namespace", default=None, help="for example theme, domain")
-        parser.add_argument("--key", default=None, help="for example tag, topic")
+                            help="document, chunk, entity, skill (default: any)")
+        parser.add_argument("--namespace", default=None,
+                            help="for example theme, domain (default: any)")
+        parser.add_argument("--key", default=None, help="for example tag, topic (default: any)")
         parser.add_argument("--value", default=None,
-                            help="compared normalised (case, width, aliases, dates, numbers)")
+                            help="compared normalised: case, width, aliases, dates, numbers "
+                                 "(default: any)")
 
-    ask = actions.add_parser("ask", help="exists / count / list: yes, no or unknown")
+    ask = add_command(actions, "ask", "exists / count / list: yes, no or unknown",
+                      description="Ask whether facts exist, how many, or which: the answer "
+                                  "is yes, no or unknown (no facts where the knowledge base "
+                                  "is not declared complete is unknown, never no).",
+                      examples=["ctxfst facts ask --tenant default --op exists --key topic --value "
+                       "python", "ctxfst facts ask --tenant default --op count --namespace "
+                       "domain --format json"])
     common(ask)
-    ask.add_argument("--op", choices=OPS, required=True)
+    ask.add_argument("--op", choices=OPS, required=True, help="exists, count or list")
     filters(ask)
-    ask.add_argument("--min-confidence", type=float, default=0.0)
-    ask.add_argument("--limit", type=int, default=20, help="facts shown (default 20)")
-    show = actions.add_parser("show", help="one fact with all its evidence")
-    show.add_argument("fact_id")
+    ask.add_argument("--min-confidence", type=float, default=0.0,
+                     help="ignore facts below this confidence, from 0 to 1")
+    ask.add_argument("--limit", type=int, default=20, help="facts shown")
+    show = add_command(actions, "show", "one fact with all its evidence",
+                       ["ctxfst facts show FACT_ID --tenant default"])
+    show.add_argument("fact_id", metavar="FACT_ID", help="a fact id from ask or list")
     common(show)
-    listing = actions.add_parser("list", help="the tenant's facts")
+    listing = add_command(actions, "list", "the tenant's facts",
+                          ["ctxfst facts list --tenant default",
+                           "ctxfst facts list --tenant default --namespace domain --inactive"])
     common(listing)
     filters(listing)
     listing.add_argument("--inactive", action="store_true",
                          help="include invalidated facts")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--limit", type=int, default=100, help="facts shown")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,11 +9,14 @@ from pathlib import Path
 from ..config import ConfigError, find_project
 
 
-def run_build(root: Path, doit_args: list[str]) -> int:
+def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
     from doit.cmd_base import ModuleTaskLoader
     from doit.doit_cmd import DoitMain
 
+    from .stages import QUIET
     from .tasks import build_lock, check_build_folder, namespace
+
+    QUIET[0] = quiet
 
     config = find_project(root)  # settings and paths are checked before anything is touched
     if config is None:

@@ -24,7 +24,7 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .stages import (BuildFailed, begin_run, describe, end_run, racy_state, recover,
+from .stages import (QUIET, BuildFailed, begin_run, describe, end_run, racy_state, recover,
                      run_stage, settled_state, states_match)
 from . import beside
 from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
@@ -53,11 +53,13 @@ class BuildReporter(ConsoleReporter):
         self.fresh: list[str] = []
 
     def execute_task(self, task):
-        super().execute_task(task)
+        if not QUIET[0]:
+            super().execute_task(task)
         self.ran.append(task.name)
 
     def skip_uptodate(self, task):
-        super().skip_uptodate(task)
+        if not QUIET[0]:
+            super().skip_uptodate(task)
         self.fresh.append(task.name)
 
     def _write_failure(self, result, write_exception=True):
@@ -71,7 +73,8 @@ class BuildReporter(ConsoleReporter):
         stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
         if stopped:
             self.write(f"build stopped: {stopped[0]['exception'].message}\n")
-        elif not self.failures and not self.runtime_errors and (self.ran or self.fresh):
+        elif not self.failures and not self.runtime_errors and (self.ran or self.fresh) \
+                and not QUIET[0]:
             published = "published to build/" if "manifest" in self.ran else "build/ up to date"
             self.write(f"build: {len(self.ran)} of {len(self.ran) + len(self.fresh)} stages "
                        f"ran, {published}, {time.perf_counter() - self.started:.2f} s\n")
@@ -227,6 +230,11 @@ def _sources_unchanged(config, stage, state: str):
     return uptodate
 
 
+def _progress(text: str) -> None:
+    if not QUIET[0]:
+        print(f"   {escape(text)}", flush=True)
+
+
 def _joined(config, names: tuple[str, ...]):
     """doit's up-to-date check of a stage that reads what beside stages write: wait for
     them first (and say what they did); a failed one makes this stage run, to stop."""
@@ -236,7 +244,7 @@ def _joined(config, names: tuple[str, ...]):
             if beside.running(name):
                 failure = beside.join(name)
                 if failure is None:
-                    print(f"   {escape(describe(config, BY_NAME[name]))}", flush=True)
+                    _progress(describe(config, BY_NAME[name]))
                 failed |= failure is not None
         return False if failed else None  # (None: doit decides from the rest)
 
@@ -264,14 +272,14 @@ def _action(config, stage):
             for module in stage.imports:
                 importlib.import_module(module)
             beside.start(stage.name, run, (BuildFailed, WorkerDied))
-            print(f"   {stage.name}: running beside the stages below", flush=True)
+            _progress(f"{stage.name}: running beside the stages below")
             return True
         try:
             run()
         except (BuildFailed, WorkerDied) as error:
             unchanged = "" if stage.final else ", build/ unchanged"
             return StageStopped(f"{stage.name}: {escape(error)}{unchanged}")  # KB paths
-        print(f"   {escape(describe(config, stage))}", flush=True)
+        _progress(describe(config, stage))
         return True
 
     action.__name__ = f"ctxfst_{stage.name}"
