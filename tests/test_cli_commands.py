@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from ctxfst.mock import generate
 
-from .conftest import run_process, write
+from .conftest import copy_example, run_process, write
 
 
 def test_init_scaffolds_a_kb_that_builds(tmp_path, cli):
@@ -24,6 +27,54 @@ def test_init_scaffolds_a_kb_that_builds(tmp_path, cli):
     # Nothing is overwritten.
     again = cli("init", target)
     assert again.code == 2 and "already has" in again.err
+
+
+def agent_skills_validate(skill_folder) -> subprocess.CompletedProcess:
+    """The reference validator of the Agent Skills specification (skills-ref)."""
+    return subprocess.run([str(Path(sys.executable).parent / "agentskills"), "validate",
+                           str(skill_folder)], capture_output=True, text=True)
+
+
+def test_init_skill_is_in_the_agent_skills_form(tmp_path, cli):
+    target = tmp_path / "kb"
+    assert cli("init", target, "--model", "hash-32").code == 0
+    skill = target / "skills/build-knowledge-base"
+    checked = agent_skills_validate(skill)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert cli("validate", "--strict-spec", "--strict", cwd=target).code == 0
+    # ctxfst reads its world model from metadata: the build plans with it
+    assert cli("build", "--root", target).code == 0
+    started = cli("state", "init", "--goal", "goal:first-build", "--seed", "state:kb-started",
+                  cwd=target)
+    assert started.code == 0, started.err
+    plan = cli("plan", "--format", "json", cwd=target)
+    assert plan.code == 0 and json.loads(plan.out)["steps"] == ["build-knowledge-base"]
+
+
+def test_migrated_example_skills_pass_the_reference_validator(tmp_path, cli):
+    root = copy_example(tmp_path)
+    v2 = sorted(p.parent for p in (root / "skills").glob("*/SKILL.md"))
+    assert v2 and any(agent_skills_validate(folder).returncode != 0 for folder in v2)
+    assert cli("skills", "migrate", cwd=root).code == 0
+    for folder in v2:
+        checked = agent_skills_validate(folder)
+        assert checked.returncode == 0, (folder.name, checked.stdout + checked.stderr)
+
+
+def test_migrate_says_it_would_drop_comments_before_it_does(tmp_path, cli):
+    root = copy_example(tmp_path)
+    skill = next((root / "skills").glob("*/SKILL.md"))
+    lines = skill.read_text().split("\n")
+    lines.insert(2, "# why this skill exists  (a note the rewrite would lose)")
+    commented = "\n".join(lines)
+    skill.write_text(commented)
+    refused = cli("skills", "migrate", skill, cwd=root)
+    assert refused.code == 1 and "YAML comments (line 3)" in refused.err
+    assert "--drop-comments" in refused.err and skill.read_text() == commented
+    assert cli("skills", "migrate", skill, "--drop-comments", cwd=root).code == 0
+    assert "# why" not in skill.read_text()
+    checked = agent_skills_validate(skill.parent)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_init_default_model_is_the_bundled_one(tmp_path, cli):

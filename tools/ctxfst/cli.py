@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ["ctxfst init my-kb", "ctxfst init my-kb --model hash-256"],
                        description="Write a new knowledge-base repository: settings, a "
                                    "dodo.py, a pre-commit configuration, an example "
-                                   "document and a skill.")
+                                   "document and a skill in the Agent Skills form.")
     init.add_argument("directory", type=_named_path, metavar="DIRECTORY",
                       help="a new or existing folder (nothing in it is overwritten)")
     init.add_argument("--model", default=None,
@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="SKILL.md files or folders (default: the project's skills)")
     migrate.add_argument("--check", action="store_true",
                          help="change nothing; exit 1 if a file would change")
+    migrate.add_argument("--drop-comments", action="store_true",
+                         help="rewrite files whose frontmatter has YAML comments, which the "
+                              "rewrite loses (without it such a file is refused, naming "
+                              "the lines)")
     prompt = add_command(
         skill_commands, "to-prompt", "print the <available_skills> block for an agent's prompt",
         ["ctxfst skills to-prompt", "ctxfst skills to-prompt skills/analyze-gaps"])
@@ -773,7 +777,7 @@ def _skills(args: argparse.Namespace) -> int:
                 # bytes decoded as they are: CRLF files stay CRLF (the body is kept byte
                 # for byte); never through a link, never a FIFO
                 text, differs = migrate_text(read_bytes_no_follow(path).decode("utf-8"),
-                                             str(path))
+                                             str(path), args.drop_comments)
                 if differs and not args.check:
                     write_atomic(path, text.encode("utf-8"))  # keeps the file's mode
             except (MigrationError, UnicodeDecodeError, OSError) as error:

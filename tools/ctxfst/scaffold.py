@@ -76,13 +76,17 @@ passages in its body. Run `doit` to validate and build it into `build/`.
 </Chunk>
 '''
 
+# The Agent Skills form (what `skills-ref validate` accepts): the world-model fields sit
+# under metadata, as strings; the v2 dialect's top-level fields also work in ctxfst.
 SKILL = '''---
 name: build-knowledge-base
-description: "Run the ctxfst build and check that every artifact was published."
-preconditions: ["state:kb-started"]
-postconditions: ["goal:first-build"]
-cost: low
-idempotent: true
+description: Run the ctxfst build and check that every artifact was published.
+metadata:
+  # ctxfst's world model (docs/skills.md): lists are space-separated strings here
+  preconditions: state:kb-started
+  postconditions: goal:first-build
+  cost: low
+  idempotent: "true"
 ---
 
 # Build the knowledge base

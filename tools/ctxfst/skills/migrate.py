@@ -38,8 +38,30 @@ def _as_metadata_string(key: str, value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def migrate_text(text: str, path: str = "SKILL.md") -> tuple[str, bool]:
-    """(new text, changed). Raises MigrationError when the file cannot be migrated."""
+def comment_lines(fm_text: str) -> list[int]:
+    """The frontmatter lines (1-based) holding a YAML comment: a `#` outside every
+    scalar's span (so not one in a quoted string or a block scalar), after white space
+    or at a line's start."""
+    spans = [(token.start_mark.index, token.end_mark.index)
+             for token in yaml.scan(fm_text) if isinstance(token, yaml.ScalarToken)]
+    found, span = [], 0
+    for index, char in enumerate(fm_text):
+        if char != "#" or (index and not fm_text[index - 1].isspace()):
+            continue
+        while span < len(spans) and spans[span][1] <= index:
+            span += 1
+        if span < len(spans) and spans[span][0] <= index:
+            continue  # inside a scalar
+        line = fm_text.count("\n", 0, index) + 1
+        if not found or found[-1] != line:
+            found.append(line)
+    return found
+
+
+def migrate_text(text: str, path: str = "SKILL.md",
+                 drop_comments: bool = False) -> tuple[str, bool]:
+    """(new text, changed). Raises MigrationError when the file cannot be migrated, or
+    when its frontmatter has comments a rewrite would drop and drop_comments is off."""
     if text.startswith("\ufeff"):
         text = text[1:]
     newline = "\r\n" if "\r\n" in text else "\n"
@@ -62,6 +84,12 @@ def migrate_text(text: str, path: str = "SKILL.md") -> tuple[str, bool]:
     if clashes:
         raise MigrationError(f"{', '.join(clashes)} given both at the top level and in "
                              "metadata")
+    commented = comment_lines(fm_text)
+    if commented and not drop_comments:
+        raise MigrationError(f"the frontmatter has YAML comments (line "
+                             f"{', '.join(str(n + 1) for n in commented[:5])}) that the "
+                             "rewrite would drop; move them into the body, or pass "
+                             "--drop-comments")
     migrated: dict[str, Any] = {key: data[key] for key in _ORDER if key in data}
     new_metadata = {key: _as_metadata_string(key, value) for key, value in metadata.items()}
     for key in extensions:
