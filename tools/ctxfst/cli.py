@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .cli_help import HelpFormatter, add_command, add_verbosity, verbosity
+from .cli_help import (HelpFormatter, add_command, add_verbosity, format_option, named_path,
+                       verbosity)
 from .completion import SHELLS
+from .retrieval import MODES
 
 # One policy for every command (docs/cli.md): 0 done (an answer, even an empty one),
 # 1 findings or work that did not succeed, 2 it cannot run as asked (arguments, settings,
@@ -41,9 +43,6 @@ def _add_check_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore", type=_codes(True), default=None, metavar="CODES",
                         help="also hide these warnings and infos (added to [lint] ignore; "
                         "default: none)")
-
-
-MODES = ("vector", "lexical", "keyword-graph", "graph", "hybrid")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,8 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     rule.add_argument("code", nargs="?", default=None, metavar="CODE",
                       help="a code such as CTX205, or a prefix such as CTX5 (default: all)"
                       ).completions = sorted(RULES)
-    rule.add_argument("--format", choices=("text", "json"), default="text",
-                      help="text, or one JSON object")
+    format_option(rule)
     build = add_command(commands, "build", "run the doit build without doit on the PATH",
                         ["ctxfst build", "ctxfst build --root kb", "ctxfst build list",
                          "ctxfst build clean"],
@@ -96,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write a new knowledge-base repository: settings, a "
                                    "dodo.py, a pre-commit configuration, an example "
                                    "document and a skill in the Agent Skills form.")
-    init.add_argument("directory", type=_named_path, metavar="DIRECTORY",
+    init.add_argument("directory", type=named_path, metavar="DIRECTORY",
                       help="a new or existing folder (nothing in it is overwritten)")
     init.add_argument("--model", default=None,
                       help="embedding model to configure (default: the measured best)")
@@ -105,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "ctxfst generate-mock /tmp/career --career --seed 7"],
                        description="Write a generated knowledge base, for benchmarks and "
                                    "demos.")
-    mock.add_argument("out", type=_named_path, metavar="OUT", help="the folder to write")
+    mock.add_argument("out", type=named_path, metavar="OUT", help="the folder to write")
     mock.add_argument("--docs", type=_mock_docs, default=200,
                       help=f"how many documents (1 to {MAX_MOCK_DOCS:,})")
     mock.add_argument("--seed", type=int, default=0, help="the random seed")
@@ -156,8 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--hops", type=_at_least_zero, default=2,
                        help="how far graph mode walks from its seeds")
     query.add_argument("--explain", action="store_true", help="show seeds and expansion")
-    query.add_argument("--format", choices=("text", "json"), default="text",
-                       help="text, or one JSON object")
+    format_option(query)
     _build_option(query)
     _bridge_option(query)
     _stale_option(query)
@@ -188,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "become strings.")
     graph.add_argument("--format", required=True, choices=("graphml", "gexf"),
                        help="graphml or gexf")
-    graph.add_argument("--out", type=_named_path, default=None,
+    graph.add_argument("--out", type=named_path, default=None,
                        help="file to write, inside the project (default: standard output)")
     _build_option(graph)
     _stale_option(graph)
@@ -277,12 +274,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _named_path(text: str) -> Path:
-    if not text.strip():  # Path("") is ".": an empty argument would mean "here"
-        raise argparse.ArgumentTypeError("expected a path, got an empty one")
-    return Path(text)
-
-
 def _bridge_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bridge-model", default="use-multilingual",
                         help="multilingual model that seeds graph mode when the build's model "
@@ -303,8 +294,7 @@ def _add_runtime_commands(commands) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--state", type=Path, default=None,
                             help="world-state file (default: .ctxfst/world-state.json)")
-        parser.add_argument("--format", choices=("text", "json"), default="text",
-                            help="text, or one JSON object")
+        format_option(parser)
 
     goal = "goal:edge-api-learning-plan"
     state = add_command(commands, "state", "the world state: init, show, add, remove, ...",
@@ -695,10 +685,10 @@ def _rule(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _completion(args: argparse.Namespace) -> int:
+def _completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .completion import script
 
-    sys.stdout.write(script(build_parser(), args.shell))
+    sys.stdout.write(script(parser, args.shell))
     return EXIT_OK
 
 
@@ -832,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rule":
             return _rule(args)
         if args.command == "completion":
-            return _completion(args)
+            return _completion(args, parser)
         if args.command == "install-hook":
             return _install_hook(args)
         if args.command == "build":

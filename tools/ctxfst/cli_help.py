@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Iterator
 
 
 class HelpFormatter(argparse.HelpFormatter):
     """Descriptions wrapped by paragraph, examples as written; every option's help ends
     with its default (or says it is required) unless the text already does."""
-
-    def __init__(self, prog: str, **kwargs) -> None:
-        # a fixed width where asked (the generated reference must not follow the terminal)
-        width = os.environ.get("CTXFST_HELP_WIDTH")
-        if width and width.isdigit():
-            kwargs["width"] = int(width)
-        super().__init__(prog, **kwargs)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if text.startswith("examples:"):
@@ -50,6 +44,18 @@ def default_text(action: argparse.Action) -> str | None:
     if isinstance(default, (list, tuple)):
         default = " ".join(str(item) for item in default)
     return str(default).replace("%", "%%")  # (help strings are %-formatted)
+
+
+def named_path(text: str) -> Path:
+    """A path argument that may not be empty (Path("") is ".": it would mean "here")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty one")
+    return Path(text)
+
+
+def format_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text, or one JSON object")
 
 
 def add_command(commands, name: str, summary: str, examples: list[str],
@@ -110,8 +116,9 @@ def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 def reference(parser: argparse.ArgumentParser) -> str:
     """docs/cli-reference.md: every command's --help, in the tree's order."""
-    previous = os.environ.get("CTXFST_HELP_WIDTH")
-    os.environ["CTXFST_HELP_WIDTH"] = "88"
+    # argparse wraps to COLUMNS - 2: the file must not follow the terminal it is made in
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "90"
     try:
         parts = ["# Command reference\n",
                  "Every command's `--help`, generated (`python -m ctxfst.cli_help --write`; "
@@ -123,14 +130,13 @@ def reference(parser: argparse.ArgumentParser) -> str:
         return "\n".join(parts)
     finally:
         if previous is None:
-            os.environ.pop("CTXFST_HELP_WIDTH", None)
+            os.environ.pop("COLUMNS", None)
         else:
-            os.environ["CTXFST_HELP_WIDTH"] = previous
+            os.environ["COLUMNS"] = previous
 
 
 def main(argv: list[str] | None = None) -> int:
     import sys
-    from pathlib import Path
 
     from .cli import build_parser
 

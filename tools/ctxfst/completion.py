@@ -7,13 +7,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .cli_help import options, subcommands, summaries, walk
+from .cli_help import named_path, options, subcommands, summaries, walk
 
 SHELLS = ("bash", "zsh", "fish")
 
 
 def _takes_path(action: argparse.Action) -> bool:
-    return action.type is Path or getattr(action.type, "__name__", "") == "_named_path"
+    return action.type in (Path, named_path)
 
 
 def _takes_value(action: argparse.Action) -> bool:

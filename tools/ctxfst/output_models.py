@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
-from .retrieval.search import MODES
+from .retrieval import MODES
 from .runtime.loop import STOP_REASONS
 from .runtime.state import RESULTS, STATE_SCHEMA_VERSION
 

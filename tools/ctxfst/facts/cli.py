@@ -13,7 +13,7 @@ OPS = ("exists", "count", "list")  # = query.OPS; not imported: parsing stays li
 
 
 def add_parser(commands) -> None:
-    from ..cli_help import add_command
+    from ..cli_help import add_command, format_option
 
     facts = add_command(commands, "facts", "semantic facts with evidence: ask, show, list",
                         ["ctxfst facts ask --tenant default --op exists --key topic "
@@ -28,8 +28,7 @@ def add_parser(commands) -> None:
                             help="the tenant to answer for (never crosses tenants); "
                                  "`default` holds every source no [facts] tenants folder "
                                  "claims")
-        parser.add_argument("--format", choices=("text", "json"), default="text",
-                            help="text, or one JSON object")
+        format_option(parser)
         parser.add_argument("--build", type=Path, default=None,
                             help="build folder (default: the project's)")
 
@@ -47,9 +46,10 @@ def add_parser(commands) -> None:
                       description="Ask whether facts exist, how many, or which: the answer "
                                   "is yes, no or unknown (no facts where the knowledge base "
                                   "is not declared complete is unknown, never no).",
-                      examples=["ctxfst facts ask --tenant default --op exists --key topic --value "
-                       "python", "ctxfst facts ask --tenant default --op count --namespace "
-                       "domain --format json"])
+                      examples=["ctxfst facts ask --tenant default --op exists --key topic "
+                                "--value python",
+                                "ctxfst facts ask --tenant default --op count --namespace domain "
+                                "--format json"])
     common(ask)
     ask.add_argument("--op", choices=OPS, required=True, help="exists, count or list")
     filters(ask)

@@ -16,14 +16,13 @@ def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
     from .stages import QUIET
     from .tasks import build_lock, check_build_folder, namespace
 
-    QUIET[0] = quiet
-
     config = find_project(root)  # settings and paths are checked before anything is touched
     if config is None:
         raise ConfigError(f"{root}: no ctxfst project (no ctxfst.toml or [tool.ctxfst])")
     check_build_folder(config)
     previous = Path.cwd()
     os.chdir(config.root)  # as doit does for a dodo.py: its relative paths start here
+    QUIET[0] = quiet
     try:
         config.tool_dir.mkdir(exist_ok=True)
         from .stages import recover
@@ -37,3 +36,4 @@ def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
         return 0 if result is None else int(result)  # some doit commands return None
     finally:
         os.chdir(previous)
+        QUIET[0] = False  # (a later build in this process says what it does again)

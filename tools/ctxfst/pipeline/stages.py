@@ -81,9 +81,12 @@ def _shown(config: Config, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
 QUIET = [False]  # `ctxfst build -q`: findings and failures only, no progress or summaries
 
 
-def _show(config: Config, diagnostics: list[Diagnostic], files: int) -> None:
-    shown = _shown(config, diagnostics)
+def _write(shown: list[Diagnostic], files: int) -> None:
     sys.stdout.write(render_text(shown, None if QUIET[0] else summarize(shown, files)))
+
+
+def _show(config: Config, diagnostics: list[Diagnostic], files: int) -> None:
+    _write(_shown(config, diagnostics), files)
 
 
 # The validated KB of this process's last load, shared by the stages of one build run
@@ -408,7 +411,7 @@ def stage_validate(config: Config) -> None:
     warnings = sum(1 for d in shown if d.severity.value == "warning")
     files = checked.files
     if shown:
-        sys.stdout.write(render_text(shown, None if QUIET[0] else summarize(shown, files)))
+        _write(shown, files)
     from ..files import scan_project
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.

@@ -23,9 +23,9 @@ import numpy as np
 
 from ..document.mentions import NameFinder
 from ..document.text import normalize, tokens
+from . import MODES
 from .lexical import BM25, lexical_text, top_rows
 
-MODES = ("vector", "lexical", "keyword-graph", "graph", "hybrid")
 RELATION_WEIGHT = {"SIMILAR": 1.0, "REQUIRES": 0.8, "LEADS_TO": 0.8, "IMPLIES": 0.8,
                    "EVIDENCE": 0.6, "COMPLETED": 0.5, "BLOCKED_BY": 0.3}
 HOP_DECAY = 0.6

@@ -84,7 +84,10 @@ def migrate_text(text: str, path: str = "SKILL.md",
     if clashes:
         raise MigrationError(f"{', '.join(clashes)} given both at the top level and in "
                              "metadata")
-    commented = comment_lines(fm_text)
+    try:
+        commented = comment_lines(fm_text)
+    except yaml.YAMLError as error:  # (the loader took it; PyYAML's scanner did not)
+        raise MigrationError(f"the frontmatter cannot be scanned as YAML: {error}") from None
     if commented and not drop_comments:
         raise MigrationError(f"the frontmatter has YAML comments (line "
                              f"{', '.join(str(n + 1) for n in commented[:5])}) that the "
