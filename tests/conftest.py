@@ -122,3 +122,14 @@ def counted_sha256(monkeypatch, module) -> list[int]:
 
     monkeypatch.setattr(module, "hashlib", Counting())
     return hashed
+
+
+@pytest.fixture
+def built_example(tmp_path, capsys):
+    """The example knowledge base, built (hash-64), in tmp_path."""
+    from ctxfst.pipeline.runner import run_build
+
+    copy_example(tmp_path)
+    assert run_build(tmp_path, [], quiet=True) == 0
+    capsys.readouterr()
+    return tmp_path

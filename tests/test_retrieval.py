@@ -375,3 +375,69 @@ def test_stale_check_with_a_relative_build_dir_and_a_link_out_of_the_project(bui
     for args in ([], ["--build", "build"], ["--build", "./build"]):
         result = cli("query", "Hono", *args, cwd=built)
         assert result.code == 2 and "content/linked.md" in result.err, (args, result.err)
+
+
+def _ranking(index: Index, query: str) -> list[tuple[str, float]]:
+    return [(h.chunk_id, round(h.score, 5)) for h in
+            search(index, query, embed(query), "graph", 5).hits]
+
+
+def test_decoded_vectors_are_kept_and_used_only_as_written(built, tmp_path, monkeypatch):
+    import numpy as np
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    query = "Hono on Cloudflare Workers"
+    plain = Index(built / "build", "hash-64")  # no cache folder: decoded from Parquet
+    expected = _ranking(plain, query)
+    first = Index(built / "build", "hash-64", cache)
+    decoded = sorted(p.name for p in cache.glob("decoded-*.npy"))
+    assert [name.split("-")[1] for name in decoded] == ["chunk_vectors", "entity_vectors"]
+    assert _ranking(first, query) == expected
+    later = Index(built / "build", "hash-64", cache)  # a later process maps the kept copy
+    assert isinstance(later.chunk_matrix, np.memmap)
+    assert np.array_equal(later.chunk_matrix, plain.chunk_matrix)
+    assert _ranking(later, query) == expected
+    # A copy changed after it was written (or planted, with a copied record) is not the
+    # file this machine wrote: it is decoded again, never read.
+    chunk_copy = next(cache.glob("decoded-chunk_vectors-*.npy"))
+    data = bytearray(chunk_copy.read_bytes())
+    data[-64:] = bytes(64)
+    chunk_copy.write_bytes(bytes(data))
+    tampered = Index(built / "build", "hash-64", cache)
+    assert not isinstance(tampered.chunk_matrix, np.memmap)
+    assert np.array_equal(tampered.chunk_matrix, plain.chunk_matrix)
+    assert _ranking(tampered, query) == expected
+    # The next build's vectors get their own copy; the old one goes.
+    source = built / "content" / "backend-frameworks.ctxfst.md"
+    source.write_text(source.read_text(encoding="utf-8").replace("</Chunk>", "More.\n</Chunk>",
+                                                                 1), encoding="utf-8")
+    assert run_build(built, []) == 0
+    Index(built / "build", "hash-64", cache)
+    assert len(list(cache.glob("decoded-chunk_vectors-*.npy"))) == 1
+    assert next(cache.glob("decoded-chunk_vectors-*.npy")).name not in decoded
+
+
+def test_no_cache_setting_keeps_no_decoded_vectors(built, tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXFST_NO_CACHE", "1")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    index = Index(built / "build", "hash-64", cache)
+    assert _ranking(index, "Hono") and not list(cache.iterdir())
+
+
+def test_hits_read_their_rows_alone_and_match_the_whole_table(built):
+    index = Index(built / "build", "hash-64")
+    hits = search(index, "Kubernetes rollout", embed("Kubernetes rollout"), "graph", 5).hits
+    assert index._chunks is None  # graph mode never materialised every chunk
+    rows = {c["chunk_id"]: c for c in index.chunks}
+    for hit in hits:
+        row = rows[hit.chunk_id]
+        assert (hit.source, hit.context, hit.content, hit.title, hit.line_start,
+                hit.line_end) == (row["source"], row["context"] or "", row["content"] or "",
+                                  row["document_title"] or "", row["line_start"],
+                                  row["line_end"])
+    for number, chunk_id in enumerate(index.chunk_ids):
+        assert index.chunk_entities(number) == rows[chunk_id]["entities"]
+        for entity in rows[chunk_id]["entities"]:
+            assert number in index.mentions[entity].tolist()

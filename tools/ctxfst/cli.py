@@ -210,6 +210,27 @@ def build_parser() -> argparse.ArgumentParser:
     _build_option(evaluation)
     _bridge_option(evaluation)
     _stale_option(evaluation)
+    serving = add_command(
+        commands, "serve", "answer queries, facts, plans and the state over local HTTP",
+        ["ctxfst serve", "ctxfst serve --port 9000 --stale-check 2"],
+        description="A long-running server on 127.0.0.1 that loads the build's index and "
+                    "model once and answers POST /query, /facts/ask, /plan and GET /state "
+                    "and /health as JSON (docs/serve.md). It switches to a new build once "
+                    "it is fully published and checked; SIGTERM stops it.")
+    serving.add_argument("--port", type=_port, default=8765,  # = serve.DEFAULT_PORT
+                         help="the TCP port on 127.0.0.1 (0: any free one, printed)")
+    serving.add_argument("--workers", type=_positive, default=1,
+                         help="processes answering (each loads the build; 2 or more use "
+                              "more CPUs for concurrent clients)")
+    _server_options(serving)
+    mcp = add_command(
+        commands, "mcp", "the same answers as MCP tools over stdio, for agent runtimes",
+        ["ctxfst mcp", "ctxfst mcp --build build"],
+        description="A Model Context Protocol server on standard input and output with the "
+                    "tools query, facts_ask, plan and state_show (JSON schemas, the answers "
+                    "of the matching --format json commands; docs/serve.md). Needs "
+                    "`pip install 'ctxfst[mcp]'`.")
+    _server_options(mcp)
     hook = add_command(commands, "install-hook",
                        "install a git pre-commit hook that validates staged files",
                        ["ctxfst install-hook", "ctxfst install-hook --force"])
@@ -263,6 +284,25 @@ def _mock_docs(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return value
+
+
+def _at_least_zero_seconds(text: str) -> float:
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass  # (_seconds says what is wrong with it)
+    return _seconds(text)
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -283,6 +323,20 @@ def _bridge_option(parser: argparse.ArgumentParser) -> None:
 def _build_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build", type=Path, default=None,
                         help="build folder (default: the project's)")
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    """What `serve` and `mcp` share: how they watch the build, and which build. (The
+    defaults are serve.POLL_SECONDS and STALE_CHECK_SECONDS, not imported: parsing stays
+    light; a test holds them equal.)"""
+    parser.add_argument("--poll", type=_seconds, default=0.5,
+                        help="seconds between looks at the build's manifest")
+    parser.add_argument("--stale-check", type=_at_least_zero_seconds, default=10.0,
+                        help="seconds between comparisons of the sources with the build "
+                             "(0: never)")
+    _build_option(parser)
+    parser.add_argument("--allow-stale", action="store_true",
+                        help="answer even when the sources changed since the build")
 
 
 def _stale_option(parser: argparse.ArgumentParser) -> None:
@@ -486,25 +540,19 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
 def _retrieval(args: argparse.Namespace) -> int:
     import yaml
 
-    from .compile.embed import get_embedder
     from .diagnostics import escape, output_json
-    from .config import find_project
     from .retrieval.evaluate import evaluate, load_queries, markdown
-    from .retrieval.search import Index, RetrievalError, load_skill_graph, search
+    from .retrieval.search import RetrievalError
+    from .workspace import QueryRequest, Workspace
 
-    config = find_project(Path.cwd())
-    build_dir = args.build or (config.build_dir if config else None)
-    if build_dir is None:
-        raise _Usage("no ctxfst project here; pass --build DIR")
-    model = config.build.embedding_model if config else None
     try:
-        if config is not None and not args.allow_stale and \
-                build_dir.resolve() == config.build_dir.resolve():
-            from .artifacts.freshness import stale_reason
-
-            reason = stale_reason(config, build_dir)
-            if reason:
-                raise RetrievalError(f"{reason} (or pass --allow-stale)")
+        workspace = Workspace.open(Path.cwd(), args.build)
+    except RetrievalError as error:
+        raise _Usage(str(error)) from None
+    config, build_dir = workspace.config, workspace.build_dir
+    try:
+        if not args.allow_stale:
+            workspace.check_fresh()
         if args.command == "export" and args.target == "graph":
             return _export_graph(args, build_dir, config)
         if args.command == "export":
@@ -512,44 +560,21 @@ def _retrieval(args: argparse.Namespace) -> int:
 
             counts = export_lancedb(build_dir, lancedb_folder(
                 config.root if config else Path.cwd().resolve(), args.db),
-                config.cache_dir if config else None, args.fts_tokenizer)
+                workspace.cache_dir, args.fts_tokenizer)
             _say(args, f"wrote {counts['chunks']} chunks (full-text index: "
                  f"{counts['fts_tokenizer']}), {counts['entities']} entities and "
                  f"{counts['skills']} skills to {args.db}")
             return EXIT_OK
-        from .compile.embed import model_id_of
-
-        index = Index(build_dir, model_id_of(model) if model else None,
-                      config.cache_dir if config else None)
-        spec = model or index.model_id
-        embedder = get_embedder(spec, config.embedding_device if config else "auto")
-
-        def embed(texts: list[str]):
-            try:
-                return embedder.encode(texts, 32, False)
-            except (ImportError, OSError, ValueError) as error:  # a model that cannot load
-                raise RetrievalError(f"the embedding model {spec!r} could not be used: "
-                                     f"{error}") from None
-
-        def bridge_for(text: str):
-            if args.bridge_model == "none":
-                return None
-            return index.bridge(text, embedder.readable_fraction(text), args.bridge_model,
-                                config.cache_dir if config else None)
-
-        graph_file = args.skill_graph or (config.root / "skill-graph.json" if config else None)
-        skill_graph = load_skill_graph(graph_file) if graph_file and (
-            args.skill_graph or graph_file.is_file()) else None
+        workspace.index  # a missing or damaged build is reported before the model loads
+        skill_graph = workspace.skill_graph(args.skill_graph)
         if args.command == "query":
             started = time.perf_counter()
-            vector = None if args.mode in ("lexical", "keyword-graph") else embed([args.text])[0]
-            bridge = bridge_for(args.text) if args.mode in ("graph", "hybrid") else None
-            embedded = time.perf_counter()
-            result = search(index, args.text, vector, args.mode, args.top_k, args.hops,
-                            skill_graph, bridge)
+            result, embedding = workspace.query(QueryRequest(
+                args.text, args.mode, args.top_k, args.hops, args.bridge_model), skill_graph)
             if verbosity(args) > 0:
-                print(f"ctxfst: query: model {spec}, embedding {embedded - started:.3f} s, "
-                      f"search {time.perf_counter() - embedded:.3f} s", file=sys.stderr)
+                total = time.perf_counter() - started
+                print(f"ctxfst: query: model {workspace.model_spec}, embedding "
+                      f"{embedding:.3f} s, search {total - embedding:.3f} s", file=sys.stderr)
             if args.format == "json":
                 print(output_json(result.as_json()))
                 return EXIT_OK
@@ -569,14 +594,52 @@ def _retrieval(args: argparse.Namespace) -> int:
             queries = load_queries(yaml.safe_load(args.queries.read_text(encoding="utf-8")))
         except (OSError, yaml.YAMLError, RecursionError) as error:
             raise _Usage(f"{args.queries}: {error}") from None
-        report = evaluate(index, queries, args.modes, args.k, embed, skill_graph=skill_graph,
-                          bridge_for=bridge_for)
+        report = evaluate(workspace.index, queries, args.modes, args.k, workspace.embed,
+                          skill_graph=skill_graph,
+                          bridge_for=lambda text: workspace.bridge_for(text, args.bridge_model))
         print(output_json(report) if args.format == "json" else markdown(report),
               end="" if args.format == "markdown" else "\n")
         return EXIT_OK
     except RetrievalError as error:  # no usable build, model or input: fix it, run again
         print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .retrieval.search import RetrievalError
+    from .serve import Service, log_to_stderr, serve
+
+    def make_service(prefix: str) -> Service:
+        log = (lambda text: log_to_stderr(prefix + text)) if verbosity(args) >= 0 else None
+        return Service(Path.cwd(), args.build, args.allow_stale, args.poll, args.stale_check,
+                       log)
+
+    try:
+        service = make_service("")  # (a usage error, before any port is bound)
+    except RetrievalError as error:
+        raise _Usage(str(error)) from None
+    if args.command == "mcp":
+        try:
+            import mcp.server.mcpserver  # noqa: F401 (the extra)
+        except ImportError as error:
+            raise _Usage(f"`ctxfst mcp` needs the MCP SDK ({error}): pip install "
+                         "'ctxfst[mcp]'") from None
+        from .mcp_server import run_stdio
+
+        return run_stdio(service)
+
+    def ready(address: tuple[str, int]) -> None:
+        host, port = address
+        print(f"ctxfst serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
+        if args.workers == 1 and service.current is None:
+            print(f"ctxfst serve: no build to serve yet ({service.load_error}); waiting for "
+                  "one", file=sys.stderr, flush=True)
+
+    try:
+        return serve(lambda prefix: service if args.workers == 1 else make_service(prefix),
+                     args.port, args.workers, ready)
+    except OSError as error:  # the port is taken, or not ours to bind
+        raise _Usage(f"--port {args.port}: {error.strerror or error}") from None
 
 
 def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
@@ -801,20 +864,32 @@ class _Usage(Exception):
     pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """What a command raises when it cannot run as asked (exit 2). Imported only once an
+    exception is being handled: a query must not load the validator to be able to fail."""
     from .config import ConfigError
-    from .hook import HookError
-    from .validation import UsageError
-
-    from .diagnostics import escape
     from .files import UnreadableFolder
+    from .hook import HookError
     from .mock import MockError
-    from .parallel import WorkerDied
     from .runtime.commands import RuntimeUsage
     from .runtime.world import WorldError
     from .scaffold import ScaffoldError
+    from .validation import UsageError
+
+    return (UsageError, ConfigError, HookError, ScaffoldError, MockError, RuntimeUsage,
+            WorldError, UnreadableFolder, _Usage)
+
+
+def _worker_died() -> type[Exception]:
+    from .parallel import WorkerDied
+
+    return WorkerDied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .diagnostics import escape
 
     try:
         if args.command in ("validate", "lint"):
@@ -837,18 +912,21 @@ def main(argv: list[str] | None = None) -> int:
             return _runtime(args)
         if args.command in ("query", "eval", "export"):
             return _retrieval(args)
+        if args.command in ("serve", "mcp"):
+            return _serve(args)
         if args.command == "facts":
             from .facts.cli import run as run_facts
 
             return run_facts(args)
-    except (UsageError, ConfigError, HookError, ScaffoldError, MockError, RuntimeUsage,
-            WorldError, UnreadableFolder, _Usage) as error:
+    except KeyboardInterrupt:
+        return 130
+    except _usage_errors() as error:
+        from .config import ConfigError
+
         text = error.render() if isinstance(error, ConfigError) else f"ctxfst: error: {error}"
         print(escape(text), file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
-    except WorkerDied as error:  # a parallel parse lost a worker (killed, out of memory)
+    except _worker_died() as error:  # a parallel parse lost a worker (killed, out of memory)
         print(f"ctxfst: error: {escape(error)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours

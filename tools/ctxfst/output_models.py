@@ -307,6 +307,39 @@ class RuleOutput(Closed):
     rules: list[RuleEntry]
 
 
+# ---- ctxfst serve (HTTP) ---------------------------------------------------------------
+
+class ServedBuild(Closed):
+    manifest_sha256: str = Field(description="the sha256 of the served build's manifest.json")
+    chunks: int = Field(ge=0)
+    model: str = Field(description="the embedding model of its vectors")
+    loaded_at: float = Field(description="when it was loaded (seconds since the epoch)")
+
+
+class ServeHealthOutput(Closed):
+    """`GET /health` of `ctxfst serve`."""
+
+    schema_version: Version
+    status: Literal["ok", "no_build"]
+    build: Optional[ServedBuild] = Field(description="the build answers come from")
+    stale: Optional[str] = Field(description="why the sources differ from the build, at "
+                                             "the last check; null when they do not")
+    load_error: Optional[str] = Field(description="why the newest build could not be loaded "
+                                                  "(the one before is served)")
+
+
+class ServeErrorDetail(Closed):
+    code: str = Field(description="stable: bad_request, not_found, stale_build, no_build ...")
+    message: str
+
+
+class ServeErrorOutput(Closed):
+    """Any `ctxfst serve` answer with a status other than 200."""
+
+    schema_version: Version
+    error: ServeErrorDetail
+
+
 # name in schemas/ -> model; every one of them has OUTPUT_SCHEMA_VERSION's version but the
 # world state, which is the state file's
 OUTPUT_MODELS: dict[str, type[BaseModel]] = {
@@ -321,4 +354,6 @@ OUTPUT_MODELS: dict[str, type[BaseModel]] = {
     "facts-show-output": FactDetail,
     "facts-list-output": FactsListOutput,
     "rule-output": RuleOutput,
+    "serve-health-output": ServeHealthOutput,
+    "serve-error-output": ServeErrorOutput,
 }

@@ -14,3 +14,15 @@ def from_numpy(values: np.ndarray, kind):
 
     values = np.ascontiguousarray(values, kind.to_pandas_dtype())
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_reader(data: bytes):
+    """A BufferReader over an Arrow-owned copy of data, for pq.ParquetFile. Over the
+    Python bytes themselves, the last reference may be dropped by an Arrow worker thread
+    after a threaded read returns; that thread then takes the GIL, and if the process is
+    exiting just then it aborts ("terminate called without an active exception")."""
+    import pyarrow as pa
+
+    buffer = pa.allocate_buffer(len(data))
+    np.frombuffer(buffer, np.uint8)[:] = np.frombuffer(data, np.uint8)
+    return pa.BufferReader(buffer)

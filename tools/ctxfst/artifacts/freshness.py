@@ -3,6 +3,9 @@ before answering, so an answer never silently comes from an older knowledge base
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from ..config import Config
@@ -19,32 +22,47 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     recorded = {i["path"]: i for i in manifest.get("inputs", [])}
     root = config.root.resolve()
     digests = DigestCache(config.input_digests, RACY_NS)
-    relative_to_root = ProjectRelative(root)
     changed: list[str] = []
-    seen: set[str] = set()
     scan = scan_project(config)
-    sources = list(scan.files)
+    sources = list(scan.paths)
     if config.config_file is not None:  # settings (tenants, models) shape the artifacts too
-        sources.append(config.config_file)
-    # content_path files the build read, wherever they are (the walk lists content/ only)
-    scanned = {relative_to_root(path) for path in sources}
-    sources += [root / p for p in recorded if p not in scanned and plain_relative(p)
-                and (root / p).is_file() and inside(root, root / p)]
+        sources.append(str(config.config_file))
+    # One lstat a file: a regular file's stat is its identity for the digest cache, and
+    # its relative path comes from its folder (a link takes the exact way, and a stat).
+    found: dict[str, os.stat_result | None] = {}
     for path in sources:
-        relative = relative_to_root(path)
-        seen.add(relative)
-        entry = recorded.get(relative)
         try:
-            stat = path.stat()
-            if entry is None or entry.get("bytes") != stat.st_size:
-                changed.append(relative)
+            found[path] = os.lstat(path)
+        except OSError:  # gone since the walk: validation now fails
+            found[path] = None
+    regular = {path: info for path, info in found.items()
+               if info is not None and stat.S_ISREG(info.st_mode)}
+    relative_to_root = ProjectRelative(root, regular)
+    relative = {path: relative_to_root(path) for path in found}
+    # content_path files the build read, wherever they are (the walk lists content/ only)
+    scanned = set(relative.values())
+    for extra in recorded:
+        if extra not in scanned and plain_relative(extra) and (root / extra).is_file() \
+                and inside(root, root / extra):
+            path = str(root / extra)
+            found[path], relative[path] = None, extra  # (stat below: it may be a link)
+    seen: set[str] = set()
+    for path, info in found.items():
+        name = relative[path]
+        seen.add(name)
+        entry = recorded.get(name)
+        try:
+            if info is None or not stat.S_ISREG(info.st_mode):
+                info = os.stat(path)
+            if entry is None or entry.get("bytes") != info.st_size:
+                changed.append(name)
                 continue
-            digest = digests.sha256(relative, path)
+            digest = digests.sha256_and_size(name, path, info)[0]
         except OSError:  # a dangling link, a FIFO, a file gone: validation now fails
-            changed.append(relative)
+            changed.append(name)
             continue
         if entry.get("sha256") != digest:
-            changed.append(relative)
+            changed.append(name)
     # A recorded input gone from the sources; one that could not be a project file (the
     # manifest is untrusted: absolute, `..`) is never looked up outside the project.
     changed += [p for p in recorded if p not in seen and (

@@ -8,9 +8,9 @@ the wrong data."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,7 @@ class DigestCache:
         that changes while it is hashed is not remembered)."""
         return self.sha256_and_size(key, path)[0]
 
-    def sha256_and_size(self, key: str, path: Path, info: os.stat_result | None = None
+    def sha256_and_size(self, key: str, path: Path | str, info: os.stat_result | None = None
                         ) -> tuple[str, int]:
         """sha256(), and the size of the bytes it is of (info: the file's stat, when the
         caller took it already: a file changed since is hashed as it is now, and not
@@ -226,6 +226,7 @@ class BuildArtifacts:
             if name not in self.recorded:
                 raise ArtifactError(f"{build_dir / name} is not in the build's manifest.json "
                                     f"(made by another version, or not by ctxfst): {REBUILD}")
+        self.cache_dir = cache_dir
         self._digests = DigestCache(cache_dir / ARTIFACT_DIGESTS if cache_dir else None)
 
     def path(self, name: str) -> Path:
@@ -282,32 +283,88 @@ class BuildArtifacts:
         """The artifact as an Arrow table whose `columns` have exactly the given Arrow types
         and hold no nulls, except those named in `nullable` ("column" or "column.field" of
         a struct inside a list)."""
-        import pyarrow as pa
+        return self.parquet_file(name, columns, nullable).read(read_columns)
+
+    def parquet_file(self, name: str, columns: dict[str, Any],
+                     nullable: frozenset[str] = frozenset()) -> "CheckedParquet":
+        """The artifact opened for reading some columns or row groups at a time (a query
+        materialises only its hits); each read is checked as parquet() checks a table."""
         import pyarrow.parquet as pq
+        from .arrays import arrow_reader
 
         data = self.read(name)
         try:
-            file = pq.ParquetFile(pa.BufferReader(data))
-            absent = [c for c in read_columns or () if c not in file.schema_arrow.names]
-            table = None if absent else file.read(columns=read_columns)
+            file = pq.ParquetFile(arrow_reader(data))
+            schema = file.schema_arrow
         except Exception as error:  # whatever the Parquet reader makes of foreign bytes
-            raise ArtifactError(f"{self.path(name)}: not a readable Parquet table "
-                                f"({type(error).__name__}: {error}): {REBUILD}") from None
-        problem = f"no column `{absent[0]}`" if absent else column_problem(table, columns,
-                                                                            nullable)
-        if problem:
-            raise ArtifactError(f"{self.path(name)}: {problem}: {REBUILD}")
-        return table
+            raise self._unreadable(name, error) from None
+        for column, kind in columns.items():
+            problem = (f"no column `{column}`" if column not in schema.names else None
+                       if schema.field(column).type.equals(kind) else
+                       f"column `{column}` is {schema.field(column).type}, not {kind}")
+            if problem:
+                raise ArtifactError(f"{self.path(name)}: {problem}: {REBUILD}")
+        return CheckedParquet(self, name, file, columns, nullable)
+
+    def _unreadable(self, name: str, error: Exception) -> ArtifactError:
+        return ArtifactError(f"{self.path(name)}: not a readable Parquet table "
+                             f"({type(error).__name__}: {error}): {REBUILD}")
 
     def vectors(self, name: str):
-        """(ids, matrix, model id) of a vectors artifact."""
-        from .vectors import read_vectors
+        """(ids, matrix, model id) of a vectors artifact. With a cache folder the matrix,
+        once decoded, is kept there and memory-mapped by later readers (MatrixCache)."""
+        from .vectors import MatrixCache, VectorFile
 
         data = self.read(name)
         try:
-            return read_vectors(self.path(name), data)
+            vectors = VectorFile(self.path(name), data)
+            ids = vectors.ids()
+            # (CTXFST_NO_CACHE leaves the digests without a file: no decoded copies either)
+            cache = MatrixCache(self.cache_dir, self._digests) \
+                if self.cache_dir and self._digests.path else None
+            matrix = cache.load(name, self.digest(name), len(ids), vectors.dim) \
+                if cache else None
+            if matrix is None:
+                matrix = vectors.matrix()
+                if cache:
+                    cache.save(name, self.digest(name), matrix)
         except ValueError as error:
             raise ArtifactError(f"{error}: {REBUILD}") from None
+        return ids, matrix, vectors.model_id
+
+
+class CheckedParquet:
+    """A Parquet artifact whose schema was checked; reads check their columns' nulls."""
+
+    def __init__(self, build: BuildArtifacts, name: str, file, columns: dict[str, Any],
+                 nullable: frozenset[str]) -> None:
+        self.build, self.name, self.file = build, name, file
+        self.columns, self.nullable = columns, nullable
+        sizes = (file.metadata.row_group(i).num_rows for i in range(file.num_row_groups))
+        self.group_starts = [0, *itertools.accumulate(sizes)]  # each group's first row, the end
+        self.num_rows = self.group_starts[-1]
+
+    def read(self, columns: list[str] | None = None):
+        return self._checked(lambda: self.file.read(columns=columns), columns)
+
+    def read_row_group(self, group: int, columns: list[str] | None = None):
+        return self._checked(lambda: self.file.read_row_group(group, columns=columns), columns)
+
+    def _checked(self, read, columns: list[str] | None):
+        absent = [c for c in columns or () if c not in self.file.schema_arrow.names]
+        if absent:
+            raise ArtifactError(f"{self.build.path(self.name)}: no column `{absent[0]}`: "
+                                f"{REBUILD}")
+        try:
+            table = read()
+        except Exception as error:  # damaged pages behind a readable footer
+            raise self.build._unreadable(self.name, error) from None
+        wanted = {c: kind for c, kind in self.columns.items()
+                  if columns is None or c in columns}
+        problem = column_problem(table, wanted, self.nullable)
+        if problem:
+            raise ArtifactError(f"{self.build.path(self.name)}: {problem}: {REBUILD}")
+        return table
 
 
 def column_problem(table, columns: dict[str, Any], nullable: frozenset[str] = frozenset()

@@ -244,6 +244,7 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
                               "remove the folder to rebuild the facts from scratch")
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from ..artifacts.arrays import arrow_reader
 
     ledger = _Ledger()
     try:
@@ -255,10 +256,10 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
         ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha, _ledger_sha(
             RUNS_FILE, runs_data, runs_info, claims.get("runs_sha256"), vouched),
             FACT_GROUP_ROWS, HEAVY_EVIDENCE)
-        runs = pq.ParquetFile(pa.BufferReader(runs_data)).read()  # (no pyarrow.dataset)
+        runs = pq.ParquetFile(arrow_reader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
         if ledger.memo is not None:
-            file = pq.ParquetFile(pa.BufferReader(ledger.data))
+            file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footer only)
             metadata = file.schema_arrow.metadata
             ledger.seq = int((metadata or {}).get(b"ctxfst.build_seq", b"0"))
             problem = None  # the very files this toolchain wrote and checked
@@ -266,7 +267,7 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
                     len(ledger.memo.keys), sum(k.rows for k in ledger.memo.keys)):
                 return _read_ledger(directory)  # a memo of other groups: read it whole
         else:
-            table = pq.ParquetFile(pa.BufferReader(ledger.data)).read()
+            table = pq.ParquetFile(arrow_reader(ledger.data)).read()
             ledger.seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
             # Parquet names list items "element"; cast back to the written schema
             # ("item"), so carried-over rows encode exactly like fresh ones.
@@ -873,6 +874,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+    from ..artifacts.arrays import arrow_reader
 
     memo = ledger.memo
     if not memo.keys:
@@ -889,7 +891,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
               for _, _, found, _ in merge.extracted for fid, c in found if fid in changed}
     groups = {memo.group_of(key) for key in placed.values()}
     unplaced = changed - placed.keys()  # facts only a source's old digests name
-    file = pq.ParquetFile(pa.BufferReader(ledger.data))
+    file = pq.ParquetFile(arrow_reader(ledger.data))
     if unplaced:
         ids = file.read(columns=["fact_id"]).column("fact_id")
         found = pc.indices_nonzero(pc.is_in(ids, value_set=pa.array(sorted(unplaced),

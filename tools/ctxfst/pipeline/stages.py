@@ -502,6 +502,7 @@ def stage_profiles(config: Config) -> None:
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from ..artifacts.arrays import arrow_reader
 
     from ..compile.profiles import (MENTION_COLUMNS, TEXT_COLUMNS, build_profiles,
                                     entities_table, profiles_document)
@@ -528,7 +529,7 @@ def stage_profiles(config: Config) -> None:
             store.remove(_PROFILED)  # (until the files below are written)
             store.save()
             groups_read: set[int] = set()
-            with pq.ParquetFile(pa.BufferReader(chunks)) as table:
+            with pq.ParquetFile(arrow_reader(chunks)) as table:
                 profiles, dangling = build_profiles(parse_json(catalog), table, groups_read)
             write_json(staged(config, "entity-profiles.json"),
                        profiles_document(profiles, dangling))
@@ -739,6 +740,7 @@ def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, 
 
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from ..artifacts.arrays import arrow_reader
 
     from ..artifacts.io import open_no_follow, read_regular
     from ..artifacts.parquet_splice import SpliceError, group_spans
@@ -767,7 +769,7 @@ def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, 
         view = memoryview(data)  # (slices of bytes would copy the file once more)
         return [(hashlib.sha256(view[start:start + size]).hexdigest(), rows)
                 for start, size, rows in group_spans(data)], pq.ParquetFile(
-            pa.BufferReader(data)), None
+            arrow_reader(data)), None
     except (OSError, SpliceError, pa.ArrowException) as error:
         raise BuildFailed(f"{path}: {error}; run `doit clean`, then `doit`") from None
 
@@ -783,6 +785,7 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from ..artifacts.arrays import arrow_reader
 
     if found is None or not wanted:
         return {}
@@ -801,7 +804,7 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     if not places:
         return {}
     groups = sorted({group for group, _ in places.values()})
-    table = pq.ParquetFile(pa.BufferReader(found[0])).read_row_groups(groups,
+    table = pq.ParquetFile(arrow_reader(found[0])).read_row_groups(groups,
                                                                       columns=["vector"])
     first, rows = {}, 0  # each group's first row in what was read
     for group in groups:

@@ -34,6 +34,7 @@ from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..files import changed_lately
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
+from ..artifacts.arrays import arrow_reader
 from ..artifacts.cache import PASSAGES, connect
 from ..artifacts.io import (Span, compact_json, digest_written, file_stamp, is_sha256,
                              write_pieces)
@@ -1232,11 +1233,10 @@ class _CopiedRows:
     def of(cls, data: bytes, rows: int) -> _CopiedRows | None:
         """The previous file's rows, when it holds as many as the previous chunks.json
         (the file the last compile recorded: both hold the same rows, in id order)."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            file = pq.ParquetFile(pa.BufferReader(data))
+            file = pq.ParquetFile(arrow_reader(data))
         except (OSError, ValueError):
             return None
         starts = [0]

@@ -13,6 +13,7 @@ singles out some entities.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,9 @@ from ..document.text import normalize, tokens
 from . import MODES
 from .lexical import BM25, lexical_text, top_rows
 
+# What a hit shows of its chunk (read from the chunk's row group when it is shown).
+HIT_COLUMNS = ["chunk_id", "source", "context", "content", "document_title", "line_start",
+               "line_end"]
 RELATION_WEIGHT = {"SIMILAR": 1.0, "REQUIRES": 0.8, "LEADS_TO": 0.8, "IMPLIES": 0.8,
                    "EVIDENCE": 0.6, "COMPLETED": 0.5, "BLOCKED_BY": 0.3}
 HOP_DECAY = 0.6
@@ -113,11 +117,14 @@ class Index:
                                         entity_columns)
 
         build, build_dir = self.artifacts, self.build_dir
-        chunks = build.parquet("chunks.parquet", chunk_columns(), CHUNK_NULLABLE).to_pylist()
-        self.chunks = chunks
+        # Only ids and entity links are read up front; a hit's text is read from its row
+        # group when it is shown, and the whole table only by modes that scan every chunk.
+        self._chunk_file = build.parquet_file("chunks.parquet", chunk_columns(), CHUNK_NULLABLE)
+        linked = self._chunk_file.read(["chunk_id", "entities"])
+        chunk_ids = linked.column("chunk_id").to_pylist()
         self.chunk_ids, self.chunk_matrix, self.model_id = build.vectors(
             "chunk_vectors.parquet")
-        if self.chunk_ids != [c["chunk_id"] for c in chunks]:
+        if self.chunk_ids != chunk_ids:
             raise RetrievalError(f"{build_dir}: chunk vectors do not match the chunks (a stale "
                                  "or partial build): run `doit`")
         self.entity_ids, self.entity_matrix, entity_model = build.vectors(
@@ -154,15 +161,62 @@ class Index:
                 weight *= float(edge.get("score", 0.5))
             for a, b in ((edge["source"], edge["target"]), (edge["target"], edge["source"])):
                 self.adjacency.setdefault(a, []).append((b, edge["relation"], weight))
-        mentions: dict[str, list[int]] = {}
-        for row, chunk in enumerate(chunks):
-            for entity in chunk["entities"]:
-                mentions.setdefault(entity, []).append(row)
-        self.mentions = {e: np.asarray(rows, np.int64) for e, rows in mentions.items()}
+        self._link_entities(linked.column("entities"))
         self._lexicon = self._build_lexicon()
         self._finder = NameFinder(needle for needle, _ in self._lexicon)
         self._lexical: BM25 | None = None
         self._bridge_matrices: dict[str, np.ndarray] = {}
+        self._chunks: list[dict[str, Any]] | None = None
+        self._groups: dict[int, Any] = {}
+
+    def _link_entities(self, column) -> None:
+        """Each chunk's entities as codes into one name list (offsets per row), and each
+        entity's rows (`mentions`), in row order, from Arrow's buffers, not a list a row."""
+        import pyarrow.compute as pc
+
+        lists = column.combine_chunks()
+        encoded = lists.flatten().dictionary_encode()
+        self._entity_names: list[str] = encoded.dictionary.to_pylist()
+        self._entity_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        self._entity_offsets = np.searchsorted(rows, np.arange(len(lists) + 1))
+        order = np.argsort(self._entity_codes, kind="stable")
+        bounds = np.searchsorted(self._entity_codes[order], np.arange(len(self._entity_names)
+                                                                       + 1))
+        self.mentions = {name: rows[order[bounds[code]:bounds[code + 1]]]
+                         for code, name in enumerate(self._entity_names)}
+
+    def chunk_entities(self, row: int) -> list[str]:
+        names, codes = self._entity_names, self._entity_codes
+        return [names[code] for code in
+                codes[self._entity_offsets[row]:self._entity_offsets[row + 1]].tolist()]
+
+    @property
+    def chunks(self) -> list[dict[str, Any]]:
+        """Every chunk as a dict (lexical indexing, keyword-graph mode, evaluation)."""
+        if self._chunks is None:
+            from ..artifacts.reader import chunk_columns
+
+            self._chunks = self._chunk_file.read(list(chunk_columns())).to_pylist()
+        return self._chunks
+
+    def preload_hits(self) -> None:
+        """Read what hits show of every chunk now (a server does, once, so that no request
+        waits on Parquet; a one-shot query reads only its hits' row groups)."""
+        starts = self._chunk_file.group_starts
+        table = self._chunk_file.read(HIT_COLUMNS)
+        self._groups = {group: table.slice(starts[group], starts[group + 1] - starts[group])
+                        for group in range(len(starts) - 1)}
+
+    def _chunk_row(self, row: int) -> dict[str, Any]:
+        if self._chunks is not None:
+            return self._chunks[row]
+        starts = self._chunk_file.group_starts
+        group = bisect.bisect_right(starts, row) - 1
+        if group not in self._groups:
+            self._groups[group] = self._chunk_file.read_row_group(group, HIT_COLUMNS)
+        table = self._groups[group]
+        return {name: table.column(name)[row - starts[group]].as_py() for name in HIT_COLUMNS}
 
     @property
     def bm25(self) -> "BM25":
@@ -172,7 +226,7 @@ class Index:
             cached = self._lexical_cache_path()
             if cached is not None and cached.is_file():
                 try:
-                    self._lexical = BM25.load(cached, len(self.chunks))
+                    self._lexical = BM25.load(cached, len(self.chunk_ids))
                 except ValueError:
                     cached.unlink(missing_ok=True)  # damaged or foreign: rebuilt below
             if self._lexical is None:
@@ -244,7 +298,7 @@ class Index:
         return found
 
     def hit(self, row: int, score: float, via: list[str] | None = None) -> Hit:
-        chunk = self.chunks[row]
+        chunk = self._chunk_row(row)
         return Hit(chunk["chunk_id"], score, chunk["source"], chunk["context"] or "",
                    via or [], chunk["document_title"] or "", chunk["content"] or "",
                    chunk["line_start"], chunk["line_end"])
@@ -308,7 +362,7 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
         for row in top_chunks[:FEEDBACK_CHUNKS]:
             weight = FEEDBACK_WEIGHT * math.exp((float(chunk_sims[row]) - best_chunk)
                                                 / SEED_TEMPERATURE)
-            for entity in index.chunks[row]["entities"]:
+            for entity in index.chunk_entities(row):
                 if weight > seeds.get(entity, (0.0, ""))[0] and weight >= SEED_MIN:
                     seeds[entity] = (weight, f"chunk {index.chunk_ids[row]}")
     # Spread activation: best path product of edge weights, decayed per hop.
@@ -332,16 +386,16 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     # builds). Entities come in ascending order, so a new best demotes the old one.
     entity_score = np.zeros(len(index.chunk_ids), np.float64)
     second_score = np.zeros(len(index.chunk_ids), np.float64)
-    best_entity: dict[int, str] = {}
-    for entity, value in sorted(activation.items(), key=lambda kv: (kv[1], kv[0])):
+    ascending = sorted(activation.items(), key=lambda kv: (kv[1], kv[0]))
+    best_entity = np.full(len(index.chunk_ids), -1, np.int64)  # a position in ascending
+    for position, (entity, value) in enumerate(ascending):
         rows = index.mentions.get(entity)
         if rows is None:
             continue
         better = rows[entity_score[rows] < value]
         second_score[better] = entity_score[better]
         entity_score[better] = value
-        for row in better.tolist():
-            best_entity[row] = entity
+        best_entity[better] = position
     low, high = float(chunk_sims.min()), float(chunk_sims.max())
     spread = (high - low) or 1.0
     # The chunk's own similarity counts less when the model could not read the query.
@@ -351,8 +405,9 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     pool = top_rows(combined_array, max(k * 5, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
-    hits = [index.hit(row, combined[row],
-                      _via(path.get(best_entity.get(row, ""), []))) for row in picked]
+    hits = [index.hit(row, combined[row], _via(path.get(ascending[best_entity[row]][0], [])
+                                               if best_entity[row] >= 0 else []))
+            for row in picked]
     seed_list = [{"entity": e, "name": index.names.get(e, e), "score": round(s, 4), "by": by}
                  for e, (s, by) in sorted(seeds.items(), key=lambda kv: -kv[1][0])]
     expanded = [{"entity": e, "name": index.names.get(e, e), "activation": round(v, 4)}
@@ -385,7 +440,7 @@ def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -
         return []
     relevance = np.array([scores[row] for row in pool], np.float64)
     vectors = index.chunk_matrix[pool]
-    entities = [index.chunks[row]["entities"] for row in pool]
+    entities = [index.chunk_entities(row) for row in pool]
     holders: dict[str, list[int]] = {}
     for slot, names in enumerate(entities):
         for name in set(names):
@@ -494,7 +549,7 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
         hits, seeds, expanded = keyword_graph_search(index, query, skill_graph, k, hops)
         return Result(query, mode, hits, seeds, expanded)
     assert query_vector is not None
-    if not index.chunks:
+    if not index.chunk_ids:
         return Result(query, mode, [])
     if np.shape(query_vector) != index.chunk_matrix.shape[1:]:
         from ..artifacts.reader import REBUILD

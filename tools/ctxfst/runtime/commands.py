@@ -78,10 +78,11 @@ def state_complete(store: StateStore, skills: list[dict[str, Any]], skill: str, 
 
 
 def planning_state(config: Config, store: StateStore, goal: str | None,
-                   seeds: list[str] | None) -> tuple[frozenset[str], str, WorldState | None]:
+                   seeds: list[str] | None, world: World | None = None
+                   ) -> tuple[frozenset[str], str, WorldState | None]:
     """The start facts and goal: from --seed/--goal when given, else the world state."""
     if goal is not None:
-        world_for(config).check([goal] + list(seeds or []), "id")
+        (world or world_for(config)).check([goal] + list(seeds or []), "id")
         return frozenset(seeds or []), goal, None
     try:
         state = store.load()
@@ -91,10 +92,12 @@ def planning_state(config: Config, store: StateStore, goal: str | None,
 
 
 def make_plan(config: Config, store: StateStore, goal: str | None, seeds: list[str] | None,
-              algorithm: str, explain: bool) -> dict[str, Any]:
-    world = world_for(config)
+              algorithm: str, explain: bool, world: World | None = None) -> dict[str, Any]:
+    """A plan from the state (or the seeds) to the goal; `world`: the build's, when the
+    caller holds it loaded already (the server)."""
+    world = world or world_for(config)
     try:
-        init, goal_id, _ = planning_state(config, store, goal, seeds)
+        init, goal_id, _ = planning_state(config, store, goal, seeds, world)
     except WorldError as error:
         raise RuntimeUsage(str(error)) from None
     problem = world.problem

@@ -1,0 +1,84 @@
+"""`ctxfst mcp`: the MCP server, end to end with the SDK's own client over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from .conftest import run_process
+
+mcp = pytest.importorskip("mcp", reason="the MCP SDK (ctxfst[mcp], in the dev extras)")
+
+
+@pytest.fixture
+def project(built_example):
+    return built_example
+
+
+async def _session(root, calls):
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ctxfst", "mcp"],
+                                   cwd=str(root))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            tools = (await session.list_tools()).tools
+            results = [await session.call_tool(name, arguments) for name, arguments in calls]
+    return tools, results
+
+
+def talk(root, calls):
+    return asyncio.run(asyncio.wait_for(_session(root, calls), 120))
+
+
+def payload(result) -> dict:
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)
+
+
+def cli_json(root, *args: str) -> dict:
+    done = run_process(*args, "--format", "json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_tools_answer_as_the_commands_and_name_a_bad_argument(project):
+    ask = {"tenant": "default", "op": "exists", "key": "topic", "value": "python"}
+    tools, results = talk(project, [
+        ("query", {"text": "Hono on Cloudflare Workers", "top_k": 3}),
+        ("facts_ask", ask),
+        ("query", {"text": "Hono", "top_k": 500}),
+        ("query", {"text": "Hono", "mode": "psychic"}),
+        ("query", {"text": "!!!"}),
+        ("plan", {"seed": ["state:has-resume"]}),
+        ("state_show", {}),
+    ])
+    by_name = {tool.name: tool for tool in tools}
+    assert sorted(by_name) == ["facts_ask", "plan", "query", "state_show"]
+    schema = by_name["query"].input_schema
+    assert schema["required"] == ["text"]
+    assert schema["properties"]["top_k"]["maximum"] == 100
+    assert "graph" in schema["properties"]["mode"]["enum"]
+    assert by_name["facts_ask"].input_schema["required"] == ["tenant", "op"]
+    assert all(tool.description for tool in tools)
+    query, facts, too_many, bad_mode, punctuation, plan, state = results
+    assert payload(query) == cli_json(project, "query", "Hono on Cloudflare Workers",
+                                      "--top-k", "3")
+    assert payload(facts) == cli_json(project, "facts", "ask", "--tenant", "default", "--op",
+                                      "exists", "--key", "topic", "--value", "python")
+    # A bad argument is a tool error that names it (the SDK checks the schema).
+    for result, argument in ((too_many, "top_k"), (bad_mode, "mode")):
+        assert result.is_error and argument in result.content[0].text
+    assert punctuation.is_error and "retrieval_error" in punctuation.content[0].text
+    assert plan.is_error and "`seed` needs `goal`" in plan.content[0].text
+    assert state.is_error and "no_state" in state.content[0].text
+
+
+def test_without_a_project_it_says_so(tmp_path):
+    done = run_process("mcp", cwd=tmp_path)
+    assert done.returncode == 2 and "no ctxfst project" in done.stderr

@@ -1,0 +1,304 @@
+"""`ctxfst serve`: the warm local server, over real HTTP, against real builds."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from ctxfst.pipeline.runner import run_build
+from ctxfst.serve import MAX_BODY_BYTES, Service, make_server
+
+from .conftest import REPO, copy_example, run_process
+
+
+@pytest.fixture
+def project(built_example):
+    return built_example
+
+
+SCHEMA_OF = {"/health": "serve-health-output", "/query": "query-output",
+             "/facts/ask": "facts-ask-output", "/plan": "plan-output", "/state": "world-state"}
+
+
+class Running:
+    """A Service behind a real HTTP server on a free port, in this process."""
+
+    def __init__(self, root: Path, **options) -> None:
+        self.log: list[str] = []
+        self.service = Service(root, log=self.log.append, **options)
+        self.service.start()
+        self.server = make_server(self.service, 0)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, method: str, path: str, body=None, raw: bytes | None = None,
+             headers: dict | None = None) -> tuple[int, dict]:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        data = raw if raw is not None else (None if body is None else json.dumps(body))
+        connection.request(method, path, data, headers or {})
+        response = connection.getresponse()
+        payload = json.loads(response.read())
+        connection.close()
+        name = SCHEMA_OF.get(path.split("?")[0]) if response.status == 200 else \
+            "serve-error-output"
+        if name:  # every answer, error or not, is the shape its schema says
+            jsonschema.validate(payload, json.loads(
+                (REPO / "schemas" / f"{name}.schema.json").read_text()))
+        return response.status, payload
+
+    def wait_for(self, check, seconds: float = 20.0):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            value = check()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError("the server did not get there in time; log: "
+                             + " | ".join(self.log))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.service.stop()
+
+
+@pytest.fixture
+def running(project):
+    servers: list[Running] = []
+
+    def start(**options) -> Running:
+        options.setdefault("poll_seconds", 0.05)
+        servers.append(Running(project, **options))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def cli_json(root: Path, *args: str) -> dict:
+    done = run_process(*args, "--format", "json", cwd=root)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_answers_are_the_commands_answers(project, running):
+    server = running()
+    status, health = server.call("GET", "/health")
+    assert status == 200 and health["status"] == "ok" and health["build"]["chunks"] > 0
+    for body, args in (({"text": "Hono on Cloudflare Workers"}, ["Hono on Cloudflare Workers"]),
+                       ({"text": "滾動更新", "mode": "hybrid", "top_k": 3},
+                        ["滾動更新", "--mode", "hybrid", "--top-k", "3"])):
+        status, answer = server.call("POST", "/query", body)
+        assert status == 200
+        assert answer == cli_json(project, "query", *args)
+    ask = {"tenant": "default", "op": "exists", "key": "topic", "value": "python"}
+    status, answer = server.call("POST", "/facts/ask", ask)
+    assert status == 200 and answer == cli_json(
+        project, "facts", "ask", "--tenant", "default", "--op", "exists", "--key", "topic",
+        "--value", "python")
+    goal = "goal:edge-api-learning-plan"
+    assert run_process("state", "init", "--goal", goal, "--seed", "state:has-resume",
+                       cwd=project).returncode == 0
+    status, state = server.call("GET", "/state")
+    assert status == 200 and state == cli_json(project, "state", "show")
+    status, plan = server.call("POST", "/plan", {"explain": True})
+    assert status == 200 and plan == cli_json(project, "plan", "--explain")
+    assert plan["solved"] and plan["steps"]
+
+
+@pytest.mark.parametrize("method, path, body, status, code", [
+    ("POST", "/query", {"text": 5}, 400, "bad_request"),
+    ("POST", "/query", {"text": "  "}, 400, "bad_request"),
+    ("POST", "/query", {"text": "x" * 5000}, 400, "bad_request"),
+    ("POST", "/query", {"text": "Hono", "top_k": 0}, 400, "bad_request"),
+    ("POST", "/query", {"text": "Hono", "top_k": True}, 400, "bad_request"),
+    ("POST", "/query", {"text": "Hono", "mode": "psychic"}, 400, "bad_request"),
+    ("POST", "/query", {"text": "Hono", "hops": 99}, 400, "bad_request"),
+    ("POST", "/query", {"text": "Hono", "colour": "red"}, 400, "bad_request"),
+    ("POST", "/query", {"text": "!!!"}, 400, "retrieval_error"),
+    ("POST", "/query", [1, 2], 400, "bad_request"),
+    ("POST", "/facts/ask", {"op": "exists"}, 400, "bad_request"),
+    ("POST", "/facts/ask", {"tenant": "default", "op": "maybe"}, 400, "bad_request"),
+    ("POST", "/facts/ask", {"tenant": "../x", "op": "exists"}, 400, "bad_request"),
+    ("POST", "/facts/ask", {"tenant": "default", "op": "list", "min_confidence": 2},
+     400, "bad_request"),
+    ("POST", "/plan", {"seed": ["state:x"]}, 400, "bad_request"),
+    ("POST", "/plan", {"goal": "goal:nowhere"}, 400, "plan_error"),
+    ("GET", "/state", None, 404, "no_state"),
+    ("GET", "/query", None, 405, "method_not_allowed"),
+    ("GET", "/admin", None, 404, "not_found"),
+])
+def test_bad_requests_get_a_located_error_and_the_server_goes_on(running, method, path, body,
+                                                                   status, code):
+    server = running()
+    got, answer = server.call(method, path, body)
+    assert (got, answer["error"]["code"]) == (status, code), answer
+    assert answer["error"]["message"] and "Traceback" not in answer["error"]["message"]
+    assert server.call("POST", "/query", {"text": "Hono"})[0] == 200
+
+
+def test_requests_are_bounded(running):
+    server = running()
+    got, answer = server.call("POST", "/query", raw=b"{not json")
+    assert (got, answer["error"]["code"]) == (400, "bad_request")
+    # Refused from its Content-Length, before a byte of the body is read.
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.putrequest("POST", "/query")
+    connection.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 413 and json.loads(response.read())["error"]["code"] == "too_large"
+    connection.close()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    connection.putrequest("POST", "/query")
+    connection.endheaders()
+    assert connection.getresponse().status == 411
+    connection.close()
+
+
+def test_a_new_build_is_served_once_published_and_a_damaged_one_never(project, running):
+    server = running(stale_check_seconds=0)
+    first = server.call("GET", "/health")[1]["build"]["manifest_sha256"]
+    source = project / "content" / "backend-frameworks.ctxfst.md"
+    text = source.read_text(encoding="utf-8")
+    source.write_text(text.replace("</Chunk>", "Zanzibar quokka marmalade.\n</Chunk>", 1),
+                      encoding="utf-8")
+    assert run_build(project, [], quiet=True) == 0
+    second = server.wait_for(lambda: (lambda h: h != first and h)(
+        server.call("GET", "/health")[1]["build"]["manifest_sha256"]))
+    status, answer = server.call("POST", "/query", {"text": "Zanzibar quokka marmalade",
+                                                    "mode": "lexical"})
+    assert status == 200 and "Zanzibar" in answer["results"][0]["content"]
+    # A build folder whose files no longer match its manifest (a publish cut short, an
+    # edit by hand) is not loaded: the build loaded last goes on answering.
+    chunks = project / "build" / "chunks.parquet"
+    chunks.write_bytes(chunks.read_bytes()[:-100] + bytes(100))
+    manifest = project / "build" / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes())  # a new identity: the watcher looks again
+    error = server.wait_for(lambda: server.call("GET", "/health")[1]["load_error"])
+    assert "chunks.parquet" in error and "manifest" in error
+    health = server.call("GET", "/health")[1]
+    assert health["build"]["manifest_sha256"] == second and health["status"] == "ok"
+    status, again = server.call("POST", "/query", {"text": "Zanzibar quokka marmalade",
+                                                   "mode": "lexical"})
+    assert status == 200 and again == answer
+
+
+def test_a_stale_build_is_refused_unless_allowed(project, running):
+    server = running(stale_check_seconds=0.05)
+    assert server.call("POST", "/query", {"text": "Hono"})[0] == 200
+    source = project / "content" / "backend-frameworks.ctxfst.md"
+    source.write_text(source.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    server.wait_for(lambda: server.call("GET", "/health")[1]["stale"])
+    status, answer = server.call("POST", "/query", {"text": "Hono"})
+    assert status == 409 and answer["error"]["code"] == "stale_build"
+    assert "content/backend-frameworks.ctxfst.md" in answer["error"]["message"]
+    assert server.call("POST", "/query", {"text": "Hono", "allow_stale": True})[0] == 200
+
+
+def test_no_build_yet_is_unavailable_until_one_is_published(tmp_path, capsys):
+    copy_example(tmp_path)
+    server = Running(tmp_path, poll_seconds=0.05, stale_check_seconds=0)
+    try:
+        status, answer = server.call("POST", "/query", {"text": "Hono"})
+        assert status == 503 and answer["error"]["code"] == "no_build"
+        assert server.call("GET", "/health")[1]["status"] == "no_build"
+        assert run_build(tmp_path, [], quiet=True) == 0
+        server.wait_for(lambda: server.call("GET", "/health")[1]["status"] == "ok")
+        assert server.call("POST", "/query", {"text": "Hono"})[0] == 200
+    finally:
+        server.close()
+
+
+def test_the_command_serves_until_sigterm(project):
+    process = subprocess.Popen([sys.executable, "-m", "ctxfst", "serve", "--port", "0"],
+                               cwd=project, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for _ in range(50):
+            line = process.stderr.readline()
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if found:
+                port = int(found.group(1))
+                break
+        assert port, "no listening line"
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 1}))
+        response = connection.getresponse()
+        assert response.status == 200
+        assert json.loads(response.read())["results"][0]["chunk_id"]
+        connection.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert "stopping (SIGTERM)" in process.stderr.read()
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_the_command_refuses_a_taken_port_and_no_project(project, tmp_path_factory):
+    server = Running(project, poll_seconds=0.05, stale_check_seconds=0)
+    try:
+        done = run_process("serve", "--port", str(server.port), cwd=project)
+        assert done.returncode == 2 and f"--port {server.port}" in done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        server.close()
+    empty = tmp_path_factory.mktemp("empty")
+    done = run_process("serve", "--port", "0", cwd=empty)
+    assert done.returncode == 2 and "no ctxfst project" in done.stderr
+    done = run_process("serve", "--port", "70000", cwd=project)
+    assert done.returncode == 2 and "not a port number" in done.stderr
+
+
+def test_workers_share_the_port_and_stop_together(project):
+    process = subprocess.Popen([sys.executable, "-m", "ctxfst", "serve", "--port", "0",
+                                "--workers", "2"], cwd=project, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        port = None
+        for _ in range(50):
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)",
+                              process.stderr.readline())
+            if found:
+                port = int(found.group(1))
+                break
+        assert port, "no listening line"
+        answers = set()
+        for number in range(12):  # a connection each: both workers get some
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 2}))
+            response = connection.getresponse()
+            assert response.status == 200
+            answers.add(response.read())
+            connection.close()
+        assert len(answers) == 1  # every worker answers from the same build, the same way
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        log = process.stderr.read()
+        assert "worker 1: stopping (SIGTERM)" in log and "worker 2: stopping (SIGTERM)" in log
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_the_commands_defaults_are_the_servers():
+    from ctxfst.cli import build_parser
+    from ctxfst.serve import DEFAULT_PORT, POLL_SECONDS, STALE_CHECK_SECONDS
+
+    for command in ("serve", "mcp"):
+        args = build_parser().parse_args([command])
+        assert (args.poll, args.stale_check) == (POLL_SECONDS, STALE_CHECK_SECONDS)
+    assert build_parser().parse_args(["serve"]).port == DEFAULT_PORT

@@ -1,0 +1,521 @@
+"""`ctxfst serve`: a long-running local server that answers query, facts ask, plan and
+state show as JSON over HTTP on 127.0.0.1, with the build's index and model loaded once.
+
+A watcher notices a new manifest.json and loads that build beside the one being served;
+requests switch to it only once every artifact it needs has been read and checked against
+its manifest, so a build half published (or damaged) is never served: the old one stays
+until the next change. Requests are bounded (body size, read timeout, argument ranges);
+SIGTERM and SIGINT stop the server after the requests in flight. docs/serve.md has the
+endpoints and their JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from .diagnostics import OUTPUT_SCHEMA_VERSION
+
+DEFAULT_PORT = 8765
+MAX_BODY_BYTES = 64 * 1024
+MAX_TEXT_CHARS = 2000
+MAX_TOP_K = 100
+MAX_HOPS = 5
+READ_TIMEOUT_SECONDS = 10.0  # a client that stops sending mid-request is dropped
+POLL_SECONDS = 0.5           # how often the manifest's identity is looked at
+STALE_CHECK_SECONDS = 10.0   # how often the sources are compared with the build
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST,
+                 code: str = "bad_request") -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+@dataclass
+class Generation:
+    """One published build, loaded: everything a request reads comes from here."""
+
+    workspace: Any                       # a Workspace with its index loaded
+    manifest_identity: tuple[int, ...]   # (size, mtime, inode, ctime) of its manifest.json
+    manifest_sha256: str
+    loaded_at: float
+    _facts: Any = field(default=None, repr=False)
+    _world: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def facts(self):
+        from .facts.query import Store
+
+        with self._lock:
+            if self._facts is None:  # (freshness is the service's business: project=None)
+                self._facts = Store.load(self.workspace.build_dir)
+            return self._facts
+
+    def world(self):
+        from .runtime.world import load_world
+
+        with self._lock:
+            if self._world is None:
+                self._world = load_world(self.workspace.build_dir, self.workspace.cache_dir)
+            return self._world
+
+
+def _manifest_identity(build_dir: Path) -> tuple[int, ...] | None:
+    try:
+        info = os.stat(build_dir / "manifest.json")
+    except OSError:
+        return None
+    return (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
+
+
+class Service:
+    """The answers, independent of HTTP (the MCP server calls the same methods)."""
+
+    def __init__(self, cwd: Path, build: Path | None = None, allow_stale: bool = False,
+                 poll_seconds: float = POLL_SECONDS,
+                 stale_check_seconds: float = STALE_CHECK_SECONDS,
+                 log: Callable[[str], None] | None = None) -> None:
+        from .workspace import Workspace
+
+        self.cwd, self.build, self.allow_stale = cwd, build, allow_stale
+        self.poll_seconds, self.stale_check_seconds = poll_seconds, stale_check_seconds
+        self.log = log or (lambda text: None)
+        self.workspace_class = Workspace
+        self.current: Generation | None = None
+        self.load_error: str | None = None
+        self.stale: str | None = None
+        self._stop = threading.Event()
+        self._compute = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        Workspace.open(cwd, build)  # no project and no --build: a usage error, now
+
+    # -- loading ---------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Load the build now published, unless it is the one served. True when the
+        served build changed."""
+        from .artifacts.reader import ArtifactError
+        from .retrieval.search import RetrievalError
+
+        from .artifacts.reader import read_plain_file
+
+        workspace = self.workspace_class.open(self.cwd, self.build)
+        manifest = workspace.build_dir / "manifest.json"
+        try:
+            data, info = read_plain_file(manifest)
+        except OSError as error:
+            self.load_error = f"{manifest}: {error.strerror or error}: run `doit`"
+            return False
+        identity = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
+        if self.current is not None and identity == self.current.manifest_identity:
+            return False
+        try:
+            index = workspace.index  # every artifact read and checked against the manifest
+            workspace.embedder  # (the model loads here, not in the first request)
+            if index.chunk_ids:  # built or read now, not by the first requests
+                index.bm25
+                index.preload_hits()
+            digest = hashlib.sha256(data).hexdigest()
+            if _manifest_identity(workspace.build_dir) != identity:
+                raise RetrievalError("the build was published again while it was loaded")
+        except (RetrievalError, ArtifactError, OSError, ValueError) as error:
+            self.load_error = str(error)  # (the build served so far stays)
+            return False
+        self.current = Generation(workspace, identity, digest, time.time())
+        self.load_error = None
+        self.log(f"serving the build of {digest[:12]} ({len(index.chunk_ids)} chunks)")
+        if self.stale_check_seconds:
+            self.check_stale()
+        return True
+
+    def check_stale(self) -> None:
+        generation = self.current
+        if generation is not None:
+            try:
+                self.stale = generation.workspace.stale_reason()
+            except OSError as error:
+                self.stale = f"the sources could not be compared with the build ({error})"
+
+    def start(self) -> None:
+        """The first load, then the watcher threads."""
+        self.load()
+        self._spawn(self.poll_seconds, self._poll)
+        if self.stale_check_seconds:
+            self._spawn(self.stale_check_seconds, self.check_stale)
+
+    def _spawn(self, every: float, work: Callable[[], Any]) -> None:
+        def loop() -> None:
+            while not self._stop.wait(every):
+                try:
+                    work()
+                except Exception as error:  # a watcher must outlive one bad moment
+                    self.log(f"watcher: {type(error).__name__}: {error}")
+
+        thread = threading.Thread(target=loop, daemon=True, name=f"ctxfst-{work.__name__}")
+        thread.start()
+        self._threads.append(thread)
+
+    def _poll(self) -> None:
+        if self.current is None or _manifest_identity(
+                self.current.workspace.build_dir) != self.current.manifest_identity:
+            self.load()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- answers ---------------------------------------------------------------------
+
+    def generation(self, body: dict[str, Any]) -> Generation:
+        generation = self.current
+        if generation is None:
+            raise BadRequest(f"no build to serve yet ({self.load_error or 'loading'})",
+                             HTTPStatus.SERVICE_UNAVAILABLE, "no_build")
+        allow = _boolean(body, "allow_stale", False)
+        if self.stale and not (self.allow_stale or allow):
+            raise BadRequest(f"{self.stale} (or send \"allow_stale\": true)",
+                             HTTPStatus.CONFLICT, "stale_build")
+        return generation
+
+    def health(self) -> dict[str, Any]:
+        generation = self.current
+        build = None if generation is None else {
+            "manifest_sha256": generation.manifest_sha256,
+            "chunks": len(generation.workspace.index.chunk_ids),
+            "model": generation.workspace.index.model_id,
+            "loaded_at": round(generation.loaded_at, 3)}
+        return {"status": "ok" if generation else "no_build", "build": build,
+                "stale": self.stale, "load_error": self.load_error}
+
+    def query(self, body: dict[str, Any]) -> dict[str, Any]:
+        from .retrieval import MODES
+        from .retrieval.search import RetrievalError
+        from .workspace import QueryRequest
+
+        _known(body, {"text", "mode", "top_k", "hops", "bridge_model", "allow_stale"})
+        request = QueryRequest(
+            _text(body, "text", required=True), _choice(body, "mode", MODES, "graph"),
+            _integer(body, "top_k", 5, 1, MAX_TOP_K), _integer(body, "hops", 2, 0, MAX_HOPS),
+            _text(body, "bridge_model", default="use-multilingual"))
+        generation = self.generation(body)
+        try:
+            skill_graph = generation.workspace.skill_graph(None) \
+                if request.mode == "keyword-graph" else None
+            with self._compute:
+                result, _ = generation.workspace.query(request, skill_graph)
+        except RetrievalError as error:
+            raise BadRequest(str(error), code="retrieval_error") from None
+        return result.as_json()
+
+    def facts_ask(self, body: dict[str, Any]) -> dict[str, Any]:
+        from .config import BuildSettings
+        from .facts.extractors import reader_version
+        from .facts.query import OPS, FactsError, FactsUsage, ask, check_tenant
+
+        _known(body, {"tenant", "op", "entity_type", "namespace", "key", "value",
+                      "min_confidence", "limit", "allow_stale"})
+        tenant = _text(body, "tenant", required=True)
+        op = _choice(body, "op", OPS, None, required=True)
+        filters = [_text(body, name, default=None)
+                   for name in ("entity_type", "namespace", "key", "value")]
+        confidence = _number(body, "min_confidence", 0.0, 0.0, 1.0)
+        limit = _integer(body, "limit", 20, 1, 1000)
+        generation = self.generation(body)
+        config = generation.workspace.config
+        try:
+            check_tenant(tenant)
+            store = generation.facts()
+            settings = config.build if config else BuildSettings()
+            version = reader_version(settings.facts_extractors, store.extract_version)
+            return ask(store, settings, tenant, op, *filters, confidence, limit, version)
+        except FactsUsage as error:
+            raise BadRequest(str(error)) from None
+        except FactsError as error:
+            raise BadRequest(str(error), HTTPStatus.UNPROCESSABLE_ENTITY,
+                             "no_answer") from None
+
+    def plan(self, body: dict[str, Any]) -> dict[str, Any]:
+        from .runtime import commands as rt
+        from .runtime.state import StateError
+        from .runtime.world import WorldError
+
+        _known(body, {"goal", "seed", "algorithm", "explain", "allow_stale"})
+        goal = _text(body, "goal", default=None)
+        seeds = _texts(body, "seed")
+        if seeds and goal is None:
+            raise BadRequest("`seed` needs `goal`")
+        algorithm = _choice(body, "algorithm", ("astar", "ucs", "greedy"), "astar")
+        explain = _boolean(body, "explain", False)
+        generation = self.generation(body)
+        config = self._project(generation)
+        try:
+            return rt.make_plan(config, rt.store_for(config, None), goal, seeds, algorithm,
+                                explain, generation.world())
+        except (rt.RuntimeUsage, WorldError, StateError) as error:
+            raise BadRequest(str(error), code="plan_error") from None
+
+    def state(self, body: dict[str, Any]) -> dict[str, Any]:
+        from .runtime import commands as rt
+        from .runtime.state import StateError
+
+        _known(body, {"allow_stale"})
+        config = self._project(self.generation(body))
+        try:
+            return rt.store_for(config, None).load().to_json()
+        except StateError as error:
+            raise BadRequest(str(error), HTTPStatus.NOT_FOUND, "no_state") from None
+
+    @staticmethod
+    def _project(generation: Generation):
+        if generation.workspace.config is None:
+            raise BadRequest("planning and the world state need a ctxfst project, not a "
+                             "bare build folder", code="no_project")
+        return generation.workspace.config
+
+
+# -- argument checks (a request's JSON is untrusted input) ------------------------------
+
+def _known(body: dict[str, Any], names: set[str]) -> None:
+    unknown = sorted(set(body) - names)
+    if unknown:
+        raise BadRequest(f"unknown argument `{unknown[0]}`; this endpoint takes "
+                         f"{', '.join(sorted(names))}")
+
+
+def _text(body: dict[str, Any], name: str, default: str | None = "",
+          required: bool = False) -> Any:
+    if name not in body or body[name] is None:
+        if required:
+            raise BadRequest(f"`{name}` is required")
+        return default
+    value = body[name]
+    if not isinstance(value, str):
+        raise BadRequest(f"`{name}` must be text")
+    if len(value) > MAX_TEXT_CHARS:
+        raise BadRequest(f"`{name}` is over {MAX_TEXT_CHARS} characters")
+    if required and not value.strip():
+        raise BadRequest(f"`{name}` is empty")
+    return value
+
+
+def _texts(body: dict[str, Any], name: str) -> list[str]:
+    value = body.get(name) or []
+    if isinstance(value, str):
+        value = [value]
+    if not (isinstance(value, list) and all(isinstance(item, str) for item in value)) \
+            or len(value) > MAX_TOP_K:
+        raise BadRequest(f"`{name}` must be a list of at most {MAX_TOP_K} texts")
+    return value
+
+
+def _choice(body: dict[str, Any], name: str, choices, default: str | None,
+            required: bool = False) -> Any:
+    value = _text(body, name, default=default, required=required)
+    if value not in choices:
+        raise BadRequest(f"`{name}` must be one of {', '.join(choices)}")
+    return value
+
+
+def _integer(body: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = body.get(name, default)
+    if type(value) is not int or not low <= value <= high:
+        raise BadRequest(f"`{name}` must be a whole number from {low} to {high}")
+    return value
+
+
+def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name, default)
+    if type(value) not in (int, float) or not math.isfinite(value) or not low <= value <= high:
+        raise BadRequest(f"`{name}` must be a number from {low:g} to {high:g}")
+    return float(value)
+
+
+def _boolean(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if type(value) is not bool:
+        raise BadRequest(f"`{name}` must be true or false")
+    return value
+
+
+# -- HTTP --------------------------------------------------------------------------------
+
+ROUTES = {("GET", "/health"): "health", ("GET", "/state"): "state",
+          ("POST", "/query"): "query", ("POST", "/facts/ask"): "facts_ask",
+          ("POST", "/plan"): "plan", ("POST", "/state"): "state"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "ctxfst"
+    protocol_version = "HTTP/1.1"  # keep-alive: an agent's client reuses its connection
+    timeout = READ_TIMEOUT_SECONDS
+    # Headers and body go out in two writes: with Nagle's algorithm the second waits for
+    # the client's delayed ACK, 40 ms a request on Linux.
+    disable_nagle_algorithm = True
+    service: Service  # set on the class made for each server
+
+    def do_GET(self) -> None:
+        self._answer("GET")
+
+    def do_POST(self) -> None:
+        self._answer("POST")
+
+    def _answer(self, method: str) -> None:
+        path = self.path.split("?", 1)[0]
+        name = ROUTES.get((method, path))
+        try:
+            if name is None:
+                known = sorted({p for (_, p) in ROUTES})
+                if any(p == path for (_, p) in ROUTES):
+                    raise BadRequest(f"{method} is not answered at {path}",
+                                     HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed")
+                raise BadRequest(f"no endpoint {path}; there are {', '.join(known)}",
+                                 HTTPStatus.NOT_FOUND, "not_found")
+            body = self._body() if method == "POST" else {}
+            answer = self.service.health() if name == "health" else \
+                getattr(self.service, name)(body)
+            self._send(HTTPStatus.OK, answer)
+        except BadRequest as error:
+            self._send(error.status, {"error": {"code": error.code, "message": str(error)}})
+        except Exception as error:  # a bug: say so, keep serving, show no traceback
+            self.service.log(f"internal error: {type(error).__name__}: {error}")
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": {
+                "code": "internal", "message": f"{type(error).__name__}: {error}"}})
+
+    def _body(self) -> dict[str, Any]:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise BadRequest("a POST needs a Content-Length", HTTPStatus.LENGTH_REQUIRED,
+                             "length_required")
+        if int(length) > MAX_BODY_BYTES:
+            self.close_connection = True  # (the body is not read)
+            raise BadRequest(f"the body is over {MAX_BODY_BYTES} bytes",
+                             HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large")
+        data = self.rfile.read(int(length))
+        try:
+            body = json.loads(data) if data.strip() else {}
+        except (ValueError, RecursionError):
+            raise BadRequest("the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        return body
+
+    def _send(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+        # The commands' JSON, compact: indenting is for people, and costs a request time.
+        data = json.dumps({"schema_version": OUTPUT_SCHEMA_VERSION, **payload},
+                          ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass  # one line a request would drown the server's own lines
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def make_server(service: Service, port: int, host: str = "127.0.0.1",
+                listener: socket.socket | None = None) -> Server:
+    """An HTTP server for `service` on a new socket, or on `listener` (a worker's share of
+    one listening socket)."""
+    handler = type("BoundHandler", (Handler,), {"service": service})
+    if listener is None:
+        return Server((host, port), handler)
+    server = Server(listener.getsockname(), handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = listener
+    server.server_name, server.server_port = listener.getsockname()[:2]
+    return server
+
+
+def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
+          ready: Callable[[tuple[str, int]], None] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; 0 after a clean stop. With several workers, each is
+    a process with its own loaded build, all accepting on one listening socket: queries
+    are mostly Python, and one process runs one of them at a time."""
+    listener = socket.create_server(("127.0.0.1", port), backlog=128)
+    address = listener.getsockname()[:2]
+    if workers == 1:
+        return _serve_on(make_service(""), listener, lambda: ready and ready(address))
+    listener.setblocking(False)  # the workers race for each connection; losers must not block
+    started_read, started_write = os.pipe()
+    children = []
+    for number in range(workers):
+        pid = os.fork()
+        if pid == 0:  # a worker: load, say so on the pipe, serve
+            code = 70
+            try:
+                os.close(started_read)
+                code = _serve_on(make_service(f"worker {number + 1}: "), listener,
+                                 lambda: os.write(started_write, b"."))
+            finally:
+                os._exit(code)
+        children.append(pid)
+    os.close(started_write)
+    listener.close()
+
+    def forward(signum: int, frame: Any) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if len(os.read(started_read, workers)) and ready:
+            ready(address)  # (at least one worker answers; the others follow)
+        codes = []
+        while children:
+            pid, status = os.wait()
+            children.remove(pid)
+            codes.append(os.waitstatus_to_exitcode(status))
+            if codes[-1] != 0:  # a worker died: the others go too (a supervisor restarts)
+                forward(signal.SIGTERM, None)
+        return max(codes, key=abs)
+    finally:
+        os.close(started_read)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _serve_on(service: Service, listener: socket.socket, started: Callable[[], Any]) -> int:
+    service.start()
+    server = make_server(service, 0, listener=listener)
+
+    def stop(signum: int, frame: Any) -> None:
+        service.log(f"stopping ({signal.Signals(signum).name})")
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        started()
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        service.stop()
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def log_to_stderr(text: str) -> None:
+    from .diagnostics import escape
+
+    print(f"ctxfst serve: {escape(text)}", file=sys.stderr, flush=True)
