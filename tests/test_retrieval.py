@@ -89,10 +89,34 @@ def test_eval_reports_every_metric(built, cli):
     assert result.code == 0
     report = json.loads(result.out)
     for metrics in report["modes"].values():
-        assert set(metrics) == {"hit_at_k", "relevant_in_top_k", "possible", "entity_recall",
-                                "mrr", "ndcg"}
+        assert set(metrics) == {"hit_at_k", "relevant_in_top_k", "possible", "precision_at_k",
+                                "recall_at_k", "entity_recall", "mrr", "ndcg"}
         assert 0 <= metrics["ndcg"] <= 1 and metrics["possible"] == 6
-    assert "| mode | Hit@3 |" in cli("eval", queries, cwd=built).out
+        assert metrics["precision_at_k"] == round(metrics["relevant_in_top_k"] / 6, 4)
+        assert 0 <= metrics["recall_at_k"] <= 1
+    assert "| mode | Hit@3 | relevant in top 3 | P@3 | recall@3 |" in cli(
+        "eval", queries, cwd=built).out
+    # One relevant chunk in the knowledge base, found first by every mode: all of it is
+    # recalled, and it is one third of each top 3.
+    exact = write(built, "exact.yaml", yaml.safe_dump({"queries": [
+        {"id": "exact", "query": "Hono on Cloudflare Workers",
+         "expected_chunks": ["reference:hono-on-workers"]}]}))
+    report = json.loads(cli("eval", exact, "--format", "json", "--k", "3", cwd=built).out)
+    for mode, metrics in report["modes"].items():
+        assert (metrics["recall_at_k"], metrics["precision_at_k"], metrics["mrr"]) == (
+            1.0, 0.3333, 1.0), mode
+    # Graded: the grades alone say what is relevant, and nDCG weighs by them.
+    graded = write(built, "graded.yaml", yaml.safe_dump({"queries": [
+        {"id": "graded", "query": "Hono on Cloudflare Workers",
+         "grades": {"reference:hono-on-workers": 2, "no-such:chunk": 1}}]}))
+    report = json.loads(cli("eval", graded, "--format", "json", "--k", "3", cwd=built).out)
+    for mode, metrics in report["modes"].items():  # 2 / (2 + 1 / log2(3))
+        assert (metrics["ndcg"], metrics["recall_at_k"], metrics["relevant_in_top_k"]) == (
+            0.7602, 0.5, 1), mode
+    bad = write(built, "bad.yaml", yaml.safe_dump({"queries": [
+        {"id": "bad", "query": "Hono", "grades": {"reference:hono-on-workers": "high"}}]}))
+    result = cli("eval", bad, cwd=built)
+    assert result.code == 2 and "`grades`" in result.err
     with pytest.raises(RetrievalError):
         load_queries({"queries": [{"id": "x"}]})
 

@@ -23,7 +23,7 @@ from .silence import RuleSelection, RuleSettingError, check_prefixes
 CONFIG_FILE = "ctxfst.toml"
 TOOL_DIR = ".ctxfst"
 DEFAULT_MODEL = "minilm"  # the bundled offline all-MiniLM-L6-v2 (see compile/embed.py)
-NAMED_MODELS = ("minilm", "use-multilingual")  # bundled: see compile/embed.py
+NAMED_MODELS = ("minilm", "use-multilingual", "e5-small")  # bundled: see compile/embed.py
 # A Hugging Face Hub id, `org/name`: never a path (no '..', no leading '/' or '.').
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*/[A-Za-z0-9][A-Za-z0-9._-]*")
 DEFAULT_EXTRA_EDGES = ("**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml")

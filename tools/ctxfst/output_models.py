@@ -70,6 +70,9 @@ class EvalScores(Open):
     hit_at_k: int = Field(ge=0, description="queries with a relevant chunk in the top k")
     relevant_in_top_k: int = Field(ge=0)
     possible: int = Field(ge=0, description="k times the number of queries")
+    precision_at_k: float = Field(ge=0, le=1, description="relevant_in_top_k / possible")
+    recall_at_k: float = Field(ge=0, le=1, description="the mean share of each query's "
+                               "relevant chunks found in its top k")
     entity_recall: float = Field(ge=0, le=1)
     mrr: float = Field(ge=0, le=1)
     ndcg: float = Field(ge=0, le=1)

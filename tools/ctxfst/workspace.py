@@ -92,9 +92,10 @@ class Workspace:
         return self._embedder
 
     def embed(self, texts: list[str]):
+        """Questions' vectors (the build embeds its texts as passages)."""
         try:
             with self._embed_lock:  # one model, many server threads
-                return self.embedder.encode(texts, 32, False)
+                return self.embedder.encode_queries(texts)
         except (ImportError, OSError, ValueError) as error:  # a model that cannot load
             raise RetrievalError(f"the embedding model {self.model_spec!r} could not be "
                                  f"used: {error}") from None

