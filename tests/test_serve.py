@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
@@ -46,7 +47,8 @@ class Running:
              headers: dict | None = None) -> tuple[int, dict]:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         data = raw if raw is not None else (None if body is None else json.dumps(body))
-        connection.request(method, path, data, headers or {})
+        sent = {"Content-Type": "application/json"} if method == "POST" else {}
+        connection.request(method, path, data, {**sent, **(headers or {})})
         response = connection.getresponse()
         payload = json.loads(response.read())
         connection.close()
@@ -127,6 +129,10 @@ def test_answers_are_the_commands_answers(project, running):
     ("POST", "/query", {"text": "Hono", "mode": "psychic"}, 400, "bad_request"),
     ("POST", "/query", {"text": "Hono", "hops": 99}, 400, "bad_request"),
     ("POST", "/query", {"text": "Hono", "colour": "red"}, 400, "bad_request"),
+    ("POST", "/query", {"text": "滾動更新", "bridge_model": "hash-3000000"}, 400,
+     "bad_request"),
+    ("POST", "/query", {"text": "滾動更新", "bridge_model": "someone/model"}, 400,
+     "bad_request"),
     ("POST", "/query", {"text": "!!!"}, 400, "retrieval_error"),
     ("POST", "/query", [1, 2], 400, "bad_request"),
     ("POST", "/facts/ask", {"op": "exists"}, 400, "bad_request"),
@@ -156,6 +162,7 @@ def test_requests_are_bounded(running):
     # Refused from its Content-Length, before a byte of the body is read.
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     connection.putrequest("POST", "/query")
+    connection.putheader("Content-Type", "application/json")
     connection.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
     connection.endheaders()
     response = connection.getresponse()
@@ -163,6 +170,7 @@ def test_requests_are_bounded(running):
     connection.close()
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     connection.putrequest("POST", "/query")
+    connection.putheader("Content-Type", "application/json")
     connection.endheaders()
     assert connection.getresponse().status == 411
     connection.close()
@@ -186,9 +194,15 @@ def test_a_new_build_is_served_once_published_and_a_damaged_one_never(project, r
     chunks = project / "build" / "chunks.parquet"
     chunks.write_bytes(chunks.read_bytes()[:-100] + bytes(100))
     manifest = project / "build" / "manifest.json"
-    manifest.write_bytes(manifest.read_bytes())  # a new identity: the watcher looks again
-    error = server.wait_for(lambda: server.call("GET", "/health")[1]["load_error"])
-    assert "chunks.parquet" in error and "manifest" in error
+    copy = manifest.with_name("manifest.json.new")
+    copy.write_bytes(manifest.read_bytes())
+    os.replace(copy, manifest)  # a new identity: the watcher looks again
+    error = server.wait_for(lambda: (lambda e: e if e and "chunks.parquet" in e else None)(
+        server.call("GET", "/health")[1]["load_error"]))
+    assert "manifest" in error
+    loads = len(server.log)
+    time.sleep(0.5)  # ten polls: the build that failed is not loaded again until it changes
+    assert len(server.log) == loads, server.log[loads:]
     health = server.call("GET", "/health")[1]
     assert health["build"]["manifest_sha256"] == second and health["status"] == "ok"
     status, again = server.call("POST", "/query", {"text": "Zanzibar quokka marmalade",
@@ -235,7 +249,8 @@ def test_the_command_serves_until_sigterm(project):
                 break
         assert port, "no listening line"
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 1}))
+        connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 1}),
+                           {"Content-Type": "application/json"})
         response = connection.getresponse()
         assert response.status == 200
         assert json.loads(response.read())["results"][0]["chunk_id"]
@@ -279,12 +294,13 @@ def test_workers_share_the_port_and_stop_together(project):
         answers = set()
         for number in range(12):  # a connection each: both workers get some
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 2}))
+            connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 2}),
+                               {"Content-Type": "application/json"})
             response = connection.getresponse()
             assert response.status == 200
             answers.add(response.read())
             connection.close()
-        assert len(answers) == 1  # every worker answers from the same build, the same way
+        assert len(answers) == 1  # whichever worker took it, the same answer
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         log = process.stderr.read()
@@ -302,3 +318,75 @@ def test_the_commands_defaults_are_the_servers():
         args = build_parser().parse_args([command])
         assert (args.poll, args.stale_check) == (POLL_SECONDS, STALE_CHECK_SECONDS)
     assert build_parser().parse_args(["serve"]).port == DEFAULT_PORT
+
+
+def test_only_this_machines_clients_are_answered(running):
+    server = running()
+    for headers, status in (({"Host": "evil.example"}, 403),
+                            ({"Origin": "http://evil.example"}, 403),
+                            ({"Origin": "null"}, 403),
+                            ({"Content-Type": "text/plain"}, 415),
+                            ({"Content-Type": "application/x-www-form-urlencoded"}, 415)):
+        got, answer = server.call("POST", "/query", {"text": "Hono"}, headers=headers)
+        assert got == status, (headers, answer)
+        assert answer["error"]["code"] in ("forbidden", "unsupported_media_type")
+    assert server.call("GET", "/health", headers={"Host": "evil.example"})[0] == 403
+    local = {"Host": f"localhost:{server.port}", "Origin": f"http://localhost:{server.port}"}
+    assert server.call("POST", "/query", {"text": "Hono"}, headers=local)[0] == 200
+
+
+def test_broken_requests_close_their_connection(running):
+    import socket
+
+    server = running()
+
+    def exchange(request: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(request)
+            sock.shutdown(socket.SHUT_WR)
+            return b"".join(iter(lambda: sock.recv(65536), b""))
+
+    host = f"Host: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+    body = b'{"text": "Hono"}'
+    # A 404 with a body: the connection closes, the body is never read as a request.
+    reply = exchange(f"POST /nope HTTP/1.1\r\n{host}Content-Length: {len(body)}\r\n\r\n"
+                     .encode() + body + b"GET /health HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 404") and reply.count(b"HTTP/1.1") == 1
+    # A Content-Length that is not a plain number, and a body shorter than it says.
+    reply = exchange(f"POST /query HTTP/1.1\r\n{host}Content-Length: ²\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 411")
+    reply = exchange(f"POST /query HTTP/1.1\r\n{host}Content-Length: 500\r\n\r\n".encode()
+                     + body)
+    assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply
+    assert not [line for line in server.log if "internal" in line], server.log
+    assert server.call("POST", "/query", {"text": "Hono"})[0] == 200
+
+
+def test_staleness_is_judged_against_the_build_served(project, running):
+    """Sources edited, then a build published that cannot be loaded: the build still
+    served is older than the sources, and says so."""
+    server = running(stale_check_seconds=0.05)
+    source = project / "content" / "backend-frameworks.ctxfst.md"
+    source.write_text(source.read_text(encoding="utf-8").replace(
+        "</Chunk>", "Quokka.\n</Chunk>", 1), encoding="utf-8")
+    server.wait_for(lambda: server.call("GET", "/health")[1]["stale"])
+    assert run_build(project, [], quiet=True) == 0
+    chunks = project / "build" / "chunks.parquet"  # the new build, damaged after publishing
+    chunks.write_bytes(chunks.read_bytes()[:-100] + bytes(100))
+    server.wait_for(lambda: server.call("GET", "/health")[1]["load_error"])
+    time.sleep(0.3)  # several stale checks
+    health = server.call("GET", "/health")[1]
+    assert health["stale"] and "content/backend-frameworks.ctxfst.md" in health["stale"]
+    assert server.call("POST", "/query", {"text": "Hono"})[0] == 409
+
+
+def test_facts_and_plans_come_from_the_build_served(project, running):
+    """Everything a request reads was loaded with the build: a newer build in the folder
+    does not leak into answers before it is switched to."""
+    server = running(stale_check_seconds=0)
+    ask = {"tenant": "default", "op": "list", "key": "topic"}
+    before = server.call("POST", "/facts/ask", ask)
+    assert before[0] == 200
+    facts = project / "build" / "semantic_facts.parquet"
+    facts.write_bytes(b"not parquet")  # unpublished damage: the served build has its copy
+    assert server.call("POST", "/facts/ask", ask) == before

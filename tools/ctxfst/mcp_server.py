@@ -11,7 +11,7 @@ The `mcp` SDK is an extra (`pip install 'ctxfst[mcp]'`), imported only by this c
 from typing import Annotated, Any, Callable, Literal
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
-from .serve import MAX_HOPS, MAX_TEXT_CHARS, MAX_TOP_K, BadRequest, Service
+from .serve import BRIDGE_MODELS, MAX_HOPS, MAX_TEXT_CHARS, MAX_TOP_K, BadRequest, Service
 
 INSTRUCTIONS = (
     "Tools over a compiled CtxFST knowledge base. `query` retrieves chunks (graph mode walks "
@@ -54,9 +54,9 @@ def build_server(service: Service):
               ] = "graph",
               top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] = 5,
               hops: Annotated[int, Field(ge=0, le=MAX_HOPS)] = 2,
-              bridge_model: Annotated[str, Field(
-                  max_length=200, description="multilingual model for text the build's "
-                  "model cannot read, or none")] = "use-multilingual",
+              bridge_model: Annotated[Literal[BRIDGE_MODELS], Field(  # type: ignore
+                  description="multilingual model for text the build's model cannot "
+                  "read, or none")] = "use-multilingual",
               allow_stale: Stale = False) -> dict[str, Any]:
         return answer(service.query, dict(text=text, mode=mode, top_k=top_k, hops=hops,
                                           bridge_model=bridge_model, allow_stale=allow_stale))

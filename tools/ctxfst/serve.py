@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -48,31 +49,18 @@ class BadRequest(Exception):
 
 @dataclass
 class Generation:
-    """One published build, loaded: everything a request reads comes from here."""
+    """One published build, loaded whole before it is served: the index, the facts, the
+    world model and the manifest they were checked against. Nothing a request reads is
+    read from the build folder after the switch (a newer build may be there by then)."""
 
     workspace: Any                       # a Workspace with its index loaded
+    facts: Any                           # the facts Store, its fallback's chunks read
+    world: Any                           # the skill index and entity graph (plan)
+    manifest: dict[str, Any]
     manifest_identity: tuple[int, ...]   # (size, mtime, inode, ctime) of its manifest.json
     manifest_sha256: str
     loaded_at: float
-    _facts: Any = field(default=None, repr=False)
-    _world: Any = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def facts(self):
-        from .facts.query import Store
-
-        with self._lock:
-            if self._facts is None:  # (freshness is the service's business: project=None)
-                self._facts = Store.load(self.workspace.build_dir)
-            return self._facts
-
-    def world(self):
-        from .runtime.world import load_world
-
-        with self._lock:
-            if self._world is None:
-                self._world = load_world(self.workspace.build_dir, self.workspace.cache_dir)
-            return self._world
+    stale: str | None = None             # why the sources differ from this build, if they do
 
 
 def _manifest_identity(build_dir: Path) -> tuple[int, ...] | None:
@@ -80,7 +68,17 @@ def _manifest_identity(build_dir: Path) -> tuple[int, ...] | None:
         info = os.stat(build_dir / "manifest.json")
     except OSError:
         return None
+    return _identity(info)
+
+
+def _identity(info: os.stat_result) -> tuple[int, ...]:
     return (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
+
+
+# A request may choose among these multilingual views for queries the build's model
+# cannot read; any other name would make the server load (or download) a model for a
+# stranger's request.
+BRIDGE_MODELS = ("use-multilingual", "none")
 
 
 class Service:
@@ -98,58 +96,79 @@ class Service:
         self.workspace_class = Workspace
         self.current: Generation | None = None
         self.load_error: str | None = None
-        self.stale: str | None = None
+        self._failed: tuple[int, ...] | None = None  # the manifest whose load failed
         self._stop = threading.Event()
         self._compute = threading.Lock()
         self._threads: list[threading.Thread] = []
-        Workspace.open(cwd, build)  # no project and no --build: a usage error, now
+        # (no project and no --build: a usage error, now)
+        self.build_dir = Workspace.open(cwd, build).build_dir
+
+    @property
+    def stale(self) -> str | None:
+        generation = self.current
+        return generation.stale if generation else None
 
     # -- loading ---------------------------------------------------------------------
 
     def load(self) -> bool:
-        """Load the build now published, unless it is the one served. True when the
-        served build changed."""
-        from .artifacts.reader import ArtifactError
+        """Load the build now published, unless it is the one served or the one that
+        failed to load last. True when the served build changed."""
+        from .artifacts.reader import ArtifactError, parse_json, read_plain_file
+        from .facts.query import FALLBACK_COLUMNS, FactsError, Store
         from .retrieval.search import RetrievalError
-
-        from .artifacts.reader import read_plain_file
+        from .runtime.world import WorldError, load_world
 
         workspace = self.workspace_class.open(self.cwd, self.build)
-        manifest = workspace.build_dir / "manifest.json"
+        path = workspace.build_dir / "manifest.json"
         try:
-            data, info = read_plain_file(manifest)
+            data, info = read_plain_file(path)
         except OSError as error:
-            self.load_error = f"{manifest}: {error.strerror or error}: run `doit`"
+            self.load_error = f"{path}: {error.strerror or error}: run `doit`"
             return False
-        identity = (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
-        if self.current is not None and identity == self.current.manifest_identity:
+        identity = _identity(info)
+        if identity in (self._failed, self.current and self.current.manifest_identity):
             return False
         try:
+            manifest = parse_json(data)
             index = workspace.index  # every artifact read and checked against the manifest
-            workspace.embedder  # (the model loads here, not in the first request)
+            workspace.embed(["warm up"])  # the model loads now, not in the first request
             if index.chunk_ids:  # built or read now, not by the first requests
                 index.bm25
                 index.preload_hits()
-            digest = hashlib.sha256(data).hexdigest()
+            facts = Store.load(workspace.build_dir)  # (freshness: see check_stale)
+            facts.chunks(FALLBACK_COLUMNS)
+            world = load_world(workspace.build_dir, workspace.cache_dir)
             if _manifest_identity(workspace.build_dir) != identity:
                 raise RetrievalError("the build was published again while it was loaded")
-        except (RetrievalError, ArtifactError, OSError, ValueError) as error:
+        except (RetrievalError, ArtifactError, FactsError, WorldError, OSError,
+                ValueError) as error:
             self.load_error = str(error)  # (the build served so far stays)
+            self._failed = identity
+            self.log(f"not serving the new build: {error}")
             return False
-        self.current = Generation(workspace, identity, digest, time.time())
-        self.load_error = None
-        self.log(f"serving the build of {digest[:12]} ({len(index.chunk_ids)} chunks)")
+        generation = Generation(workspace, facts, world, manifest, identity,
+                                hashlib.sha256(data).hexdigest(), time.time())
         if self.stale_check_seconds:
-            self.check_stale()
+            self.check_stale(generation)
+        self.current, self.load_error, self._failed = generation, None, None
+        self.log(f"serving the build of {generation.manifest_sha256[:12]} "
+                 f"({len(index.chunk_ids)} chunks)")
         return True
 
-    def check_stale(self) -> None:
-        generation = self.current
-        if generation is not None:
-            try:
-                self.stale = generation.workspace.stale_reason()
-            except OSError as error:
-                self.stale = f"the sources could not be compared with the build ({error})"
+    def check_stale(self, generation: Generation | None = None) -> None:
+        """Compare the sources with the manifest of the build served (not with whatever
+        the build folder holds now: a newer build may have failed to load)."""
+        from .artifacts.freshness import changed_inputs, stale_message
+
+        generation = generation or self.current
+        workspace = generation.workspace if generation else None
+        if workspace is None or not workspace.is_project_build:
+            return
+        try:
+            changed = changed_inputs(workspace.config, generation.manifest)
+            generation.stale = stale_message(changed) if changed else None
+        except OSError as error:
+            generation.stale = f"the sources could not be compared with the build ({error})"
 
     def start(self) -> None:
         """The first load, then the watcher threads."""
@@ -171,8 +190,9 @@ class Service:
         self._threads.append(thread)
 
     def _poll(self) -> None:
-        if self.current is None or _manifest_identity(
-                self.current.workspace.build_dir) != self.current.manifest_identity:
+        identity = _manifest_identity(self.build_dir)
+        if identity is not None and identity not in (
+                self._failed, self.current and self.current.manifest_identity):
             self.load()
 
     def stop(self) -> None:
@@ -186,8 +206,8 @@ class Service:
             raise BadRequest(f"no build to serve yet ({self.load_error or 'loading'})",
                              HTTPStatus.SERVICE_UNAVAILABLE, "no_build")
         allow = _boolean(body, "allow_stale", False)
-        if self.stale and not (self.allow_stale or allow):
-            raise BadRequest(f"{self.stale} (or send \"allow_stale\": true)",
+        if generation.stale and not (self.allow_stale or allow):
+            raise BadRequest(f"{generation.stale} (or send \"allow_stale\": true)",
                              HTTPStatus.CONFLICT, "stale_build")
         return generation
 
@@ -210,7 +230,7 @@ class Service:
         request = QueryRequest(
             _text(body, "text", required=True), _choice(body, "mode", MODES, "graph"),
             _integer(body, "top_k", 5, 1, MAX_TOP_K), _integer(body, "hops", 2, 0, MAX_HOPS),
-            _text(body, "bridge_model", default="use-multilingual"))
+            _choice(body, "bridge_model", BRIDGE_MODELS, "use-multilingual"))
         generation = self.generation(body)
         try:
             skill_graph = generation.workspace.skill_graph(None) \
@@ -224,7 +244,7 @@ class Service:
     def facts_ask(self, body: dict[str, Any]) -> dict[str, Any]:
         from .config import BuildSettings
         from .facts.extractors import reader_version
-        from .facts.query import OPS, FactsError, FactsUsage, ask, check_tenant
+        from .facts.query import OPS, FactsBuildError, FactsError, FactsUsage, ask, check_tenant
 
         _known(body, {"tenant", "op", "entity_type", "namespace", "key", "value",
                       "min_confidence", "limit", "allow_stale"})
@@ -238,10 +258,13 @@ class Service:
         config = generation.workspace.config
         try:
             check_tenant(tenant)
-            store = generation.facts()
+            store = generation.facts
             settings = config.build if config else BuildSettings()
             version = reader_version(settings.facts_extractors, store.extract_version)
             return ask(store, settings, tenant, op, *filters, confidence, limit, version)
+        except FactsBuildError as error:  # the build's fault, not the request's
+            raise BadRequest(str(error), HTTPStatus.SERVICE_UNAVAILABLE,
+                             "build_error") from None
         except FactsUsage as error:
             raise BadRequest(str(error)) from None
         except FactsError as error:
@@ -264,7 +287,7 @@ class Service:
         config = self._project(generation)
         try:
             return rt.make_plan(config, rt.store_for(config, None), goal, seeds, algorithm,
-                                explain, generation.world())
+                                explain, generation.world)
         except (rt.RuntimeUsage, WorldError, StateError) as error:
             raise BadRequest(str(error), code="plan_error") from None
 
@@ -376,7 +399,9 @@ class Handler(BaseHTTPRequestHandler):
     def _answer(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         name = ROUTES.get((method, path))
+        body_read = method != "POST"
         try:
+            self._check_origin()
             if name is None:
                 known = sorted({p for (_, p) in ROUTES})
                 if any(p == path for (_, p) in ROUTES):
@@ -385,26 +410,58 @@ class Handler(BaseHTTPRequestHandler):
                 raise BadRequest(f"no endpoint {path}; there are {', '.join(known)}",
                                  HTTPStatus.NOT_FOUND, "not_found")
             body = self._body() if method == "POST" else {}
+            body_read = True
             answer = self.service.health() if name == "health" else \
                 getattr(self.service, name)(body)
             self._send(HTTPStatus.OK, answer)
         except BadRequest as error:
+            if not body_read:  # what is left of it would be read as the next request
+                self.close_connection = True
             self._send(error.status, {"error": {"code": error.code, "message": str(error)}})
+        except (ConnectionError, TimeoutError):  # the client went away: nothing to answer
+            self.close_connection = True
         except Exception as error:  # a bug: say so, keep serving, show no traceback
             self.service.log(f"internal error: {type(error).__name__}: {error}")
+            self.close_connection = True
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": {
                 "code": "internal", "message": f"{type(error).__name__}: {error}"}})
 
+    def _check_origin(self) -> None:
+        """Only this machine's clients: a web page the user has open can send requests to
+        127.0.0.1 too (a form post, or a name it rebinds to 127.0.0.1), with its own Host
+        or Origin. Such requests are refused; so is a POST that is not JSON (what a page
+        can send without asking the browser first)."""
+        port = self.server.server_address[1]
+        local = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+        if self.headers.get("Host") not in local:
+            raise BadRequest("the Host header must name this server (127.0.0.1 or localhost "
+                             f"and port {port})", HTTPStatus.FORBIDDEN, "forbidden")
+        origin = self.headers.get("Origin")
+        if origin is not None and origin.removeprefix("http://") not in local:
+            raise BadRequest(f"requests from {origin} are not answered",
+                             HTTPStatus.FORBIDDEN, "forbidden")
+        kind = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if self.command == "POST" and kind != "application/json":
+            raise BadRequest("a POST's Content-Type must be application/json",
+                             HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+
     def _body(self) -> dict[str, Any]:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        length = self.headers.get("Content-Length") or ""
+        if not re.fullmatch(r"[0-9]{1,9}", length):
             raise BadRequest("a POST needs a Content-Length", HTTPStatus.LENGTH_REQUIRED,
                              "length_required")
         if int(length) > MAX_BODY_BYTES:
-            self.close_connection = True  # (the body is not read)
             raise BadRequest(f"the body is over {MAX_BODY_BYTES} bytes",
                              HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large")
-        data = self.rfile.read(int(length))
+        try:
+            data = self.rfile.read(int(length))
+        except TimeoutError:
+            data = b""
+        if len(data) < int(length):  # the client stopped sending before the end
+            self.close_connection = True
+            raise BadRequest(f"the body ended after {len(data)} of {length} bytes, or the "
+                             f"client stopped sending for {READ_TIMEOUT_SECONDS:g} s",
+                             HTTPStatus.REQUEST_TIMEOUT, "request_timeout")
         try:
             body = json.loads(data) if data.strip() else {}
         except (ValueError, RecursionError):
@@ -430,6 +487,14 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed outside a request (reset, timed out): one line, not
+        socketserver's traceback."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, (ConnectionError, TimeoutError)):
+            print(f"ctxfst serve: connection from {client_address[0]}: "
+                  f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
 def make_server(service: Service, port: int, host: str = "127.0.0.1",
@@ -466,6 +531,9 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
                 os.close(started_read)
                 code = _serve_on(make_service(f"worker {number + 1}: "), listener,
                                  lambda: os.write(started_write, b"."))
+            except BaseException as error:  # (os._exit would swallow it unsaid)
+                print(f"ctxfst serve: worker {number + 1}: {type(error).__name__}: {error}",
+                      file=sys.stderr, flush=True)
             finally:
                 os._exit(code)
         children.append(pid)
@@ -481,14 +549,15 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
     try:
         if len(os.read(started_read, workers)) and ready:
             ready(address)  # (at least one worker answers; the others follow)
-        codes = []
+        failed = 0
         while children:
             pid, status = os.wait()
             children.remove(pid)
-            codes.append(os.waitstatus_to_exitcode(status))
-            if codes[-1] != 0:  # a worker died: the others go too (a supervisor restarts)
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0:  # a worker died: the others go too (a supervisor restarts)
+                failed = failed or (128 - code if code < 0 else code)  # (killed: 128 + N)
                 forward(signal.SIGTERM, None)
-        return max(codes, key=abs)
+        return failed
     finally:
         os.close(started_read)
         for sig, handler in previous.items():
@@ -496,17 +565,21 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
 
 
 def _serve_on(service: Service, listener: socket.socket, started: Callable[[], Any]) -> int:
-    service.start()
     server = make_server(service, 0, listener=listener)
+    stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
         service.log(f"stopping ({signal.Signals(signum).name})")
+        stopping.set()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
+    # (installed before the first load, which may take a while: a stop then is a stop)
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        service.start()
         started()
-        server.serve_forever(poll_interval=0.2)
+        if not stopping.is_set():
+            server.serve_forever(poll_interval=0.2)
     finally:
         service.stop()
         server.server_close()

@@ -11,7 +11,7 @@ Every query needs a tenant, and sees only that tenant's facts and chunks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,9 @@ class Store:
     build_seq: int
     extract_version: str
     artifacts: Any = None  # the BuildArtifacts they were read through
+    # chunks() tables, once read: a server keeps one Store a build, and the build folder
+    # may hold a newer build by the time a fallback asks
+    _chunk_tables: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, build_dir: Path, project=None) -> "Store":
@@ -128,13 +131,17 @@ class Store:
         from ..artifacts.reader import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
                                         chunk_columns)
 
-        try:
-            build = self.artifacts or BuildArtifacts(self.build_dir, [CHUNKS_FILE])
-            kinds = chunk_columns()
-            return build.parquet(CHUNKS_FILE, {c: kinds[c] for c in columns}, CHUNK_NULLABLE,
-                                 read_columns=columns)
-        except ArtifactError as error:
-            raise FactsBuildError(str(error)) from None
+        key = tuple(columns)
+        if key not in self._chunk_tables:
+            try:
+                build = self.artifacts or BuildArtifacts(self.build_dir, [CHUNKS_FILE])
+                kinds = chunk_columns()
+                self._chunk_tables[key] = build.parquet(
+                    CHUNKS_FILE, {c: kinds[c] for c in columns}, CHUNK_NULLABLE,
+                    read_columns=columns)
+            except ArtifactError as error:
+                raise FactsBuildError(str(error)) from None
+        return self._chunk_tables[key]
 
     def tenant_facts(self, tenant: str, active_only: bool = True) -> list[dict[str, Any]]:
         return [f for f in self.facts if f["tenant_id"] == tenant

@@ -259,10 +259,10 @@ class Index:
             return None
         from ..compile.embed import EmbeddingCache, embed_texts, get_embedder
 
-        embedder = get_embedder(spec)
-        if embedder.model_id == self.model_id:
-            return None
-        try:
+        try:  # (a name that is not a model, too, is an error of the bridge)
+            embedder = get_embedder(spec)
+            if embedder.model_id == self.model_id:
+                return None
             if spec not in self._bridge_matrices:
                 texts = [self.entities[e]["representation"] for e in self.entity_ids]
                 if cache_dir is None:
