@@ -41,6 +41,10 @@ def test_e5_small_reads_chinese_and_english_alike():
     assert matrix.shape == (3, 384) and matrix.dtype == np.float32
     assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
     assert embedder.encode(passages, 2, False).tobytes() == matrix.tobytes()
+    # A text's vector does not depend on what it is encoded with (the embedding cache
+    # keeps vectors by text: an edit's build and a clean one must agree byte for byte).
+    for number, text in enumerate(passages):
+        assert embedder.encode([text], 32, False)[0].tobytes() == matrix[number].tobytes()
     for question, expected in (("如何回滾 Kubernetes 部署", 0),
                                ("how do I roll back a Kubernetes deployment", 0),
                                ("寫 REST API 的 Python 框架", 1)):
