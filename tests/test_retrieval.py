@@ -465,3 +465,34 @@ def test_hits_read_their_rows_alone_and_match_the_whole_table(built):
         assert index.chunk_entities(number) == rows[chunk_id]["entities"]
         for entity in rows[chunk_id]["entities"]:
             assert number in index.mentions[entity].tolist()
+
+
+def test_rows_across_many_row_groups_read_as_the_whole_table(tmp_path, capsys):
+    """Hits read from their own row group (a query) or from the preloaded table (the
+    server) are the rows the whole table holds, at every group's edges."""
+    from ctxfst.mock import generate
+
+    generate(tmp_path, 240, seed=2)
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-64"\n')
+    assert run_build(tmp_path, [], quiet=True) == 0
+    capsys.readouterr()
+    lazy = Index(tmp_path / "build", "hash-64")
+    starts = lazy._chunk_file.group_starts
+    assert len(starts) > 3, "the mock should span several row groups"
+    edges = sorted({row for start in starts for row in (start - 1, start)
+                    if 0 <= row < len(lazy.chunk_ids)})
+    preloaded = Index(tmp_path / "build", "hash-64")
+    preloaded.preload_hits()
+    whole = Index(tmp_path / "build", "hash-64").chunks
+    for row in edges:
+        expected = whole[row]
+        for index in (lazy, preloaded):
+            hit = index.hit(row, 1.0)
+            assert (hit.chunk_id, hit.source, hit.content, hit.line_start, hit.line_end) == (
+                expected["chunk_id"], expected["source"], expected["content"] or "",
+                expected["line_start"], expected["line_end"]), row
+        assert lazy.chunk_entities(row) == expected["entities"]
+    assert lazy._chunks is None  # never the whole table
+    one = Index(tmp_path / "build", "hash-64")
+    one.hit(starts[2], 1.0)
+    assert list(one._groups) == [2]  # a hit reads its own row group, no other
