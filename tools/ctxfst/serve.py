@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -63,16 +63,17 @@ class Generation:
     stale: str | None = None             # why the sources differ from this build, if they do
 
 
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    from .artifacts.reader import DigestCache
+
+    return tuple(DigestCache.identity(info))
+
+
 def _manifest_identity(build_dir: Path) -> tuple[int, ...] | None:
     try:
-        info = os.stat(build_dir / "manifest.json")
+        return _identity(os.stat(build_dir / "manifest.json"))
     except OSError:
         return None
-    return _identity(info)
-
-
-def _identity(info: os.stat_result) -> tuple[int, ...]:
-    return (info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns)
 
 
 # A request may choose among these multilingual views for queries the build's model
@@ -93,13 +94,11 @@ class Service:
         self.cwd, self.build, self.allow_stale = cwd, build, allow_stale
         self.poll_seconds, self.stale_check_seconds = poll_seconds, stale_check_seconds
         self.log = log or (lambda text: None)
-        self.workspace_class = Workspace
         self.current: Generation | None = None
         self.load_error: str | None = None
         self._failed: tuple[int, ...] | None = None  # the manifest whose load failed
         self._stop = threading.Event()
         self._compute = threading.Lock()
-        self._threads: list[threading.Thread] = []
         # (no project and no --build: a usage error, now)
         self.build_dir = Workspace.open(cwd, build).build_dir
 
@@ -117,8 +116,9 @@ class Service:
         from .facts.query import FALLBACK_COLUMNS, FactsError, Store
         from .retrieval.search import RetrievalError
         from .runtime.world import WorldError, load_world
+        from .workspace import Workspace
 
-        workspace = self.workspace_class.open(self.cwd, self.build)
+        workspace = Workspace.open(self.cwd, self.build)
         path = workspace.build_dir / "manifest.json"
         try:
             data, info = read_plain_file(path)
@@ -126,7 +126,7 @@ class Service:
             self.load_error = f"{path}: {error.strerror or error}: run `doit`"
             return False
         identity = _identity(info)
-        if identity in (self._failed, self.current and self.current.manifest_identity):
+        if not self._is_new(identity):
             return False
         try:
             manifest = parse_json(data)
@@ -185,14 +185,15 @@ class Service:
                 except Exception as error:  # a watcher must outlive one bad moment
                     self.log(f"watcher: {type(error).__name__}: {error}")
 
-        thread = threading.Thread(target=loop, daemon=True, name=f"ctxfst-{work.__name__}")
-        thread.start()
-        self._threads.append(thread)
+        threading.Thread(target=loop, daemon=True, name=f"ctxfst-{work.__name__}").start()
+
+    def _is_new(self, identity: tuple[int, ...] | None) -> bool:
+        """A manifest neither served nor failed already."""
+        return identity is not None and identity not in (
+            self._failed, self.current and self.current.manifest_identity)
 
     def _poll(self) -> None:
-        identity = _manifest_identity(self.build_dir)
-        if identity is not None and identity not in (
-                self._failed, self.current and self.current.manifest_identity):
+        if self._is_new(_manifest_identity(self.build_dir)):  # (a stat; load reads it)
             self.load()
 
     def stop(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
 from ..config import Config

@@ -298,12 +298,9 @@ class BuildArtifacts:
             schema = file.schema_arrow
         except Exception as error:  # whatever the Parquet reader makes of foreign bytes
             raise self._unreadable(name, error) from None
-        for column, kind in columns.items():
-            problem = (f"no column `{column}`" if column not in schema.names else None
-                       if schema.field(column).type.equals(kind) else
-                       f"column `{column}` is {schema.field(column).type}, not {kind}")
-            if problem:
-                raise ArtifactError(f"{self.path(name)}: {problem}: {REBUILD}")
+        problem = schema_problem(schema, columns)
+        if problem:
+            raise ArtifactError(f"{self.path(name)}: {problem}: {REBUILD}")
         return CheckedParquet(self, name, file, columns, nullable)
 
     def _unreadable(self, name: str, error: Exception) -> ArtifactError:
@@ -342,7 +339,6 @@ class CheckedParquet:
         self.columns, self.nullable = columns, nullable
         sizes = (file.metadata.row_group(i).num_rows for i in range(file.num_row_groups))
         self.group_starts = [0, *itertools.accumulate(sizes)]  # each group's first row, the end
-        self.num_rows = self.group_starts[-1]
 
     def read(self, columns: list[str] | None = None):
         return self._checked(lambda: self.file.read(columns=columns), columns)
@@ -367,15 +363,24 @@ class CheckedParquet:
         return table
 
 
+def schema_problem(schema, columns: dict[str, Any]) -> str | None:
+    """What keeps an Arrow schema from having these columns in exactly these types."""
+    for column, kind in columns.items():
+        if column not in schema.names:
+            return f"no column `{column}`"
+        actual = schema.field(column).type
+        if not actual.equals(kind):
+            return f"column `{column}` is {actual}, not {kind}"
+    return None
+
+
 def column_problem(table, columns: dict[str, Any], nullable: frozenset[str] = frozenset()
                    ) -> str | None:
     """What keeps a table from having these typed columns without nulls, or None."""
-    for column, kind in columns.items():
-        if column not in table.column_names:
-            return f"no column `{column}`"
-        actual = table.schema.field(column).type
-        if not actual.equals(kind):
-            return f"column `{column}` is {actual}, not {kind}"
+    problem = schema_problem(table.schema, columns)
+    if problem:
+        return problem
+    for column in columns:
         for chunk in table.column(column).chunks:
             where = _null_in(chunk, column, nullable)
             if where:
