@@ -278,29 +278,41 @@ def test_the_command_refuses_a_taken_port_and_no_project(project, tmp_path_facto
     assert done.returncode == 2 and "not a port number" in done.stderr
 
 
-def test_workers_share_the_port_and_stop_together(project):
+def test_workers_share_the_port_balance_connections_and_stop_together(project):
     process = subprocess.Popen([sys.executable, "-m", "ctxfst", "serve", "--port", "0",
                                 "--workers", "2"], cwd=project, stderr=subprocess.PIPE,
                                text=True)
     try:
-        port = None
+        port, before = None, []
         for _ in range(50):
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)",
-                              process.stderr.readline())
+            line = process.stderr.readline()
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
             if found:
                 port = int(found.group(1))
                 break
+            before.append(line)
         assert port, "no listening line"
-        answers = set()
-        for number in range(12):  # a connection each: both workers get some
+        # It says it listens once both workers serve, so none is left idle by clients
+        # that connect at once.
+        assert {re.search(r"worker (\d):", line).group(1) for line in before
+                if "serving the build" in line} == {"1", "2"}
+        answers, pids, connections = set(), [], []
+        for number in range(4):  # kept open, as an agent's client keeps its connection
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connections.append(connection)
             connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 2}),
                                {"Content-Type": "application/json"})
             response = connection.getresponse()
             assert response.status == 200
             answers.add(response.read())
-            connection.close()
+            connection.request("GET", "/health")
+            pids.append(json.loads(connection.getresponse().read())["pid"])
         assert len(answers) == 1  # whichever worker took it, the same answer
+        # Each keep-alive connection stays with the worker that accepted it: the least
+        # loaded accepts, two connections each.
+        assert sorted(pids.count(pid) for pid in set(pids)) == [2, 2]
+        for connection in connections:
+            connection.close()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         log = process.stderr.read()

@@ -606,8 +606,11 @@ def _retrieval(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .serve import Service, log_to_stderr, serve, share_cpus
+
+    if args.command == "serve" and args.workers > 1:
+        share_cpus(args.workers)  # (before anything imports numpy)
     from .retrieval.search import RetrievalError
-    from .serve import Service, log_to_stderr, serve
 
     def make_service(prefix: str) -> Service:
         log = (lambda text: log_to_stderr(prefix + text)) if verbosity(args) >= 0 else None

@@ -329,6 +329,8 @@ class ServeHealthOutput(Closed):
                                              "the last check; null when they do not")
     load_error: Optional[str] = Field(description="why the newest build could not be loaded "
                                                   "(the one before is served)")
+    pid: int = Field(description="the process that answered (with --workers, one of "
+                                 "several, each with its own loaded build)")
 
 
 class ServeErrorDetail(Closed):

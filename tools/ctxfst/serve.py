@@ -15,8 +15,10 @@ import contextlib
 import hashlib
 import json
 import math
+import mmap
 import os
 import re
+import select
 import signal
 import socket
 import sys
@@ -220,7 +222,7 @@ class Service:
             "model": generation.workspace.index.model_id,
             "loaded_at": round(generation.loaded_at, 3)}
         return {"status": "ok" if generation else "no_build", "build": build,
-                "stale": self.stale, "load_error": self.load_error}
+                "stale": self.stale, "load_error": self.load_error, "pid": os.getpid()}
 
     def query(self, body: dict[str, Any]) -> dict[str, Any]:
         from .retrieval import MODES
@@ -498,18 +500,84 @@ class Server(ThreadingHTTPServer):
                   f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
+
+class Loads:
+    """Each worker's count of open connections, in memory the forked workers share.
+
+    Keep-alive connections stay with the worker that accepted them, so a worker accepts
+    only while no other holds fewer: four clients on two workers are two and two, not
+    three and one as a race for each connection can end."""
+
+    NOT_SERVING = 1 << 62  # (a worker still loading must not look the least loaded)
+
+    def __init__(self, workers: int) -> None:
+        self._memory = mmap.mmap(-1, 8 * workers)  # anonymous and shared: made before fork
+        self._counts = memoryview(self._memory).cast("q")
+        for slot in range(workers):
+            self._counts[slot] = self.NOT_SERVING
+        self._lock = threading.Lock()  # (a worker's own threads; only it writes its slot)
+
+    def serving(self, slot: int, serving: bool) -> None:
+        with self._lock:
+            self._counts[slot] = 0 if serving else self.NOT_SERVING
+
+    def least(self, slot: int) -> bool:
+        return self._counts[slot] <= min(self._counts)
+
+    def add(self, slot: int, change: int) -> None:
+        with self._lock:
+            self._counts[slot] += change
+
+
+class WorkerServer(Server):
+    """A worker's server on the shared listening socket."""
+
+    loads: Loads
+    slot: int
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        if not self.loads.least(self.slot):
+            time.sleep(0.0005)  # a less loaded worker takes it (the socket stays readable)
+            raise BlockingIOError("left to a less loaded worker")  # (skipped by the caller)
+        return super().get_request()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.loads.add(self.slot, 1)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        try:
+            super().shutdown_request(request)
+        finally:
+            self.loads.add(self.slot, -1)
+
+
 def make_server(service: Service, port: int, host: str = "127.0.0.1",
-                listener: socket.socket | None = None) -> Server:
+                listener: socket.socket | None = None,
+                balance: tuple[Loads, int] | None = None) -> Server:
     """An HTTP server for `service` on a new socket, or on `listener` (a worker's share of
-    one listening socket)."""
+    one listening socket, balanced by `balance`: the workers' loads and its slot)."""
     handler = type("BoundHandler", (Handler,), {"service": service})
     if listener is None:
         return Server((host, port), handler)
-    server = Server(listener.getsockname(), handler, bind_and_activate=False)
+    server = Server(listener.getsockname(), handler, bind_and_activate=False) \
+        if balance is None else WorkerServer(listener.getsockname(), handler,
+                                             bind_and_activate=False)
+    if balance is not None:
+        server.loads, server.slot = balance
     server.socket.close()
     server.socket = listener
     server.server_name, server.server_port = listener.getsockname()[:2]
     return server
+
+
+def share_cpus(workers: int) -> None:
+    """Size the numerical libraries' thread pools to one worker's share of the CPUs.
+    OpenBLAS's threads in every worker, each pool as large as the machine, doubled a
+    query's CPU time. Effective only before numpy and torch load (they read it then)."""
+    share = str(max(1, (os.cpu_count() or 1) // workers))
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, share)  # (a user's own setting wins)
 
 
 def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
@@ -522,6 +590,7 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
     if workers == 1:
         return _serve_on(make_service(""), listener, lambda: ready and ready(address))
     listener.setblocking(False)  # the workers race for each connection; losers must not block
+    loads = Loads(workers)
     started_read, started_write = os.pipe()
     children = []
     for number in range(workers):
@@ -531,7 +600,7 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
             try:
                 os.close(started_read)
                 code = _serve_on(make_service(f"worker {number + 1}: "), listener,
-                                 lambda: os.write(started_write, b"."))
+                                 lambda: os.write(started_write, b"."), (loads, number))
             except BaseException as error:  # (os._exit would swallow it unsaid)
                 print(f"ctxfst serve: worker {number + 1}: {type(error).__name__}: {error}",
                       file=sys.stderr, flush=True)
@@ -548,11 +617,19 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if len(os.read(started_read, workers)) and ready:
-            ready(address)  # (at least one worker answers; the others follow)
-        failed = 0
+        failed, announced = 0, 0
         while children:
-            pid, status = os.wait()
+            if announced < workers:  # ready once every worker serves: all take connections
+                if select.select([started_read], [], [], 0.2)[0]:
+                    said = len(os.read(started_read, workers))
+                    announced = announced + said if said else workers  # (none left to say)
+                    if said and announced >= workers and ready:
+                        ready(address)
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    continue
+            else:
+                pid, status = os.wait()
             children.remove(pid)
             code = os.waitstatus_to_exitcode(status)
             if code != 0:  # a worker died: the others go too (a supervisor restarts)
@@ -565,8 +642,9 @@ def serve(make_service: Callable[[str], Service], port: int, workers: int = 1,
             signal.signal(sig, handler)
 
 
-def _serve_on(service: Service, listener: socket.socket, started: Callable[[], Any]) -> int:
-    server = make_server(service, 0, listener=listener)
+def _serve_on(service: Service, listener: socket.socket, started: Callable[[], Any],
+              balance: tuple[Loads, int] | None = None) -> int:
+    server = make_server(service, 0, listener=listener, balance=balance)
     stopping = threading.Event()
 
     def stop(signum: int, frame: Any) -> None:
@@ -579,9 +657,13 @@ def _serve_on(service: Service, listener: socket.socket, started: Callable[[], A
     try:
         service.start()
         started()
+        if balance is not None:
+            balance[0].serving(balance[1], True)
         if not stopping.is_set():
             server.serve_forever(poll_interval=0.2)
     finally:
+        if balance is not None:
+            balance[0].serving(balance[1], False)
         service.stop()
         server.server_close()
         for sig, handler in previous.items():

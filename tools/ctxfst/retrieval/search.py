@@ -383,30 +383,35 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     # Chunks: similarity to the query plus the activation of what they mention: the best
     # activation among a chunk's entities plus a share of the second best, so a chunk tied
     # to two activated entities outranks one that repeats a single seed (vectorised: big
-    # builds). Entities come in ascending order, so a new best demotes the old one.
-    entity_score = np.zeros(len(index.chunk_ids), np.float64)
-    second_score = np.zeros(len(index.chunk_ids), np.float64)
+    # builds, in float32: the arrays are a chunk's worth each, and memory-bound). Entities
+    # come in ascending order, so a new best demotes the old one.
+    entity_score = np.zeros(len(index.chunk_ids), np.float32)
+    second_score = np.zeros(len(index.chunk_ids), np.float32)
     ascending = sorted(activation.items(), key=lambda kv: (kv[1], kv[0]))
-    best_entity = np.full(len(index.chunk_ids), -1, np.int64)  # a position in ascending
-    for position, (entity, value) in enumerate(ascending):
+    for entity, value in ascending:
         rows = index.mentions.get(entity)
         if rows is None:
             continue
-        better = rows[entity_score[rows] < value]
-        second_score[better] = entity_score[better]
+        held = entity_score[rows]
+        lower = held < value
+        better = rows[lower]
+        second_score[better] = held[lower]
         entity_score[better] = value
-        best_entity[better] = position
     low, high = float(chunk_sims.min()), float(chunk_sims.max())
     spread = (high - low) or 1.0
     # The chunk's own similarity counts less when the model could not read the query.
     sim_weight = SIM_WEIGHT * (min(1.0, bridge.readable / READABLE_MIN) if bridge else 1.0)
-    combined_array = (sim_weight * (chunk_sims.astype(np.float64) - low) / spread + entity_score
-                      + SECOND_ENTITY_WEIGHT * second_score)
+    combined_array = chunk_sims.astype(np.float32, copy=False)  # (the sims are not used again)
+    combined_array -= np.float32(low)
+    combined_array *= np.float32(sim_weight / spread)
+    combined_array += entity_score
+    second_score *= np.float32(SECOND_ENTITY_WEIGHT)
+    combined_array += second_score
     pool = top_rows(combined_array, max(k * 5, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
-    hits = [index.hit(row, combined[row], _via(path.get(ascending[best_entity[row]][0], [])
-                                               if best_entity[row] >= 0 else []))
+    hits = [index.hit(row, combined[row], _via(path.get(_best_entity(index, row, activation)
+                                                        or "", [])))
             for row in picked]
     seed_list = [{"entity": e, "name": index.names.get(e, e), "score": round(s, 4), "by": by}
                  for e, (s, by) in sorted(seeds.items(), key=lambda kv: -kv[1][0])]
@@ -414,6 +419,18 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
                 for e, v in sorted(activation.items(), key=lambda kv: (-kv[1], kv[0]))
                 if e not in seeds][:50]
     return hits, seed_list, expanded
+
+
+def _best_entity(index: Index, row: int, activation: dict[str, float]) -> str | None:
+    """The entity a chunk's activation came from, as the ascending pass above decides:
+    the highest activation (compared in float32), the first in (activation, id) order
+    among equals."""
+    held = [(np.float32(activation[e]), activation[e], e) for e in index.chunk_entities(row)
+            if e in activation]
+    if not held:
+        return None
+    top = max(value32 for value32, _, _ in held)
+    return min((value, entity) for value32, value, entity in held if value32 == top)[1]
 
 
 def _peak_confidence(sims: np.ndarray) -> float:
