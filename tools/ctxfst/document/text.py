@@ -41,8 +41,8 @@ def tokens(text: str) -> list[str]:
     return found
 
 
-def word_count(text: str) -> int:
-    """Length in word-equivalents: a Latin word is one, two CJK characters are one."""
+def script_mix(text: str) -> tuple[int, int]:
+    """(Latin-script words, CJK characters) in text."""
     latin = 0
     cjk = 0
     for match in _TOKEN.finditer(text.casefold()):
@@ -51,6 +51,12 @@ def word_count(text: str) -> int:
             cjk += len(token)
         else:
             latin += 1
+    return latin, cjk
+
+
+def word_count(text: str) -> int:
+    """Length in word-equivalents: a Latin word is one, two CJK characters are one."""
+    latin, cjk = script_mix(text)
     return latin + (cjk + 1) // 2
 
 
