@@ -24,6 +24,11 @@ def normalize(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
+def is_cjk_token(token: str) -> bool:
+    """A token of tokens() that is CJK (a character or a bigram), not a Latin word."""
+    return token[0] > "\u2fff"  # the token regex yields CJK runs only above U+3000
+
+
 def tokens(text: str) -> list[str]:
     """Words for Latin-script text, character bigrams for CJK runs (no segmenter needed)."""
     folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
@@ -31,7 +36,7 @@ def tokens(text: str) -> list[str]:
         return [t for t in _ASCII_WORD.findall(folded) if len(t) > 1 and t not in _STOPWORDS]
     found: list[str] = []
     for token in _TOKEN.findall(folded):
-        if token[0] > "\u2fff":  # the regex only yields CJK runs above U+3000
+        if is_cjk_token(token):
             if len(token) == 1:
                 found.append(token)
             else:

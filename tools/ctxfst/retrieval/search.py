@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..document.mentions import NameFinder
-from ..document.text import normalize, tokens
+from ..document.text import is_cjk_token, normalize, tokens
 from . import MODES
 from .lexical import BM25, lexical_text, top_rows
 
@@ -44,6 +44,11 @@ FEEDBACK_WEIGHT = 0.8
 SEED_TEMPERATURE = 0.05  # seed weight exp((s - s_best) / T): relative, so any model's scale works
 BRIDGE_MODEL = "use-multilingual"
 READABLE_MIN = 0.5     # below this share of known tokens the build's model cannot read a query
+LEXICAL_WEIGHT = 1.0   # weight of a chunk's BM25 score (over the best one) in graph mode
+# Lexical evidence counts by the share of the query's tokens the KB's text holds: none up
+# to the first share (Chinese questions over English notes: BM25 there is noise), fully
+# from the second (docs/retrieval.md).
+LEXICAL_COVERAGE = (0.3, 0.6)
 
 
 class RetrievalError(Exception):
@@ -407,6 +412,9 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     combined_array += entity_score
     second_score *= np.float32(SECOND_ENTITY_WEIGHT)
     combined_array += second_score
+    lexical = _lexical_evidence(index, query)
+    if lexical is not None:
+        combined_array += lexical
     pool = top_rows(combined_array, max(k * 5, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
@@ -419,6 +427,29 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
                 for e, v in sorted(activation.items(), key=lambda kv: (-kv[1], kv[0]))
                 if e not in seeds][:50]
     return hits, seed_list, expanded
+
+
+def _lexical_evidence(index: Index, query: str) -> np.ndarray | None:
+    """Each chunk's BM25 score for the query's CJK bigrams over the best one, weighed by
+    how many of them the KB's text holds (LEXICAL_COVERAGE); None when they count for
+    nothing. Only CJK: an embedding model that reads Latin words already matches them
+    (and literal matches would crowd out the chunks the graph finds), while bigrams are
+    what MiniLM cannot read and what pins a Chinese question to its passage."""
+    query_tokens = {token for token in tokens(query) if is_cjk_token(token)}
+    if not query_tokens:
+        return None
+    bm25 = index.bm25
+    known = sum(1 for token in query_tokens if token in bm25.term_ids) / len(query_tokens)
+    low, high = LEXICAL_COVERAGE
+    weight = LEXICAL_WEIGHT * min(1.0, max(0.0, (known - low) / (high - low)))
+    if weight <= 0.0:
+        return None
+    scores = bm25.scores(sorted(query_tokens)).astype(np.float32)
+    best = float(scores.max())
+    if best <= 0.0:
+        return None
+    scores *= np.float32(weight / best)
+    return scores
 
 
 def _best_entity(index: Index, row: int, activation: dict[str, float]) -> str | None:
