@@ -80,3 +80,52 @@ def test_a_build_and_query_with_e5_small(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert "reference:hono-on-workers" in [hit["chunk_id"] for hit in data["results"][:3]], \
         [hit["chunk_id"] for hit in data["results"]]
+
+
+@pytest.mark.model
+def test_minilm_questions_are_embedded_without_torch_as_sentence_transformers_does():
+    """The bundled MiniLM's question path (numpy, compile/minilm.py) gives the vectors
+    sentence-transformers gives, to float32 rounding, and reads text as its tokenizer."""
+    import numpy as np
+
+    from ctxfst.compile.embed import get_embedder
+
+    embedder = get_embedder("minilm")
+    texts = ["Hono on Cloudflare Workers", "我對資料庫其實懂哪些東西？", "x",
+             "Ünïcödé café naïve résumé, C++ and Node.js!", "word " * 400]  # (cut at 256)
+    questions = embedder.encode_queries(texts)
+    passages = embedder.encode(texts, 2, False)  # sentence-transformers on torch
+    assert questions.shape == passages.shape == (5, 384) and questions.dtype == np.float32
+    assert np.abs(questions - passages).max() < 1e-5
+    assert embedder.encode_queries([texts[0]])[0].tobytes() == questions[0].tobytes()
+    assert embedder.encode_queries([]).shape == (0, 384)
+    tokenizer = embedder._load().tokenizer
+    for text in texts[:4]:
+        pieces = tokenizer.tokenize(text)
+        assert embedder.readable_fraction(text) == pytest.approx(
+            1.0 - pieces.count(tokenizer.unk_token) / len(pieces))
+
+
+@pytest.mark.model
+def test_a_one_shot_minilm_query_does_not_import_torch(tmp_path, capsys):
+    import json
+    import subprocess
+    import sys
+
+    from ctxfst.pipeline.runner import run_build
+
+    from .conftest import copy_example
+
+    copy_example(tmp_path, model="minilm")
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    probe = ("import runpy, sys; sys.argv = ['ctxfst', 'query', 'Hono on Cloudflare Workers', "
+             "'--format', 'json']\n"
+             "try:\n    runpy.run_module('ctxfst', run_name='__main__')\n"
+             "except SystemExit as stop:\n    code = stop.code\n"
+             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.stderr.strip().endswith("NO-TORCH 0"), done.stderr
+    hits = json.loads(done.stdout)["results"]
+    assert hits[0]["chunk_id"] == "reference:hono-on-workers"

