@@ -513,7 +513,7 @@ def _mmr(index: Index, scores: dict[int, float], k: int, balance: float = 0.8) -
         for name in set(entities[slot]) - covered:
             covered.add(name)
             for holder in holders[name]:
-                covered_count[holder] += sum(1 for other in entities[holder] if other == name)
+                covered_count[holder] += entities[holder].count(name)
     return picked
 
 
