@@ -351,3 +351,51 @@ def test_undecodable_script_output_and_corrupt_runtime_edges(kb, capsys):
     assert run(world, store, dry_run, edges_path=edges).reason == "goal_reached"
     assert (kb / ".ctxfst/runtime.edges.json.corrupt").read_text() == "{bad"
     assert json.loads((kb / ".ctxfst/runtime.edges.json").read_text())
+
+
+def test_the_reference_runtimes_completed_edges_name_bare_skills_and_ours_carry_a_time(
+        tmp_path, cli, capsys):
+    """The reference writes COMPLETED edges from a bare skill name (`analyze-resume`);
+    ctxfst reads them as that skill's node, and writes `properties.timestamp` as the
+    reference does (the runtime edges file records when; the build copies it)."""
+    import datetime
+
+    make_project(tmp_path)
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
+    shutil.copytree(UPSTREAM / "skills", tmp_path / "skills", dirs_exist_ok=True)
+    shutil.copy(UPSTREAM / "world-model-example.md", tmp_path / "content")
+    reference_edges = [
+        {"source": skill, "target": target, "relation": "COMPLETED",
+         "properties": {"timestamp": "2026-03-01T10:00:00+00:00", "status": "active"}}
+        for skill, target in (("analyze-resume", "entity:has-parsed-resume"),
+                              ("match-skills", "entity:has-skill-evidence"))]
+    write(tmp_path, ".ctxfst/runtime.edges.json", json.dumps(reference_edges))
+    checked = cli("validate", "--format", "json", cwd=tmp_path)
+    assert not [d for d in checked.json()["diagnostics"] if d["code"] == "CTX604"], checked.out
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    graph = json.loads((tmp_path / "build/entity-graph.json").read_text())
+    completed = {(e["source"], e["target"]) for e in graph["edges"]
+                 if e["relation"] == "COMPLETED"}
+    assert completed == {("skill:analyze-resume", "entity:has-parsed-resume"),
+                         ("skill:match-skills", "entity:has-skill-evidence")}
+    # A bare name that is no skill is still an unknown node, located.
+    write(tmp_path, "content/more.edges.json", json.dumps([
+        {"source": "no-such-skill", "target": "entity:has-raw-resume",
+         "relation": "COMPLETED"}]))
+    refused = cli("validate", "--format", "json", cwd=tmp_path)
+    assert refused.code == 1
+    assert [(d["code"], d["path"]) for d in refused.json()["diagnostics"]
+            if d["code"] == "CTX604"] == [("CTX604", "content/more.edges.json")]
+    (tmp_path / "content/more.edges.json").unlink()
+    # Ours: every recorded edge says when.
+    assert cli("state", "init", "--seed", "entity:has-raw-resume", "--goal",
+               "entity:learn-kubernetes-path", cwd=tmp_path).code == 0
+    ran = cli("run", "--executor", "dry-run", "--format", "json", cwd=tmp_path).json()
+    assert ran["stop_reason"] == "goal_reached"
+    written = json.loads((tmp_path / ".ctxfst/runtime.edges.json").read_text())
+    ours = [e for e in written if e["source"].startswith("skill:")]
+    assert ours and all(e["properties"]["status"] == "active" for e in ours)
+    for edge in ours:
+        stamp = datetime.datetime.fromisoformat(edge["properties"]["timestamp"])
+        assert stamp.tzinfo is not None

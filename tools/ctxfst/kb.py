@@ -20,7 +20,7 @@ from .document.rules import (Validation, check_document, check_extra_edges, link
 from .skills.model import ParsedSkill
 from .skills import SKILL_FILE
 from .skills.parse import parse_skill
-from .skills.rules import check_skills, skill_names, skill_nodes
+from .skills.rules import check_skills, skill_names, skill_node_names, skill_nodes
 
 PARSERS = {SKILL_FILE: parse_skill}  # the files that are no documents, by name
 
@@ -69,5 +69,5 @@ def check_kb_wide(kb: KnowledgeBase, view: View, strict_spec: bool = False
     # (the view answers for each end, not by listing every entity id: at 10,000
     # documents that is a pass over every declaration)
     nodes = ChainMap(view.types, dict.fromkeys(skill_nodes(kb.skills)))
-    edges = check_extra_edges(kb.edge_files, nodes, out)
+    edges = check_extra_edges(kb.edge_files, nodes, out, skill_node_names(kb.skills))
     return out, edges

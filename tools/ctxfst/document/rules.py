@@ -110,12 +110,21 @@ def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
     return out
 
 
-def check_extra_edges(edge_files: list[EdgeFile], nodes: Container[str], out
-                      ) -> list[ExtraEdge]:
-    """Report the edges whose ends are no node; the others, deduplicated, in order."""
+def check_extra_edges(edge_files: list[EdgeFile], nodes: Container[str], out,
+                      bare_skills: dict[str, str] | None = None) -> list[ExtraEdge]:
+    """Report the edges whose ends are no node; the others, deduplicated, in order. An
+    end that is no node but a skill's bare name (the reference runtime writes
+    `analyze-resume` where ctxfst writes `skill:analyze-resume`) names that skill's node
+    (`bare_skills`: bare name -> node)."""
+    bare_skills = bare_skills or {}
     kept: dict[tuple[str, str, str], tuple[str, ExtraEdge]] = {}
     for edge_file in edge_files:
         for index, edge in edge_file.edges:
+            ends = {end: bare_skills[end] for end in (edge.source, edge.target)
+                    if end not in nodes and end in bare_skills}
+            if ends:
+                edge = edge.model_copy(update={"source": ends.get(edge.source, edge.source),
+                                               "target": ends.get(edge.target, edge.target)})
             unknown = [end for end in (edge.source, edge.target) if end not in nodes]
             for end in unknown:
                 field_name = "source" if end == edge.source else "target"

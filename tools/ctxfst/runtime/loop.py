@@ -18,7 +18,7 @@ from ..artifacts.io import read_bytes_no_follow, write_json
 from ..files import inside
 from .planner import Plan, plan
 from .select import DEFAULT_RETRIES, attempts
-from .state import RESULTS, StateFileError, StateStore, WorldState
+from .state import RESULTS, StateFileError, StateStore, WorldState, now
 from .world import World
 
 STOP_REASONS = ("goal_reached", "no_candidates", "no_plan", "max_steps",
@@ -226,8 +226,11 @@ def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,
     source = skill["node_id"]
     if source not in nodes:
         return
+    # (a clock time, as the reference writes: the runtime edges file is a record of what
+    # ran when; the build copies it, and stays a function of its inputs)
     properties = {"result_summary": outcome.summary[:200],
-                  "status": "active" if outcome.status == "success" else "failed"}
+                  "status": "active" if outcome.status == "success" else "failed",
+                  "timestamp": now()}
     new = []
     if outcome.status == "failed":
         new += [{"source": source, "target": fact, "relation": "BLOCKED_BY",

@@ -24,7 +24,13 @@ def skill_names(skills: list[ParsedSkill]) -> set[str] | None:
 
 def skill_nodes(skills: list[ParsedSkill]) -> set[str]:
     """The entity-graph nodes of the skills (what extra edges may name besides entities)."""
-    return {skill_node_id(skill.record.name) for skill in skills if skill.record is not None}
+    return set(skill_node_names(skills).values())
+
+
+def skill_node_names(skills: list[ParsedSkill]) -> dict[str, str]:
+    """Each skill's bare name -> its entity-graph node."""
+    return {skill.record.name: skill_node_id(skill.record.name) for skill in skills
+            if skill.record is not None}
 
 
 def check_skills(skills: list[ParsedSkill], view: View, strict_spec: bool,
