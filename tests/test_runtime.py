@@ -399,3 +399,93 @@ def test_the_reference_runtimes_completed_edges_name_bare_skills_and_ours_carry_
     for edge in ours:
         stamp = datetime.datetime.fromisoformat(edge["properties"]["timestamp"])
         assert stamp.tzinfo is not None
+
+
+def _as_the_reference_rewrites_it(path: Path, change) -> dict:
+    """The reference loads world-state.json, changes it and writes it back whole: it
+    keeps the fields it does not know, and never touches `serial`."""
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data, indent=2))
+    return data
+
+
+def test_a_world_state_the_reference_rewrote_is_adopted_never_overwritten(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    snapshot = kb / ".ctxfst/world-state.json"
+    before = json.loads(snapshot.read_text())
+
+    def reach_the_goal(data: dict) -> None:  # the reference ran all three skills
+        data["active_states"] += ["state:has-skill-inventory", "state:has-gap-analysis", GOAL]
+        data["completed_skills"] += [
+            {"skill": name, "timestamp": "2026-03-01T10:00:00+00:00", "result": "success"}
+            for name in ("inventory-skills", "analyze-gaps", "draft-learning-plan")]
+        data["updated_at"] = "2026-03-01T10:00:00+00:00"
+
+    _as_the_reference_rewrites_it(snapshot, reach_the_goal)
+    shown = cli("state", "show", "--format", "json", cwd=kb)
+    assert shown.code == 0 and "changed outside ctxfst" in shown.err
+    state = shown.json()
+    assert GOAL in state["active_states"] and len(state["completed_skills"]) == 3
+    assert state["serial"] == before["serial"] + 1
+    # The next run sees the goal reached: nothing re-runs, the file keeps the edit.
+    ran = cli("run", "--executor", "dry-run", "--format", "json", cwd=kb).json()
+    assert ran["stop_reason"] == "goal_reached" and ran["steps"] == []
+    assert GOAL in json.loads(snapshot.read_text())["active_states"]
+    # The next change records the adoption as an event first; the log stays the truth.
+    assert cli("state", "add", "state:has-learning-plan", cwd=kb).code == 0
+    listed = cli("state", "history", "--format", "json", cwd=kb).json()
+    import jsonschema
+
+    from .conftest import REPO
+
+    jsonschema.validate(listed, json.loads(
+        (REPO / "schemas/state-history-output.schema.json").read_text()))
+    history = listed["events"]
+    assert [e["type"] for e in history] == ["init", "external", "add"]
+    assert history[1]["completed_skills"][0]["skill"] == "inventory-skills"
+    quiet = cli("state", "show", "--format", "json", cwd=kb)
+    assert "outside" not in quiet.err and "state:has-learning-plan" in quiet.json()["active_states"]
+
+
+def test_a_snapshot_behind_its_log_is_ctxfsts_own_not_an_outside_edit(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    snapshot = kb / ".ctxfst/world-state.json"
+    behind = snapshot.read_text()
+    assert cli("state", "add", "state:has-skill-inventory", cwd=kb).code == 0
+    snapshot.write_text(behind)  # a crash between the log's fsync and the snapshot
+    shown = cli("state", "show", "--format", "json", cwd=kb)
+    assert shown.code == 0 and "outside" not in shown.err
+    assert shown.json()["active_states"] == ["state:has-resume", "state:has-skill-inventory"]
+
+
+def test_an_outside_edit_that_is_no_world_state_is_refused_until_fixed_or_discarded(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    snapshot = kb / ".ctxfst/world-state.json"
+    _as_the_reference_rewrites_it(snapshot, lambda data: data.update(
+        completed_skills=[{"skill": "inventory-skills", "result": "maybe"}]))
+    refused = cli("state", "show", cwd=kb)
+    assert refused.code == 2 and "--discard-outside" in refused.err
+    assert cli("run", "--executor", "dry-run", cwd=kb).code == 2
+    assert cli("state", "replay", cwd=kb).code == 2  # (adopting it would fail the same way)
+    assert cli("state", "replay", "--discard-outside", cwd=kb).code == 0
+    assert json.loads(snapshot.read_text())["completed_skills"] == []
+    assert cli("state", "show", cwd=kb).code == 0
+
+
+def test_adopting_a_reference_state_file_keeps_its_current_subgraph(kb, cli):
+    nodes = ["state:has-resume", "state:has-skill-inventory", "state:has-gap-analysis",
+             GOAL, "skill:inventory-skills"]
+    edges = [{"source": a, "target": b, "relation": "LEADS_TO"}
+             for a in nodes for b in nodes if a < b][:15]
+    write(kb, ".ctxfst/world-state.json", json.dumps({
+        "session_id": "reference-session", "goal": GOAL,
+        "active_states": ["state:has-resume"], "completed_skills": [],
+        "current_subgraph": {"nodes": nodes, "edges": edges},
+        "created_at": "2026-03-01T10:00:00+00:00", "updated_at": "2026-03-01T10:00:00+00:00"}))
+    shown = cli("state", "show", "--format", "json", cwd=kb).json()
+    assert len(shown["current_subgraph"]["nodes"]) == 5
+    assert len(shown["current_subgraph"]["edges"]) == 10  # (all pairs of five)
+    assert cli("state", "add", "state:has-learning-plan", cwd=kb).code == 0  # the log starts
+    kept = json.loads((kb / ".ctxfst/world-state.json").read_text())["current_subgraph"]
+    assert kept == {"nodes": nodes, "edges": edges}

@@ -369,8 +369,14 @@ def _add_runtime_commands(commands) -> None:
     common(init)
     for name, text in (("show", "print the state"), ("history", "print the event log"),
                        ("replay", "rebuild the snapshot from the event log")):
-        common(add_command(actions, name, text, [f"ctxfst state {name}",
-                                                 f"ctxfst state {name} --format json"]))
+        action = add_command(actions, name, text, [f"ctxfst state {name}",
+                                                   f"ctxfst state {name} --format json"])
+        if name == "replay":
+            action.add_argument("--discard-outside", action="store_true",
+                                help="rewrite a snapshot another tool changed from the log, "
+                                     "dropping that change (by default it is adopted as "
+                                     "an event first)")
+        common(action)
     for name in ("add", "remove"):
         change = add_command(actions, name, f"{name} active states",
                              [f"ctxfst state {name} state:has-resume",
@@ -486,7 +492,7 @@ def _runtime(args: argparse.Namespace) -> int:
             subgraph = rt.world_for(config).subgraph(store.load().goal, args.depth)
             state = store.change("subgraph", subgraph=subgraph)
         elif action == "replay":
-            state = store.rebuild()
+            state = store.rebuild(args.discard_outside)
         elif action == "history":
             events = store.history()
             _print({"events": events}, args.format, [

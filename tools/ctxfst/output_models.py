@@ -183,7 +183,7 @@ class WorldStateOutput(Closed):
 
 
 class StateEvent(Open):
-    type: Literal["init", "add", "remove", "complete", "subgraph", "step_started",
+    type: Literal["init", "add", "remove", "complete", "subgraph", "external", "step_started",
                   "step_finished"]
     serial: int = Field(ge=1)
     lineage: str

@@ -125,6 +125,9 @@ _EVENT_FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "complete": ({"skill": str, "result": str}, {"summary": str, "added": _IDS,
                                                  "removed": _IDS}),
     "subgraph": ({"subgraph": dict}, {}),
+    # world-state.json rewritten by another tool (the reference runtime): what it holds
+    "external": ({"goal": str, "active_states": _IDS, "completed_skills": list,
+                  "subgraph": dict}, {}),
     "step_started": ({"step_id": int, "skill": str}, {}),
     "step_finished": ({"step_id": int, "skill": str}, {"status": str}),
 }
@@ -159,13 +162,21 @@ def _check_event(event: Any) -> None:
     if kind == "complete" and event["result"] not in RESULTS:
         raise StateFileError(f"complete event: result {event['result']!r} is not one of "
                              f"{', '.join(RESULTS)}")
-    if kind == "subgraph":
+    if kind in ("subgraph", "external"):
         subgraph = event["subgraph"]
         if not (_fits(subgraph.get("nodes", []), _IDS)
                 and isinstance(subgraph.get("edges", []), list)
                 and all(isinstance(edge, dict) for edge in subgraph.get("edges", []))):
-            raise StateFileError("subgraph event: 'subgraph' must hold a nodes list of ids "
+            raise StateFileError(f"{kind} event: 'subgraph' must hold a nodes list of ids "
                                  "and an edges list of objects")
+    if kind == "external":
+        for number, record in enumerate(event["completed_skills"], 1):
+            if not (isinstance(record, dict) and isinstance(record.get("skill"), str)
+                    and record.get("result") in RESULTS
+                    and isinstance(record.get("timestamp", ""), str)
+                    and isinstance(record.get("summary", ""), str)):
+                raise StateFileError(f"external event: completed skill {number} needs a "
+                                     f"`skill` name and a `result` ({', '.join(RESULTS)})")
 
 
 def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
@@ -200,6 +211,11 @@ def apply(state: WorldState | None, event: dict[str, Any]) -> WorldState:
                                      | set(event.get("added", [])))
     elif kind == "subgraph":
         state.current_subgraph = event["subgraph"]
+    elif kind == "external":
+        state.goal = event["goal"]
+        state.active_states = sorted(set(event["active_states"]))
+        state.completed_skills = [dict(record) for record in event["completed_skills"]]
+        state.current_subgraph = event["subgraph"]
     # step_started, step_finished: the agent loop's journal, no change to the world itself
     state.serial = event["serial"]
     state.updated_at = event["at"]
@@ -211,6 +227,21 @@ class Replay:
     state: WorldState | None
     events: list[dict[str, Any]]
     dropped: str | None  # a cut-off last line, dropped
+    contents: dict[int, str] = field(default_factory=dict)  # serial -> content(), as replayed
+
+
+def content(goal: Any, active: Any, completed: Any, subgraph: Any) -> str:
+    """What a world state says, as one comparable text: its goal, active states (a set),
+    completed skills and subgraph; not its serial or times."""
+    if isinstance(active, list) and all(isinstance(item, str) for item in active):
+        active = sorted(set(active))
+    return json.dumps([goal, active, completed, subgraph or {"nodes": [], "edges": []}],
+                      sort_keys=True, ensure_ascii=False)
+
+
+def _state_content(state: WorldState) -> str:
+    return content(state.goal, state.active_states, state.completed_skills,
+                   state.current_subgraph)
 
 
 def _exclusive(path: Path, timeout: float, busy: Any):
@@ -242,6 +273,7 @@ class StateStore:
         self.lock_path = path.with_name(path.name + ".lock")
         self.lock_timeout = lock_timeout
         self.notes: list[str] = []  # things loading had to repair, for the user
+        self._pending: dict[str, Any] | None = None  # an outside edit adopted, not yet logged
 
     @property
     def exists(self) -> bool:
@@ -285,6 +317,10 @@ class StateStore:
                            "summary": str(record.get("summary", "")),
                            "added": [], "removed": [],
                            "at": str(record.get("timestamp") or at)})
+        subgraph = data.get("current_subgraph")
+        if isinstance(subgraph, dict) and (subgraph.get("nodes") or subgraph.get("edges")):
+            events.append({"type": "subgraph", "serial": len(events) + 1, "lineage": lineage,
+                           "subgraph": subgraph, "at": str(data.get("updated_at") or at)})
         return events
 
     def run_lock(self):
@@ -316,10 +352,12 @@ class StateStore:
             dropped = lines.pop().decode("utf-8", "replace")  # cut off mid-write by a crash
         events = []
         state = None
+        contents: dict[int, str] = {}
         for number, line in enumerate(lines, 1):
             try:
                 event = json.loads(line)
                 state = apply(state, event)
+                contents[state.serial] = _state_content(state)
             except StateError as error:
                 raise StateFileError(f"{self.log}:{number}: {error}") from None
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
@@ -327,7 +365,7 @@ class StateStore:
                                      f"({type(error).__name__} {error}); the log is "
                                      "corrupted") from None
             events.append(event)
-        return Replay(state, events, dropped)
+        return Replay(state, events, dropped, contents)
 
     @_state_files
     def load(self) -> WorldState:
@@ -337,26 +375,66 @@ class StateStore:
         if replay.dropped is not None:
             self.notes.append(f"dropped a cut-off last line of {self.log.name}: "
                               f"{replay.dropped[:80]!r}")
-        self._check_snapshot(replay.state)
+        snapshot = self._check_snapshot(replay.state)
+        self._pending = None
+        if snapshot is not None and replay.contents:
+            outside = self._outside_edit(snapshot, replay)
+            if outside is not None:  # adopted here; written with the next change
+                self._pending = outside
+                self.notes.append(
+                    f"{self.path.name} was changed outside ctxfst after serial "
+                    f"{replay.state.serial} (by the reference runtime, or by hand): its goal, "
+                    "active states, completed skills and subgraph are adopted as event "
+                    f"{outside['serial']}, recorded with the next change")
+                return apply(replay.state, outside)
         return replay.state
 
-    def _check_snapshot(self, state: WorldState) -> None:
-        """The snapshot beside the log must be of a known version and the same lineage."""
+    def _outside_edit(self, snapshot: dict[str, Any], replay: Replay) -> dict[str, Any] | None:
+        """The event that adopts a snapshot another tool rewrote, or None when the snapshot
+        is one ctxfst wrote: the log's state at the snapshot's serial (a crash may leave
+        it behind the log) or at its end. The reference rewrites the file without
+        touching `serial`."""
+        said = content(snapshot.get("goal"), snapshot.get("active_states"),
+                       snapshot.get("completed_skills"), snapshot.get("current_subgraph"))
+        serial = snapshot.get("serial")
+        final = replay.state
+        assert final is not None
+        if said == replay.contents.get(final.serial) or (
+                type(serial) is int and said == replay.contents.get(serial)):
+            return None
+        event = {"type": "external", "serial": final.serial + 1, "lineage": final.lineage,
+                 "at": now(), "goal": snapshot.get("goal"),
+                 "active_states": snapshot.get("active_states"),
+                 "completed_skills": snapshot.get("completed_skills", []),
+                 "subgraph": snapshot.get("current_subgraph") or {"nodes": [], "edges": []}}
+        try:
+            _check_event(event)
+        except StateFileError as error:
+            raise StateFileError(
+                f"{self.path} was changed outside ctxfst into something that is no world "
+                f"state ({error}); fix it, or run `ctxfst state replay --discard-outside` "
+                f"to rewrite it from {self.log.name}") from None
+        return event
+
+    def _check_snapshot(self, state: WorldState) -> dict[str, Any] | None:
+        """The snapshot beside the log must be of a known version and the same lineage;
+        the snapshot, when there is a readable one."""
         if not os.path.lexists(self.path):
-            return
+            return None
         try:
             snapshot = json.loads(read_bytes_no_follow(self.path).decode("utf-8"))
         except (ValueError, RecursionError):
             snapshot = None
             self.notes.append(f"{self.path.name} was unreadable; rebuilt from the log")
         if not isinstance(snapshot, dict):
-            return
+            return None
         check_schema_version(snapshot, self.path)
         if snapshot.get("lineage") is not None and str(
                 snapshot.get("lineage")) != state.lineage:
             raise StateFileError(f"{self.path} belongs to lineage {snapshot.get('lineage')} "
                                  f"but its log to {state.lineage}: they are from "
                                  "different sessions")
+        return snapshot
 
     def _append(self, event: dict[str, Any]) -> None:
         if not self.log.exists() and self.path.exists() and event["type"] != "init":
@@ -413,6 +491,9 @@ class StateStore:
         """Record one event. With expected_serial, refuse if someone wrote since."""
         with self.locked():
             state = self.load()
+            if self._pending is not None:  # an outside edit: recorded before this change
+                self._append(self._pending)
+                self._pending = None
             if expected_serial is not None and expected_serial != state.serial:
                 raise StateError(f"stale write refused: this change was made against serial "
                                  f"{expected_serial}, but the state is at serial "
@@ -422,19 +503,28 @@ class StateStore:
             return self._commit(state, event)
 
     @_state_files
-    def rebuild(self) -> WorldState:
-        """`ctxfst state replay`: rewrite the snapshot from the log (and trim a cut line)."""
+    def rebuild(self, discard_outside: bool = False) -> WorldState:
+        """`ctxfst state replay`: rewrite the snapshot from the log (and trim a cut line).
+        A snapshot another tool changed is adopted first, unless `discard_outside`."""
         with self.locked():
             replay = self.replay()
             if replay.state is None:
                 raise StateFileError(f"{self.log} holds no events")
-            self._check_snapshot(replay.state)
+            snapshot = self._check_snapshot(replay.state)
             if replay.dropped is not None:
                 good = b"".join(json.dumps(e, ensure_ascii=False, sort_keys=True).encode()
                                 + b"\n" for e in replay.events)
                 write_atomic(self.log, good)
-            write_atomic(self.path, json_bytes(replay.state.to_json()))
-            return replay.state
+            state = replay.state
+            if snapshot is not None and replay.contents and not discard_outside:
+                outside = self._outside_edit(snapshot, replay)
+                if outside is not None:
+                    self._append(outside)
+                    state = apply(state, outside)
+                    self.notes.append(f"{self.path.name} was changed outside ctxfst: "
+                                      f"adopted as event {outside['serial']}")
+            write_atomic(self.path, json_bytes(state.to_json()))
+            return state
 
     def history(self) -> list[dict[str, Any]]:
         return self.replay().events
