@@ -489,3 +489,44 @@ def test_adopting_a_reference_state_file_keeps_its_current_subgraph(kb, cli):
     assert cli("state", "add", "state:has-learning-plan", cwd=kb).code == 0  # the log starts
     kept = json.loads((kb / ".ctxfst/world-state.json").read_text())["current_subgraph"]
     assert kept == {"nodes": nodes, "edges": edges}
+
+
+def test_run_offers_the_reference_loop_result_shape(kb, cli):
+    """`run --output-format reference`: the reference's `agent_loop.py -o` JSON
+    (iterations, goal_reached, terminated_reason, final_state, history of StepRecords),
+    with ctxfst's reasons mapped to the reference's names (docs/runtime.md)."""
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    done = cli("run", "--executor", "dry-run", "--output-format", "reference", cwd=kb)
+    assert done.code == 0, done.err
+    result = json.loads(done.out)
+    assert set(result) == {"iterations", "goal_reached", "terminated_reason", "final_state",
+                           "history"}
+    assert (result["iterations"], result["goal_reached"], result["terminated_reason"]) == (
+        3, True, "goal_reached")
+    first = result["history"][0]
+    assert set(first) == {"iteration", "skill_name", "skill_cost", "execution_result",
+                          "summary", "states_added", "states_removed"}
+    assert (first["iteration"], first["skill_name"], first["execution_result"]) == (
+        1, "inventory-skills", "success")
+    assert first["states_added"] == ["state:has-skill-inventory"]
+    assert [s["skill_name"] for s in result["history"]] == [
+        "inventory-skills", "analyze-gaps", "draft-learning-plan"]
+    assert GOAL in result["final_state"]["active_states"]
+    # ctxfst's own shape carries the same per-step facts.
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--force", cwd=kb)
+    ours = cli("run", "--executor", "dry-run", "--format", "json", cwd=kb).json()
+    assert ours["steps"][0]["states_added"] == ["state:has-skill-inventory"]
+    # Nothing can run toward the goal: ctxfst says no_plan, the reference no_candidates.
+    cli("state", "init", "--goal", GOAL, "--force", cwd=kb)
+    stuck = cli("run", "--executor", "dry-run", "--output-format", "reference", cwd=kb)
+    stuck_ours = cli("run", "--executor", "dry-run", "--format", "json", cwd=kb)
+    assert stuck.code == stuck_ours.code == 1
+    assert stuck_ours.json()["stop_reason"] in ("no_plan", "no_candidates")
+    assert json.loads(stuck.out)["terminated_reason"] == "no_candidates"
+    assert json.loads(stuck.out)["iterations"] == 0
+    # The step limit: max_steps is the reference's max_iterations.
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--force", cwd=kb)
+    capped = cli("run", "--executor", "dry-run", "--max-steps", "1", "--output-format",
+                 "reference", cwd=kb)
+    assert json.loads(capped.out)["terminated_reason"] == "max_iterations"
+    assert json.loads(capped.out)["iterations"] == 1

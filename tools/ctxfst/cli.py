@@ -424,6 +424,10 @@ def _add_runtime_commands(commands) -> None:
                          help="how often a failed skill may be retried")
     running.add_argument("--yes", action="store_true",
                          help="re-run an interrupted non-idempotent skill without asking")
+    running.add_argument("--output-format", choices=("ctxfst", "reference"), default="ctxfst",
+                         help="the JSON's shape: ctxfst's, or the reference runtime's loop "
+                              "result (iterations, goal_reached, terminated_reason, history; "
+                              "JSON whatever --format says)")
     common(running)
     planning = add_command(commands, "plan", "plan skills from the state to the goal",
                            ["ctxfst plan", "ctxfst plan --explain --algorithm ucs",
@@ -536,6 +540,12 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     result = run(world, store, executor, args.max_steps, replan=args.replan, confirm=ask,
                  retries=args.retries, edges_path=config.runtime_edges,
                  ask_each_step=ask_step if args.executor == "interactive" else None)
+    if args.output_format == "reference":
+        from .diagnostics import json_text
+        from .runtime.loop import reference_result
+
+        print(json_text(reference_result(result)))  # (its fields only: no schema_version)
+        return EXIT_OK if result.reason == "goal_reached" else EXIT_FAILED
     data = {"stop_reason": result.reason, "steps": result.steps,
             "state": result.state.to_json()}
     lines = [f"{n}. {s['skill']}: {s['status']} {s['summary']}".rstrip()

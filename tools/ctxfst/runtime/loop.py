@@ -23,6 +23,26 @@ from .world import World
 
 STOP_REASONS = ("goal_reached", "no_candidates", "no_plan", "max_steps",
                 "execution_failure", "user_aborted", "pending_needs_confirmation")
+# The reference runtime's terminated_reason for each (docs/runtime.md): it has no planner
+# that can fail, no abort of its own and no interrupted steps.
+REFERENCE_REASONS = {"goal_reached": "goal_reached", "no_candidates": "no_candidates",
+                     "no_plan": "no_candidates", "max_steps": "max_iterations",
+                     "execution_failure": "execution_failure",
+                     "user_aborted": "execution_failure",
+                     "pending_needs_confirmation": "pending_needs_confirmation"}
+
+
+def reference_result(result: "RunResult") -> dict[str, Any]:
+    """The run in the reference's LoopResult shape (its `agent_loop.py -o` file)."""
+    return {"iterations": len(result.steps), "goal_reached": result.state.reached,
+            "terminated_reason": REFERENCE_REASONS[result.reason],
+            "final_state": result.state.to_json(),
+            "history": [{"iteration": number, "skill_name": step["skill"],
+                         "skill_cost": step.get("cost"), "execution_result": step["status"],
+                         "summary": step["summary"],
+                         "states_added": step.get("states_added", []),
+                         "states_removed": step.get("states_removed", [])}
+                        for number, step in enumerate(result.steps, 1)]}
 
 
 @dataclass
@@ -200,11 +220,16 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
         problem = outcome_problem(outcome, known)
         if problem is not None:  # recorded as a failed step; the states stay as they were
             outcome = Outcome("failed", problem)
-        store.change("complete", skill=name, result=outcome.status, summary=outcome.summary,
-                     added=outcome.add_states if outcome.status != "failed" else [],
-                     removed=outcome.remove_states if outcome.status != "failed" else [])
+        after = store.change(
+            "complete", skill=name, result=outcome.status, summary=outcome.summary,
+            added=outcome.add_states if outcome.status != "failed" else [],
+            removed=outcome.remove_states if outcome.status != "failed" else [])
         store.change("step_finished", step_id=step_id, skill=name, status=outcome.status)
-        steps.append({"skill": name, "status": outcome.status, "summary": outcome.summary})
+        before, now_active = set(state.active_states), set(after.active_states)
+        steps.append({"skill": name, "status": outcome.status, "summary": outcome.summary,
+                      "cost": skills[name]["cost"],
+                      "states_added": sorted(now_active - before),
+                      "states_removed": sorted(before - now_active)})
         _record_edges(world, skills[name], outcome, edges_path)
         if outcome.status == "failed" and not replan:
             return RunResult("execution_failure", steps, store.load())
