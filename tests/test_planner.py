@@ -121,3 +121,52 @@ def test_beats_the_reference_planner_on_cost_and_depth():
 def test_unknown_algorithm():
     with pytest.raises(ValueError):
         plan(Problem([]), frozenset(), frozenset(), "dfs")
+
+
+def test_a_depth_bound_keeps_the_cheapest_plan_within_it():
+    problem = Problem([
+        op("direct", ["s:start"], ["s:goal"], cost=10),
+        op("a", ["s:start"], ["s:1"], cost=1),
+        op("b", ["s:1"], ["s:2"], cost=1),
+        op("c", ["s:2"], ["s:goal"], cost=1),
+    ])
+    init, goal = frozenset({"s:start"}), frozenset({"s:goal"})
+    for algorithm in ("astar", "ucs", "greedy"):
+        for depth, steps in ((1, ["direct"]), (2, ["direct"]), (3, ["a", "b", "c"])):
+            found = plan(problem, init, goal, algorithm, max_depth=depth)
+            assert isinstance(found, Plan) and len(found.steps) <= depth, (algorithm, depth)
+            if algorithm != "greedy":
+                assert found.steps == steps, (algorithm, depth)
+    chain = Problem([operator for operator in problem.operators if operator.name != "direct"])
+    short = plan(chain, init, goal, "astar", max_depth=2)
+    assert isinstance(short, Unsolvable)
+    assert short.reason == "no plan of at most 2 step(s); the cheapest takes 3 (a -> b -> c)"
+
+
+def test_a_state_reached_cheaply_but_deep_does_not_hide_a_shallow_way():
+    """With a bound the search's nodes are (state, depth): p is first reached at cost 3
+    three steps deep; the costlier one-step way to p is what a two-step plan needs."""
+    problem = Problem([
+        op("x1", ["s:start"], ["s:m"]), op("x2", ["s:m"], ["s:n"]), op("x3", ["s:n"], ["s:p"]),
+        op("y", ["s:start"], ["s:p"], cost=5), op("z", ["s:p"], ["s:goal"]),
+    ])
+    init, goal = frozenset({"s:start"}), frozenset({"s:goal"})
+    assert plan(problem, init, goal, "ucs").steps == ["x1", "x2", "x3", "z"]
+    for algorithm in ("astar", "ucs"):
+        found = plan(problem, init, goal, algorithm, max_depth=2)
+        assert isinstance(found, Plan) and found.steps == ["y", "z"] and found.cost == 6
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 6))
+def test_bounded_astar_is_the_cheapest_within_the_bound(seed, depth):
+    problem, init, goal = catalog(40, seed)
+    bounded = plan(problem, init, goal, "astar", max_depth=depth)
+    uniform = plan(problem, init, goal, "ucs", max_depth=depth)
+    assert isinstance(bounded, Plan) == isinstance(uniform, Plan)
+    if isinstance(bounded, Plan):
+        assert len(bounded.steps) <= depth and bounded.cost == uniform.cost
+        assert validate_plan(problem.operators, init, goal, bounded.steps).ok
+    unbounded = plan(problem, init, goal, "astar")
+    if isinstance(unbounded, Plan) and len(unbounded.steps) <= depth:
+        assert isinstance(bounded, Plan) and bounded.cost == unbounded.cost

@@ -215,6 +215,7 @@ def test_non_idempotent_skill_is_not_rerun_after_a_crash(kb, capsys):
     for _ in range(2):  # it stays pending until confirmed
         result = run(world, store, counting)
         assert result.reason == "pending_needs_confirmation" and calls == []
+        assert result.pending == "draft-learning-plan"
         assert pending_step(store)["skill"] == "draft-learning-plan"
     result = run(world, store, counting, confirm=lambda question: True)
     assert result.reason == "goal_reached" and calls == ["draft-learning-plan"]
@@ -530,3 +531,97 @@ def test_run_offers_the_reference_loop_result_shape(kb, cli):
                  "reference", cwd=kb)
     assert json.loads(capped.out)["terminated_reason"] == "max_iterations"
     assert json.loads(capped.out)["iterations"] == 1
+
+
+def test_plan_and_run_take_a_depth_bound(kb, cli):
+    """The cheapest plan (3 steps, cost 5) and, within two steps, the cheapest of those
+    (the coach, cost 7); within one step, none, and the message says what it would take."""
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    best = cli("plan", "--format", "json", cwd=kb).json()
+    assert best["steps"] == ["inventory-skills", "analyze-gaps", "draft-learning-plan"]
+    two = cli("plan", "--max-depth", "2", "--format", "json", cwd=kb).json()
+    assert (two["steps"], two["cost"]) == (["ask-career-coach", "draft-learning-plan"], 7)
+    one = cli("plan", "--max-depth", "1", "--format", "json", cwd=kb)
+    assert one.code == 1
+    assert one.json()["reason"] == ("no plan of at most 1 step(s); the cheapest takes 3 "
+                                    "(inventory-skills -> analyze-gaps -> draft-learning-plan)")
+    assert cli("plan", "--max-depth", "0", cwd=kb).code == 2
+    ran = cli("run", "--executor", "dry-run", "--max-depth", "1", "--format", "json", cwd=kb)
+    assert ran.code == 1 and ran.json()["stop_reason"] == "no_plan" and ran.json()["steps"] == []
+    ran = cli("run", "--executor", "dry-run", "--max-depth", "2", "--format", "json", cwd=kb)
+    assert [step["skill"] for step in ran.json()["steps"]] == ["ask-career-coach",
+                                                               "draft-learning-plan"]
+
+
+def test_a_pending_step_is_named_by_the_cli(kb, cli):
+    store = StateStore(kb / ".ctxfst/world-state.json")
+    store.init(GOAL, ["state:has-gap-analysis"])
+    store.change("step_started", step_id=2, skill="draft-learning-plan")
+    stopped = cli("run", "--format", "json", cwd=kb)
+    assert stopped.code == 1
+    assert stopped.json()["stop_reason"] == "pending_needs_confirmation"
+    assert stopped.json()["pending_skill"] == "draft-learning-plan"
+    said = cli("run", cwd=kb)
+    assert "draft-learning-plan was interrupted" in said.out and "--yes" in said.out
+
+
+def test_plan_leaves_out_what_run_leaves_out_and_explains_only_what_a_step_changes(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    two = ["ask-career-coach", "draft-learning-plan"]
+    assert cli("plan", "--max-depth", "2", "--format", "json", cwd=kb).json()["steps"] == two
+    # ask-career-coach (not idempotent) succeeded, then what it produced was lost: run
+    # would not ask again, so plan does not either.
+    assert cli("state", "complete", "ask-career-coach", "--result", "success", cwd=kb).code == 0
+    assert cli("state", "remove", "state:has-gap-analysis", cwd=kb).code == 0
+    planned = cli("plan", "--max-depth", "2", "--format", "json", cwd=kb)
+    assert planned.code == 1 and not planned.json()["solved"]
+    ran = cli("run", "--executor", "dry-run", "--max-depth", "2", "--format", "json", cwd=kb)
+    assert ran.json()["stop_reason"] == "no_plan"
+    assert cli("plan", "--format", "json", cwd=kb).json()["steps"] == [
+        "inventory-skills", "analyze-gaps", "draft-learning-plan"]
+    # An add effect that holds already is not listed as what the step adds.
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--seed",
+        "state:has-learning-plan", "--force", cwd=kb)
+    explained = cli("plan", "--explain", "--format", "json", cwd=kb).json()
+    last = explained["explanation"][-1]
+    assert last["skill"] == "draft-learning-plan" and last["adds"] == [GOAL]
+
+
+def test_ties_on_cost_and_distance_go_to_the_skill_that_adds_more(tmp_path, cli, capsys):
+    make_project(tmp_path)
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
+    write(tmp_path, "content/world.ctxfst.md", """\
+        ---
+        title: World
+        entities:
+          - {id: "state:start", name: Start, type: state}
+          - {id: "state:one", name: One, type: state}
+          - {id: "state:two", name: Two, type: state}
+          - {id: "state:goal", name: Goal, type: goal}
+        chunks:
+          - id: world:states
+            context: The states.
+            entities: ["state:start", "state:one", "state:two", "state:goal"]
+        ---
+        <Chunk id="world:states">The states of a small world.</Chunk>
+        """)
+    for name, adds in (("a-adds-one", ["state:one"]), ("b-adds-two", ["state:one", "state:two"])):
+        write(tmp_path, f"skills/{name}/SKILL.md", f"""\
+            ---
+            name: {name}
+            description: Adds {len(adds)} state(s).
+            preconditions: ["state:start"]
+            postconditions: {json.dumps(adds)}
+            cost: low
+            idempotent: true
+            ---
+            Does its part.
+            """)
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    cli("state", "init", "--goal", "state:goal", "--seed", "state:start", cwd=tmp_path)
+    selected = cli("select", "--explain", "--format", "json", cwd=tmp_path).json()
+    assert selected["selected"] == "b-adds-two"  # (a-adds-one wins on name order alone)
+    reasons = {c["skill"]: c["reason"] for c in selected["candidates"]}
+    assert reasons["b-adds-two"] == "chosen: lowest cost, then most postconditions"
+    assert reasons["a-adds-one"] == "same cost and distance, fewer postconditions (1 against 2)"

@@ -424,6 +424,8 @@ def _add_runtime_commands(commands) -> None:
                          help="how often a failed skill may be retried")
     running.add_argument("--yes", action="store_true",
                          help="re-run an interrupted non-idempotent skill without asking")
+    running.add_argument("--max-depth", type=_positive, default=None,
+                         help="plan each step within this many steps to the goal")
     running.add_argument("--output-format", choices=("ctxfst", "reference"), default="ctxfst",
                          help="the JSON's shape: ctxfst's, or the reference runtime's loop "
                               "result (iterations, goal_reached, terminated_reason, history; "
@@ -441,6 +443,8 @@ def _add_runtime_commands(commands) -> None:
                           help="plan for this goal instead (default: the state's)")
     planning.add_argument("--seed", action="append", default=None,
                           help="with --goal: a state that holds at the start (repeat for more)")
+    planning.add_argument("--max-depth", type=_positive, default=None,
+                          help="plans of at most this many steps (the cheapest of them)")
     common(planning)
 
 
@@ -475,7 +479,7 @@ def _runtime(args: argparse.Namespace) -> int:
             if args.seed and args.goal is None:
                 raise _Usage("--seed needs --goal")
             result = rt.make_plan(config, store, args.goal, args.seed, args.algorithm,
-                                  args.explain)
+                                  args.explain, max_depth=args.max_depth)
             _print(result, args.format, _plan_text(result))
             return EXIT_OK if result["solved"] else EXIT_FAILED
         if args.command == "run":
@@ -539,6 +543,7 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     # interactive: asks before each step, then applies the skill's postconditions.
     result = run(world, store, executor, args.max_steps, replan=args.replan, confirm=ask,
                  retries=args.retries, edges_path=config.runtime_edges,
+                 max_depth=args.max_depth,
                  ask_each_step=ask_step if args.executor == "interactive" else None)
     if args.output_format == "reference":
         from .diagnostics import json_text
@@ -548,9 +553,14 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
         return EXIT_OK if result.reason == "goal_reached" else EXIT_FAILED
     data = {"stop_reason": result.reason, "steps": result.steps,
             "state": result.state.to_json()}
+    if result.pending is not None:
+        data["pending_skill"] = result.pending
     lines = [f"{n}. {s['skill']}: {s['status']} {s['summary']}".rstrip()
              for n, s in enumerate(result.steps, 1)]
-    lines.append(f"stopped: {result.reason} after {len(result.steps)} step(s)")
+    lines.append(f"stopped: {result.reason} after {len(result.steps)} step(s)"
+                 + (f" ({result.pending} was interrupted and is not idempotent: run again "
+                    "with --yes, or record it with `ctxfst state complete`)"
+                    if result.pending else ""))
     _print(data, args.format, lines)
     return EXIT_OK if result.reason == "goal_reached" else EXIT_FAILED
 

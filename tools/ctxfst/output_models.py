@@ -210,6 +210,8 @@ class RunOutput(Closed):
     stop_reason: Literal[STOP_REASONS]  # type: ignore[valid-type]
     steps: list[RunStep]
     state: WorldStateOutput
+    pending_skill: Optional[str] = Field(
+        default=None, description="with pending_needs_confirmation: the interrupted skill")
 
 
 # ---- ctxfst facts ----------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..config import Config, check_inside, find_project
 from .planner import Plan, alternatives, plan, validate_plan
-from .select import select
+from .select import exhausted, select
 from .state import RESULTS, StateError, StateStore, WorldState
 from .world import World, WorldError, load_world
 
@@ -92,17 +92,21 @@ def planning_state(config: Config, store: StateStore, goal: str | None,
 
 
 def make_plan(config: Config, store: StateStore, goal: str | None, seeds: list[str] | None,
-              algorithm: str, explain: bool, world: World | None = None) -> dict[str, Any]:
-    """A plan from the state (or the seeds) to the goal; `world`: the build's, when the
-    caller holds it loaded already (the server)."""
+              algorithm: str, explain: bool, world: World | None = None,
+              max_depth: int | None = None) -> dict[str, Any]:
+    """A plan from the state (or the seeds) to the goal, of at most max_depth steps when
+    given; `world`: the build's, when the caller holds it loaded already (the server)."""
     world = world or world_for(config)
     try:
-        init, goal_id, _ = planning_state(config, store, goal, seeds, world)
+        init, goal_id, state = planning_state(config, store, goal, seeds, world)
     except WorldError as error:
         raise RuntimeUsage(str(error)) from None
     problem = world.problem
     goal_set = frozenset({goal_id})
-    result = plan(problem, init, goal_set, algorithm)
+    # From the world state, what `run` would leave out is left out here too: a
+    # non-idempotent skill that succeeded, one past its retries.
+    banned = exhausted(world.skills, state) if state is not None else frozenset()
+    result = plan(problem, init, goal_set, algorithm, banned=banned, max_depth=max_depth)
     if not isinstance(result, Plan):
         return {"goal": goal_id, "solved": False, "algorithm": algorithm,
                 "unreachable": result.unreachable, "reason": result.reason,
@@ -119,12 +123,15 @@ def make_plan(config: Config, store: StateStore, goal: str | None, seeds: list[s
             {"step": number, "skill": name,
              "preconditions_met": sorted(by_name[name].pre),
              "must_not_hold": sorted(by_name[name].pre_not),
-             "adds": sorted(by_name[name].add), "removes": sorted(by_name[name].delete),
+             # what the step makes true (an effect that holds already is no reason for it)
+             "adds": sorted(by_name[name].add - result.states[number - 1]),
+             "removes": sorted(by_name[name].delete & result.states[number - 1]),
              "reaches_goal": goal_id in by_name[name].add, "cost": by_name[name].cost}
             for number, name in enumerate(result.steps, 1)]
         out["alternatives"] = [{"steps": alt.steps, "cost": alt.cost, "why_not": why}
                                for alt, why in alternatives(problem, init, goal_set, result,
-                                                            algorithm=algorithm)]
+                                                            algorithm=algorithm, banned=banned,
+                                                            max_depth=max_depth)]
     return out
 
 

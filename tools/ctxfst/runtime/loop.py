@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..artifacts.io import read_bytes_no_follow, write_json
 from ..files import inside
 from .planner import Plan, plan
-from .select import DEFAULT_RETRIES, attempts
+from .select import DEFAULT_RETRIES, exhausted
 from .state import RESULTS, StateFileError, StateStore, WorldState, now
 from .world import World
 
@@ -152,6 +152,7 @@ class RunResult:
     reason: str
     steps: list[dict[str, Any]]
     state: WorldState
+    pending: str | None = None  # the interrupted skill that needs confirmation
 
 
 def pending_step(store: StateStore) -> dict[str, Any] | None:
@@ -179,7 +180,8 @@ def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20
 def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 20,
         replan: bool = True, confirm: Callable[[str], bool] | None = None,
         retries: int = DEFAULT_RETRIES, edges_path: Path | None = None,
-        ask_each_step: Callable[[str], bool] | None = None) -> RunResult:
+        ask_each_step: Callable[[str], bool] | None = None,
+        max_depth: int | None = None) -> RunResult:
     """Run until a stop reason. `confirm` answers whether to re-run an interrupted
     non-idempotent skill; `ask_each_step` (interactive) is asked before every step."""
     skills = {entry["name"]: entry for entry in world.skills}
@@ -193,17 +195,17 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
         if skill is not None and not skill["idempotent"] and not (confirm and confirm(question)):
             # Left pending: every run stops here until someone confirms (--yes) or
             # records what happened (`ctxfst state complete`).
-            return RunResult("pending_needs_confirmation", steps, store.load())
+            return RunResult("pending_needs_confirmation", steps, store.load(),
+                             pending["skill"])
         store.change("step_finished", step_id=pending["step_id"], skill=pending["skill"],
                      status="interrupted")
     for _ in range(max_steps):
         state = store.load()
         if state.reached:
             return RunResult("goal_reached", steps, state)
-        banned = frozenset(name for name, entry in skills.items()
-                           if _exhausted(entry, state, retries))
+        banned = exhausted(world.skills, state, retries)
         found = plan(world.problem, frozenset(state.active_states), frozenset({state.goal}),
-                     banned=banned)
+                     banned=banned, max_depth=max_depth)
         if not isinstance(found, Plan):
             reason = "no_candidates" if len(banned) == len(skills) else "no_plan"
             return RunResult(reason, steps, state)
@@ -235,11 +237,6 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
             return RunResult("execution_failure", steps, store.load())
     state = store.load()
     return RunResult("goal_reached" if state.reached else "max_steps", steps, state)
-
-
-def _exhausted(skill: dict[str, Any], state: WorldState, retries: int) -> bool:
-    successes, failures = attempts(state, skill["name"])
-    return bool(successes and not skill["idempotent"]) or failures > retries
 
 
 def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,

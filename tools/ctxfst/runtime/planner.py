@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .strips import Operator, Problem, State
 
@@ -111,7 +111,7 @@ def relaxed_plan(problem: Problem, state: State, goal: frozenset[str]
 
 
 def _greedy(problem: Problem, init: State, goal: frozenset[str], limit: int,
-            banned: frozenset[str]) -> Plan | int:
+            banned: frozenset[str], max_depth: int | None = None) -> Plan | int:
     """Greedy best-first with h_FF, lazy evaluation and helpful actions first.
 
     A successor waits in the queue with its parent's h and is evaluated only when popped;
@@ -119,6 +119,7 @@ def _greedy(problem: Problem, init: State, goal: frozenset[str], limit: int,
     """
     parent: dict[State, tuple[State, int]] = {}
     g_of: dict[State, float] = {init: 0.0}
+    depth_of: dict[State, int] = {init: 0}
     heap: list[tuple[float, int, int, State]] = [(0.0, 0, 0, init)]
     closed: set[State] = set()
     sequence = expanded = 0
@@ -135,6 +136,8 @@ def _greedy(problem: Problem, init: State, goal: frozenset[str], limit: int,
         expanded += 1
         if expanded > limit:
             return expanded
+        if max_depth is not None and depth_of[state] >= max_depth:
+            continue  # (greedy keeps each state's first depth: it may miss a shallower way)
         for index in problem.applicable(state):
             op = problem.operators[index]
             if op.name in banned:
@@ -143,6 +146,7 @@ def _greedy(problem: Problem, init: State, goal: frozenset[str], limit: int,
             if successor in closed or successor in g_of:
                 continue
             g_of[successor] = g_of[state] + op.cost
+            depth_of[successor] = depth_of[state] + 1
             parent[successor] = (state, index)
             sequence += 1
             heapq.heappush(heap, (h, 0 if index in helpful else 1, sequence, successor))
@@ -150,10 +154,14 @@ def _greedy(problem: Problem, init: State, goal: frozenset[str], limit: int,
 
 
 def _search(problem: Problem, init: State, goal: frozenset[str], algorithm: str,
-            limit: int, banned: frozenset[str] = frozenset()) -> Plan | int:
-    """Best-first search. Returns a Plan, or the number of expanded states."""
+            limit: int, banned: frozenset[str] = frozenset(),
+            max_depth: int | None = None) -> Plan | int:
+    """Best-first search. Returns a Plan, or the number of expanded states. With
+    max_depth, a node is a state and its depth (a state reached cheaper but deeper must
+    not hide a costlier, shallower way there), so the plan is the cheapest of at most
+    max_depth steps."""
     if algorithm == "greedy":
-        return _greedy(problem, init, goal, limit, banned)
+        return _greedy(problem, init, goal, limit, banned, max_depth)
     heuristic: Callable[[Problem, State, frozenset[str]], float]
     if algorithm == "astar":
         heuristic = h_max
@@ -162,59 +170,81 @@ def _search(problem: Problem, init: State, goal: frozenset[str], algorithm: str,
     start_h = heuristic(problem, init, goal)
     if start_h == INF:
         return 0
-    best_g: dict[State, float] = {init: 0.0}
-    parent: dict[State, tuple[State, int]] = {}
+
+    def key(state: State, depth: int) -> Any:
+        return state if max_depth is None else (state, depth)
+
+    start = key(init, 0)
+    best_g: dict[Any, float] = {start: 0.0}
+    parent: dict[Any, tuple[Any, int]] = {}
     sequence = 0
-    heap: list[tuple[float, float, int, State]] = [(start_h, start_h, 0, init)]
-    closed: set[State] = set()
+    heap: list[tuple[float, float, int, State, int]] = [(start_h, start_h, 0, init, 0)]
+    closed: set[Any] = set()
     expanded = 0
     while heap:
-        _priority, _h, _, state = heapq.heappop(heap)
-        if state in closed:
+        _priority, _h, _, state, depth = heapq.heappop(heap)
+        node = key(state, depth)
+        if node in closed:
             continue
         if goal <= state:
-            return _plan(problem, parent, init, state, best_g[state], expanded, algorithm)
-        closed.add(state)
+            return _plan(problem, parent, start, node, best_g[node], expanded, algorithm,
+                         None if max_depth is None else (lambda n: n[0]))
+        closed.add(node)
         expanded += 1
         if expanded > limit:
             return expanded
-        g = best_g[state]
+        if max_depth is not None and depth >= max_depth:
+            continue
+        g = best_g[node]
         for index in problem.applicable(state):
             op = problem.operators[index]
             if op.name in banned:
                 continue
             successor = op.apply(state)
+            following = key(successor, depth + 1)
             new_g = g + op.cost
-            if successor in closed or new_g >= best_g.get(successor, INF):
+            if following in closed or new_g >= best_g.get(following, INF):
                 continue
             h = heuristic(problem, successor, goal)
             if h == INF:
                 continue
-            best_g[successor] = new_g
-            parent[successor] = (state, index)
+            best_g[following] = new_g
+            parent[following] = (node, index)
             sequence += 1
             priority = h if algorithm == "greedy" else new_g + h
-            heapq.heappush(heap, (priority, h, sequence, successor))
+            heapq.heappush(heap, (priority, h, sequence, successor, depth + 1))
     return expanded
 
 
-def _plan(problem, parent, init, state, cost, expanded, algorithm) -> Plan:
+def _plan(problem, parent, init, state, cost, expanded, algorithm, state_of=None) -> Plan:
+    """The plan that led from init to state (nodes of the search; state_of gives a
+    node's state when nodes are more than states)."""
     steps: list[str] = []
-    states = [state]
+    nodes = [state]
     while state != init:
         state, index = parent[state]
         steps.append(problem.operators[index].name)
-        states.append(state)
-    return Plan(steps[::-1], cost, expanded, algorithm, states[::-1])
+        nodes.append(state)
+    states = nodes[::-1] if state_of is None else [state_of(node) for node in nodes[::-1]]
+    return Plan(steps[::-1], cost, expanded, algorithm, states)
 
 
 def plan(problem: Problem, init: State, goal: frozenset[str], algorithm: str = "astar",
-         limit: int = 200_000, banned: frozenset[str] = frozenset()) -> Plan | Unsolvable:
+         limit: int = 200_000, banned: frozenset[str] = frozenset(),
+         max_depth: int | None = None) -> Plan | Unsolvable:
+    """The cheapest plan (greedy: a plan) of at most max_depth steps when given."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
-    found = _search(problem, init, goal, algorithm, limit, banned)
+    found = _search(problem, init, goal, algorithm, limit, banned, max_depth)
     if isinstance(found, Plan):
         return found
+    if max_depth is not None:
+        deeper = _search(problem, init, goal, algorithm, limit, banned)
+        if isinstance(deeper, Plan):
+            return Unsolvable(goal, [], found,
+                              f"no plan of at most {max_depth} step(s); the "
+                              f"{'cheapest' if algorithm != 'greedy' else 'one found'} "
+                              f"takes {len(deeper.steps)} ({' -> '.join(deeper.steps)})")
     cost, _ = relaxed(problem, init, None, "max")
     unreachable = sorted(fact for fact in goal if fact not in cost)
     if unreachable:
@@ -287,11 +317,14 @@ def validate_plan(operators: list[Operator], init: State, goal: frozenset[str],
 
 
 def alternatives(problem: Problem, init: State, goal: frozenset[str], best: Plan,
-                 count: int = 3, algorithm: str = "astar") -> list[tuple[Plan, str]]:
-    """The best plans that avoid one skill of the chosen plan, with why each lost."""
+                 count: int = 3, algorithm: str = "astar", banned: frozenset[str] = frozenset(),
+                 max_depth: int | None = None) -> list[tuple[Plan, str]]:
+    """The best plans that avoid one skill of the chosen plan (and the banned ones, within
+    the depth bound, as the chosen plan was searched), with why each lost."""
     found: dict[tuple[str, ...], Plan] = {}
     for name in dict.fromkeys(best.steps):
-        other = plan(problem, init, goal, algorithm, banned=frozenset({name}))
+        other = plan(problem, init, goal, algorithm, banned=banned | {name},
+                     max_depth=max_depth)
         if isinstance(other, Plan) and tuple(other.steps) != tuple(best.steps):
             found.setdefault(tuple(other.steps), other)
     ranked = sorted(found.values(), key=lambda p: (p.cost, len(p.steps), p.steps))[:count]

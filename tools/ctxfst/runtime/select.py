@@ -68,31 +68,54 @@ def select(skills: list[dict[str, Any]], graph: dict[str, Any], state: WorldStat
             + [distances.get(fact, float("inf")) for fact in effects])
         missing = [fact for fact in skill["preconditions"] if fact not in active]
         blocking = [fact for fact in skill["negative_preconditions"] if fact in active]
-        successes, failures = attempts(state, name)
         reason = ""
         if missing:
             reason = "needs " + ", ".join(missing)
         elif blocking:
             reason = "cannot run while " + ", ".join(blocking) + " holds"
-        elif successes and not skill["idempotent"]:
-            reason = "already succeeded and is not idempotent"
-        elif failures > retries:
-            reason = f"failed {failures} times (retry limit {retries})"
+        elif spent := _spent(skill, state, retries):
+            reason = spent
         elif effects and set(effects) <= active and not skill["delete_effects"]:
             reason = "would change nothing: its effects already hold"
         candidate = Candidate(name, skill["cost"], distance, not reason, reason)
         (rejected if reason else ranked).append(candidate)
-    ranked.sort(key=lambda c: (c.cost, c.distance, c.name))
+    effects = {skill["name"]: len(skill["add_effects"]) for skill in skills}
+    # Ties on cost and distance (both unknown, often): the skill that adds more, as the
+    # reference prefers; then the name, for a fixed order.
+    ranked.sort(key=lambda c: (c.cost, c.distance, -effects[c.name], c.name))
     for position, candidate in enumerate(ranked):
+        best = ranked[0]
         if position == 0:
+            runner_up = ranked[1] if len(ranked) > 1 else None
             candidate.reason = "chosen: lowest cost" + (
-                ", then nearest the goal" if len(ranked) > 1 and ranked[1].cost == candidate.cost
-                else "")
+                "" if runner_up is None or runner_up.cost != candidate.cost else
+                ", then nearest the goal" if runner_up.distance != candidate.distance else
+                ", then most postconditions" if effects[runner_up.name] != effects[candidate.name]
+                else ", then name order")
         else:
-            best = ranked[0]
             candidate.reason = (f"costs {candidate.cost:g} against {best.cost:g}"
                                 if candidate.cost > best.cost else
                                 f"same cost, farther from the goal ({candidate.distance:g} "
                                 f"against {best.distance:g})" if candidate.distance > best.distance
-                                else "same cost and distance; loses on name order")
+                                else f"same cost and distance, fewer postconditions "
+                                f"({effects[candidate.name]} against {effects[best.name]})"
+                                if effects[candidate.name] < effects[best.name]
+                                else "same cost, distance and postconditions; loses on name order")
     return ranked + sorted(rejected, key=lambda c: c.name)
+
+
+def exhausted(skills: list[dict[str, Any]], state: WorldState,
+              retries: int = DEFAULT_RETRIES) -> frozenset[str]:
+    """The skills this session may not run again: non-idempotent ones that succeeded, and
+    ones that failed more than `retries` times (what `run` and `plan` both leave out)."""
+    return frozenset(skill["name"] for skill in skills if _spent(skill, state, retries))
+
+
+def _spent(skill: dict[str, Any], state: WorldState, retries: int) -> str:
+    """Why the session may not run a skill again, or ''."""
+    successes, failures = attempts(state, skill["name"])
+    if successes and not skill["idempotent"]:
+        return "already succeeded and is not idempotent"
+    if failures > retries:
+        return f"failed {failures} times (retry limit {retries})"
+    return ""
