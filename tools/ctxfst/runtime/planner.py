@@ -171,10 +171,8 @@ def _search(problem: Problem, init: State, goal: frozenset[str], algorithm: str,
     if start_h == INF:
         return 0
 
-    def key(state: State, depth: int) -> Any:
-        return state if max_depth is None else (state, depth)
-
-    start = key(init, 0)
+    bounded = max_depth is not None
+    start = (init, 0) if bounded else init
     best_g: dict[Any, float] = {start: 0.0}
     parent: dict[Any, tuple[Any, int]] = {}
     sequence = 0
@@ -183,17 +181,17 @@ def _search(problem: Problem, init: State, goal: frozenset[str], algorithm: str,
     expanded = 0
     while heap:
         _priority, _h, _, state, depth = heapq.heappop(heap)
-        node = key(state, depth)
+        node = (state, depth) if bounded else state
         if node in closed:
             continue
         if goal <= state:
             return _plan(problem, parent, start, node, best_g[node], expanded, algorithm,
-                         None if max_depth is None else (lambda n: n[0]))
+                         (lambda n: n[0]) if bounded else None)
         closed.add(node)
         expanded += 1
         if expanded > limit:
             return expanded
-        if max_depth is not None and depth >= max_depth:
+        if bounded and depth >= max_depth:  # type: ignore[operator]
             continue
         g = best_g[node]
         for index in problem.applicable(state):
@@ -201,7 +199,7 @@ def _search(problem: Problem, init: State, goal: frozenset[str], algorithm: str,
             if op.name in banned:
                 continue
             successor = op.apply(state)
-            following = key(successor, depth + 1)
+            following = (successor, depth + 1) if bounded else successor
             new_g = g + op.cost
             if following in closed or new_g >= best_g.get(following, INF):
                 continue
