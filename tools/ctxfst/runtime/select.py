@@ -9,8 +9,11 @@ from typing import Any
 from .state import WorldState
 
 # Cost of crossing an edge of each relation when measuring distance to the goal.
-RELATION_WEIGHT = {"LEADS_TO": 1.0, "REQUIRES": 1.0, "IMPLIES": 1.0, "EVIDENCE": 1.5,
-                   "COMPLETED": 2.0, "SIMILAR": 2.0, "BLOCKED_BY": 4.0}
+# Goal distance follows operational relations only, at the reference's weights: a
+# COMPLETED or BLOCKED_BY edge records history (after a run and a rebuild it must not make
+# a skill look near the goal), EVIDENCE and IMPLIES say nothing of what a skill leads to.
+# SIMILAR at 3, not 2: the same distances as the reference (docs/runtime.md).
+RELATION_WEIGHT = {"LEADS_TO": 1.0, "REQUIRES": 1.0, "SIMILAR": 3.0}
 DEFAULT_RETRIES = 2
 
 
@@ -29,10 +32,13 @@ class Candidate:
 
 
 def goal_distances(graph: dict[str, Any], goal: str) -> dict[str, float]:
-    """Relation-weighted shortest distance from every node to the goal (undirected)."""
+    """Relation-weighted shortest distance from every node to the goal (undirected), over
+    the operational relations (RELATION_WEIGHT) only."""
     adjacency: dict[str, list[tuple[str, float]]] = {}
     for edge in graph.get("edges", []):
-        weight = RELATION_WEIGHT.get(edge["relation"], 2.0)
+        weight = RELATION_WEIGHT.get(edge["relation"])
+        if weight is None:
+            continue
         adjacency.setdefault(edge["source"], []).append((edge["target"], weight))
         adjacency.setdefault(edge["target"], []).append((edge["source"], weight))
     distance = {goal: 0.0}
