@@ -649,3 +649,48 @@ def test_goal_distance_follows_operational_relations_at_the_references_weights()
     assert distance["skill:two-hops"] == 2 and distance["skill:mixed"] == 3
     for unreachable in ("skill:done", "skill:failed", "skill:evidence", "state:implied"):
         assert unreachable not in distance
+
+
+def _interactive(cli, kb, monkeypatch, answers: str):
+    import io
+
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--force", cwd=kb)
+    monkeypatch.setattr("sys.stdin", io.StringIO(answers))
+    result = cli("run", "--executor", "interactive", "--format", "json", cwd=kb)
+    data = json.loads(result.out)  # the prompts went to stderr: stdout is the JSON alone
+    return data["stop_reason"], [step["skill"] for step in data["steps"]], result.err
+
+
+def test_interactive_plan_critique(kb, cli, monkeypatch):
+    chain = ["inventory-skills", "analyze-gaps", "draft-learning-plan"]
+    coach = ["ask-career-coach", "draft-learning-plan"]
+    # Accepting every plan is the run without a critique.
+    reason, steps, said = _interactive(cli, kb, monkeypatch, "a\na\na\n")
+    assert (reason, steps) == ("goal_reached", chain)
+    assert "plan: inventory-skills -> analyze-gaps -> draft-learning-plan (cost 5)" in said
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--force", cwd=kb)
+    plain = cli("run", "--executor", "dry-run", "--format", "json", cwd=kb).json()
+    assert [step["skill"] for step in plain["steps"]] == chain
+    # Skip a skill: the loop replans without it (and it stays skipped).
+    reason, steps, said = _interactive(cli, kb, monkeypatch, "s analyze-gaps\na\na\n")
+    assert (reason, steps) == ("goal_reached", coach)
+    assert "skipping analyze-gaps" in said
+    # A skill that does not exist is refused, and the question asked again.
+    reason, steps, said = _interactive(cli, kb, monkeypatch, "skip analyse-gaps\nq\n")
+    assert (reason, steps) == ("user_aborted", [])
+    assert "no skill 'analyse-gaps'; did you mean analyze-gaps?" in said
+    # Reset: what was skipped counts again.
+    reason, steps, _ = _interactive(cli, kb, monkeypatch, "s analyze-gaps\nr\na\na\na\n")
+    assert (reason, steps) == ("goal_reached", chain)
+    # Force, in its three forms; refused when its preconditions do not hold.
+    for form in ("f ask-career-coach", "f:ask-career-coach", "force ask-career-coach"):
+        reason, steps, said = _interactive(
+            cli, kb, monkeypatch, f"f draft-learning-plan\n{form}\na\n")
+        assert (reason, steps) == ("goal_reached", coach), form
+        assert "cannot force draft-learning-plan: it needs state:has-gap-analysis" in said
+    reason, steps, said = _interactive(cli, kb, monkeypatch, "f no-such-skill\nq\n")
+    assert reason == "user_aborted" and "no skill 'no-such-skill'" in said
+    # Anything else is asked again; the end of the input is a quit.
+    reason, steps, said = _interactive(cli, kb, monkeypatch, "maybe\n\na\n")
+    assert reason == "user_aborted" and steps == ["inventory-skills"]
+    assert "not an answer: 'maybe'" in said and "not an answer: ''" in said

@@ -529,22 +529,34 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     else:
         executor = dry_run
 
-    def ask_step(question: str) -> bool:
-        from .diagnostics import escape
+    from .diagnostics import escape
+    from .runtime.loop import Critique
 
-        try:
-            return input(f"{escape(question)} [y/N] ").strip().lower() in ("y", "yes")
-        except EOFError:  # no one to answer: the answer is no
-            return False
+    # Prompts go where they do not spoil the output: stderr when stdout is JSON.
+    talk = sys.stderr if args.format == "json" else sys.stdout
+
+    def say(text: str) -> None:
+        print(escape(text), file=talk, flush=True)
+
+    def answer(prompt: str) -> str | None:
+        talk.write(prompt)
+        talk.flush()
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None  # (None: end of input)
 
     def ask(question: str) -> bool:
-        return args.yes or (sys.stdin.isatty() and ask_step(question))
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            return False
+        reply = answer(f"{escape(question)} [y/N] ")
+        return (reply or "").strip().lower() in ("y", "yes")
 
-    # interactive: asks before each step, then applies the skill's postconditions.
+    # interactive: reviews each plan before its step, then applies the postconditions.
     result = run(world, store, executor, args.max_steps, replan=args.replan, confirm=ask,
                  retries=args.retries, edges_path=config.runtime_edges,
                  max_depth=args.max_depth,
-                 ask_each_step=ask_step if args.executor == "interactive" else None)
+                 critique=Critique(answer, say) if args.executor == "interactive" else None)
     if args.output_format == "reference":
         from .diagnostics import json_text
         from .runtime.loop import reference_result

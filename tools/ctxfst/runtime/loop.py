@@ -177,13 +177,84 @@ def run(world: World, store: StateStore, executor: Executor, max_steps: int = 20
         return _run(world, store, executor, max_steps, **options)
 
 
+@dataclass
+class Critique:
+    """A person's say on each plan before its first step runs (`run --executor
+    interactive`): accept it, skip a skill (replan without it), force a skill as the next
+    step, reset what was skipped, or quit. An answer that is none of these, a skill that
+    does not exist, or one forced whose preconditions do not hold is said to be wrong and
+    asked again. Skipped skills stay skipped for the run, until a reset."""
+
+    ask: Callable[[str], str | None]  # the answer to a prompt; None: no more input
+    say: Callable[[str], None]
+    skipped: set[str] = field(default_factory=set)
+
+    PROMPT = "[a]ccept, [s]kip SKILL, [f]orce SKILL, [r]eset, [q]uit: "
+
+    def review(self, skills: dict[str, dict[str, Any]], active: frozenset[str],
+               replan: Callable[[frozenset[str]], Any], found: Any) -> str | None:
+        """The skill to run next; '' to stop for want of a plan; None to quit."""
+        while True:
+            self.say(_describe(found, self.skipped))
+            answer = self.ask(self.PROMPT)
+            if answer is None:
+                return None
+            command, _, name = answer.strip().replace(":", " ", 1).partition(" ")
+            command, name = command.lower(), name.strip()
+            if command in ("a", "accept", "y", "yes") and not name:
+                return found.steps[0] if isinstance(found, Plan) else ""
+            if command in ("q", "quit", "n", "no") and not name:
+                return None
+            if command in ("r", "reset") and not name:
+                self.skipped.clear()
+                found = replan(frozenset())
+            elif command in ("s", "skip", "f", "force") and name:
+                problem = _unknown(name, skills) or (
+                    _unmet(skills[name], active) if command in ("f", "force") else None)
+                if problem:
+                    self.say(problem)
+                elif command in ("f", "force"):
+                    return name
+                else:
+                    self.skipped.add(name)
+                    found = replan(frozenset(self.skipped))
+            else:
+                self.say(f"not an answer: {answer.strip()!r}")
+
+
+def _describe(found: Any, skipped: set[str]) -> str:
+    text = (f"plan: {' -> '.join(found.steps)} (cost {found.cost:g})"
+            if isinstance(found, Plan) else f"no plan: {found.reason}")
+    return text + (f"; skipping {', '.join(sorted(skipped))}" if skipped else "")
+
+
+def _unknown(name: str, skills: dict[str, dict[str, Any]]) -> str | None:
+    if name in skills:
+        return None
+    import difflib
+
+    close = difflib.get_close_matches(name, list(skills), n=3)
+    return f"no skill {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
+
+
+def _unmet(skill: dict[str, Any], active: frozenset[str]) -> str | None:
+    missing = [fact for fact in skill["preconditions"] if fact not in active]
+    blocking = [fact for fact in skill["negative_preconditions"] if fact in active]
+    if not (missing or blocking):
+        return None
+    return (f"cannot force {skill['name']}: "
+            + "; ".join(([f"it needs {', '.join(missing)}"] if missing else [])
+                        + ([f"it cannot run while {', '.join(blocking)} holds"]
+                           if blocking else [])))
+
+
 def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 20,
         replan: bool = True, confirm: Callable[[str], bool] | None = None,
         retries: int = DEFAULT_RETRIES, edges_path: Path | None = None,
-        ask_each_step: Callable[[str], bool] | None = None,
+        critique: Critique | None = None,
         max_depth: int | None = None) -> RunResult:
     """Run until a stop reason. `confirm` answers whether to re-run an interrupted
-    non-idempotent skill; `ask_each_step` (interactive) is asked before every step."""
+    non-idempotent skill; `critique` (interactive) reviews every plan before its step."""
     skills = {entry["name"]: entry for entry in world.skills}
     known = world.known_ids()
     steps: list[dict[str, Any]] = []
@@ -204,15 +275,23 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
         if state.reached:
             return RunResult("goal_reached", steps, state)
         banned = exhausted(world.skills, state, retries)
-        found = plan(world.problem, frozenset(state.active_states), frozenset({state.goal}),
-                     banned=banned, max_depth=max_depth)
-        if not isinstance(found, Plan):
+        active = frozenset(state.active_states)
+
+        def planned(skipped: frozenset[str]) -> Any:
+            return plan(world.problem, active, frozenset({state.goal}),
+                        banned=banned | skipped, max_depth=max_depth)
+
+        found = planned(frozenset(critique.skipped) if critique else frozenset())
+        if critique is not None:
+            chosen = critique.review(skills, active, planned, found)
+            if chosen is None:
+                return RunResult("user_aborted", steps, state)
+        else:
+            chosen = found.steps[0] if isinstance(found, Plan) else ""
+        if not chosen:
             reason = "no_candidates" if len(banned) == len(skills) else "no_plan"
             return RunResult(reason, steps, state)
-        name = found.steps[0]
-        if ask_each_step is not None and not ask_each_step(
-                f"run {name} (plan: {' -> '.join(found.steps)})?"):
-            return RunResult("user_aborted", steps, state)
+        name = chosen
         step_id = state.serial + 1
         store.change("step_started", expected_serial=state.serial, step_id=step_id, skill=name)
         try:
