@@ -694,3 +694,65 @@ def test_interactive_plan_critique(kb, cli, monkeypatch):
     reason, steps, said = _interactive(cli, kb, monkeypatch, "maybe\n\na\n")
     assert reason == "user_aborted" and steps == ["inventory-skills"]
     assert "not an answer: 'maybe'" in said and "not an answer: ''" in said
+
+
+def test_files_pass_between_ctxfst_and_the_reference_in_both_directions(tmp_path, cli, capsys):
+    """The reference's published schemas (world-state-schema.json, entity-graph-schema.json)
+    hold for what ctxfst writes, and what the reference writes is read: a world state
+    with a subgraph, a rewrite of it, and its COMPLETED edges."""
+    import jsonschema
+
+    formats = jsonschema.FormatChecker()
+    state_schema = json.loads((UPSTREAM / "world-state-schema.json").read_text())
+    graph_schema = json.loads((UPSTREAM / "entity-graph-schema.json").read_text())
+    make_project(tmp_path)
+    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
+    shutil.copytree(UPSTREAM / "skills", tmp_path / "skills", dirs_exist_ok=True)
+    shutil.copy(UPSTREAM / "world-model-example.md", tmp_path / "content")
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    # The reference's state file, as its world_state.py writes it: no log, a subgraph.
+    reference_state = {
+        "session_id": "ref-001", "goal": "entity:learn-kubernetes-path",
+        "active_states": ["entity:has-raw-resume"], "completed_skills": [],
+        "current_subgraph": {
+            "nodes": ["entity:has-raw-resume", "entity:learn-kubernetes-path"],
+            "edges": [{"source": "entity:has-raw-resume",
+                       "target": "entity:learn-kubernetes-path", "relation": "LEADS_TO"}]},
+        "created_at": "2026-03-01T09:00:00+00:00", "updated_at": "2026-03-01T09:00:00+00:00"}
+    jsonschema.validate(reference_state, state_schema, format_checker=formats)
+    snapshot = write(tmp_path, ".ctxfst/world-state.json", json.dumps(reference_state))
+    ran = cli("run", "--executor", "dry-run", "--output-format", "reference", cwd=tmp_path)
+    assert ran.code == 0, ran.err
+    result = json.loads(ran.out)
+    assert result["goal_reached"] and [s["skill_name"] for s in result["history"]] == [
+        "analyze-resume", "match-skills", "generate-plan"]
+    # ctxfst -> the reference: its world state and edges fit the reference's schemas.
+    written = json.loads(snapshot.read_text())
+    jsonschema.validate(written, state_schema, format_checker=formats)
+    assert written["current_subgraph"] == reference_state["current_subgraph"]
+    assert [c["skill"] for c in written["completed_skills"]] == [
+        "analyze-resume", "match-skills", "generate-plan"]
+    edge_schema = graph_schema["properties"]["edges"]["items"]
+    runtime_edges = json.loads((tmp_path / ".ctxfst/runtime.edges.json").read_text())
+    for edge in runtime_edges:
+        jsonschema.validate(edge, edge_schema, format_checker=formats)
+    # The reference rewrites the state (one more completed skill, serial untouched) and
+    # adds its own COMPLETED edge by bare skill name: ctxfst adopts both.
+    written["completed_skills"].append({"skill": "generate-plan", "result": "partial",
+                                        "timestamp": "2026-03-02T09:00:00+00:00"})
+    snapshot.write_text(json.dumps(written))
+    runtime_edges.append({"source": "generate-plan", "target": "entity:learn-kubernetes-path",
+                          "relation": "COMPLETED", "score": 1.0, "shared_chunk_count": 0,
+                          "properties": {"timestamp": "2026-03-02T09:00:00+00:00",
+                                         "status": "active", "result_summary": "by hand"}})
+    (tmp_path / ".ctxfst/runtime.edges.json").write_text(json.dumps(runtime_edges))
+    shown = cli("state", "show", "--format", "json", cwd=tmp_path)
+    assert shown.code == 0 and "changed outside ctxfst" in shown.err
+    assert shown.json()["completed_skills"][-1]["result"] == "partial"
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    graph = json.loads((tmp_path / "build/entity-graph.json").read_text())
+    jsonschema.validate(graph, graph_schema, format_checker=formats)
+    assert ("skill:generate-plan", "entity:learn-kubernetes-path", "COMPLETED") in {
+        (e["source"], e["target"], e["relation"]) for e in graph["edges"]}
