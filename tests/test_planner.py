@@ -19,13 +19,18 @@ def op(name, pre=(), add=(), delete=(), pre_not=(), cost=1.0):
                     frozenset(delete), float(cost))
 
 
-def test_cheapest_plan_wins_over_shortest():
-    problem = Problem([
+def detour() -> Problem:
+    """One costly step to the goal (10), or three cheap ones (1 each)."""
+    return Problem([
         op("direct", ["s:start"], ["s:goal"], cost=10),
         op("a", ["s:start"], ["s:1"], cost=1),
         op("b", ["s:1"], ["s:2"], cost=1),
         op("c", ["s:2"], ["s:goal"], cost=1),
     ])
+
+
+def test_cheapest_plan_wins_over_shortest():
+    problem = detour()
     init, goal = frozenset({"s:start"}), frozenset({"s:goal"})
     for algorithm in ("astar", "ucs"):
         found = plan(problem, init, goal, algorithm)
@@ -124,12 +129,7 @@ def test_unknown_algorithm():
 
 
 def test_a_depth_bound_keeps_the_cheapest_plan_within_it():
-    problem = Problem([
-        op("direct", ["s:start"], ["s:goal"], cost=10),
-        op("a", ["s:start"], ["s:1"], cost=1),
-        op("b", ["s:1"], ["s:2"], cost=1),
-        op("c", ["s:2"], ["s:goal"], cost=1),
-    ])
+    problem = detour()
     init, goal = frozenset({"s:start"}), frozenset({"s:goal"})
     for algorithm in ("astar", "ucs", "greedy"):
         for depth, steps in ((1, ["direct"]), (2, ["direct"]), (3, ["a", "b", "c"])):

@@ -31,6 +31,15 @@ def kb(tmp_path, capsys):
     return tmp_path
 
 
+def upstream_project(root: Path) -> Path:
+    """The reference's skills and world-model document, unchanged, in a project."""
+    make_project(root)
+    write(root, "ctxfst.toml", 'embedding_model = "hash-32"\n')
+    shutil.copytree(UPSTREAM / "skills", root / "skills", dirs_exist_ok=True)
+    shutil.copy(UPSTREAM / "world-model-example.md", root / "content")
+    return root
+
+
 def test_state_commands(kb, cli):
     result = cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", "--format",
                  "json", cwd=kb)
@@ -85,10 +94,7 @@ def test_plan_select_and_dry_run(kb, cli):
 
 
 def test_upstream_chain_end_to_end(tmp_path, cli, capsys):
-    make_project(tmp_path)
-    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
-    shutil.copytree(UPSTREAM / "skills", tmp_path / "skills", dirs_exist_ok=True)
-    shutil.copy(UPSTREAM / "world-model-example.md", tmp_path / "content")
+    upstream_project(tmp_path)
     assert run_build(tmp_path, []) == 0
     capsys.readouterr()
     assert cli("state", "init", "--seed", "entity:has-raw-resume", "--goal",
@@ -361,10 +367,7 @@ def test_the_reference_runtimes_completed_edges_name_bare_skills_and_ours_carry_
     reference does (the runtime edges file records when; the build copies it)."""
     import datetime
 
-    make_project(tmp_path)
-    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
-    shutil.copytree(UPSTREAM / "skills", tmp_path / "skills", dirs_exist_ok=True)
-    shutil.copy(UPSTREAM / "world-model-example.md", tmp_path / "content")
+    upstream_project(tmp_path)
     reference_edges = [
         {"source": skill, "target": target, "relation": "COMPLETED",
          "properties": {"timestamp": "2026-03-01T10:00:00+00:00", "status": "active"}}
@@ -705,10 +708,7 @@ def test_files_pass_between_ctxfst_and_the_reference_in_both_directions(tmp_path
     formats = jsonschema.FormatChecker()
     state_schema = json.loads((UPSTREAM / "world-state-schema.json").read_text())
     graph_schema = json.loads((UPSTREAM / "entity-graph-schema.json").read_text())
-    make_project(tmp_path)
-    write(tmp_path, "ctxfst.toml", 'embedding_model = "hash-32"\n')
-    shutil.copytree(UPSTREAM / "skills", tmp_path / "skills", dirs_exist_ok=True)
-    shutil.copy(UPSTREAM / "world-model-example.md", tmp_path / "content")
+    upstream_project(tmp_path)
     assert run_build(tmp_path, []) == 0
     capsys.readouterr()
     # The reference's state file, as its world_state.py writes it: no log, a subgraph.
