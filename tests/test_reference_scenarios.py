@@ -158,3 +158,165 @@ def test_rows_19_and_20_idempotence(tmp_path, cli, capsys):
     reasons = {c["skill"]: c["reason"] for c in selected["candidates"]}
     assert selected["selected"] is None
     assert reasons["once"] == "already succeeded and is not idempotent"
+
+
+WRITEBACK = {"skill-a": {"pre": ["entity:start"], "post": ["entity:mid", "entity:side"]},
+             "skill-b": {"pre": ["entity:mid"], "post": ["entity:goal"]}}
+WRITEBACK_STATES = ["entity:start", "entity:mid", "entity:side", "entity:goal"]
+
+
+def test_rows_14_to_16_outcomes_are_written_back_as_completed_edges(tmp_path, cli, capsys):
+    """ctxfst writes the edges to .ctxfst/runtime.edges.json (the next build merges them
+    into the graph), not into entity-graph.json, which only the build writes."""
+    import datetime
+
+    root = world(tmp_path, WRITEBACK, WRITEBACK_STATES, capsys)
+    result = run(cli, root, "entity:goal", ["entity:start"])
+    assert result["goal_reached"]
+    edges = json.loads((root / ".ctxfst/runtime.edges.json").read_text())
+    completed = {(e["source"], e["target"]) for e in edges if e["relation"] == "COMPLETED"}
+    assert completed == {("skill:skill-a", "entity:mid"), ("skill:skill-a", "entity:side"),
+                         ("skill:skill-b", "entity:goal")}  # 14
+    for edge in edges:  # 16
+        assert edge["properties"]["status"] == "active"
+        datetime.datetime.fromisoformat(edge["properties"]["timestamp"])
+    assert run_build(root, []) == 0
+    capsys.readouterr()
+    graph = json.loads((root / "build/entity-graph.json").read_text())
+    assert completed <= {(e["source"], e["target"]) for e in graph["edges"]
+                         if e["relation"] == "COMPLETED"}
+
+
+def test_row_15_a_failed_skill_writes_no_completed_edge(tmp_path, cli, capsys):
+    """A deliberate addition: the failure is recorded as BLOCKED_BY edges from the skill
+    to its preconditions (what blocked it), which the reference does not write."""
+    root = world(tmp_path, FAILING, ["entity:start", "entity:mid", "entity:goal"], capsys)
+    run(cli, root, "entity:goal", ["entity:start"], "--executor", "command", "--retries", "0")
+    edges = json.loads((root / ".ctxfst/runtime.edges.json").read_text())
+    assert not [e for e in edges if e["relation"] == "COMPLETED"]
+    assert {(e["source"], e["target"], e["relation"]) for e in edges} == {
+        ("skill:step1", "entity:start", "BLOCKED_BY")}
+    assert edges[0]["properties"]["status"] == "failed"
+
+
+def test_row_17_the_skill_nearer_the_goal_ranks_first_at_the_same_cost(tmp_path, cli, capsys):
+    skills = {"close-skill": {"pre": ["entity:start"], "post": ["entity:close"]},
+              "far-skill": {"pre": ["entity:start"], "post": ["entity:far"]}}
+    root = world(tmp_path, skills, ["entity:start", "entity:close", "entity:far",
+                                    "entity:mid", "entity:goal"], capsys)
+    write(root, "content/routes.edges.json", json.dumps([
+        {"source": "entity:close", "target": "entity:goal", "relation": "LEADS_TO"},
+        {"source": "entity:far", "target": "entity:mid", "relation": "LEADS_TO"},
+        {"source": "entity:mid", "target": "entity:goal", "relation": "LEADS_TO"}]))
+    assert run_build(root, []) == 0
+    capsys.readouterr()
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)
+    selected = cli("select", "--format", "json", cwd=root).json()
+    ranked = [(c["skill"], c["distance"]) for c in selected["candidates"] if c["applicable"]]
+    assert ranked == [("close-skill", 1), ("far-skill", 2)]
+
+
+CHOICE = {"cheap": {"pre": ["entity:a"], "post": ["entity:goal"], "cost": "low"},
+          "pricey": {"pre": ["entity:a"], "post": ["entity:goal"], "cost": "high"}}
+
+
+def test_rows_21_to_23_the_selection_explained(tmp_path, cli, capsys):
+    """ctxfst's explanation is data (`select --explain --format json`), not the
+    reference's sentences: no winner ('No eligible candidates.'), one winner and no loser,
+    and each loser with its reason."""
+    root = world(tmp_path, CHOICE, ["entity:a", "entity:goal"], capsys)
+    cli("state", "init", "--goal", "entity:goal", cwd=root)
+    none = cli("select", "--explain", "--format", "json", cwd=root).json()
+    assert none["selected"] is None  # 21
+    assert {c["reason"] for c in none["candidates"]} == {"needs entity:a"}
+    cli("state", "add", "entity:a", cwd=root)
+    chosen = cli("select", "--explain", "--format", "json", cwd=root).json()
+    assert chosen["selected"] == "cheap"  # 23
+    reasons = {c["skill"]: c["reason"] for c in chosen["candidates"]}
+    assert reasons["pricey"] == "costs 3 against 1"
+    single = world(tmp_path / "single", {"only": CHOICE["cheap"]},
+                   ["entity:a", "entity:goal"], capsys)
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:a", cwd=single)
+    alone = cli("select", "--explain", "--format", "json", cwd=single).json()
+    assert alone["selected"] == "only" and len(alone["candidates"]) == 1  # 22
+
+
+def test_rows_25_to_32_the_plan_explained(chain, cli):
+    cli("state", "init", "--goal", "entity:learning-plan", "--seed", "entity:has-raw-resume",
+        cwd=chain)
+    plain = cli("plan", "--format", "json", cwd=chain).json()
+    explained = cli("plan", "--explain", "--format", "json", cwd=chain).json()
+    assert explained["steps"] == plain["steps"]  # 25
+    first = explained["explanation"][0]  # 26
+    assert first["preconditions_met"] == ["entity:has-raw-resume"]
+    assert first["adds"] == ["entity:has-parsed-resume"]
+    assert [s["reaches_goal"] for s in explained["explanation"]] == [False, False, True]  # 32
+    cli("state", "add", "entity:has-skill-evidence", cwd=chain)  # 29: only what is new
+    again = cli("plan", "--explain", "--format", "json", cwd=chain).json()
+    assert again["explanation"][1]["adds"] == ["entity:has-skill-gap"]
+    cli("state", "init", "--goal", "entity:learning-plan", "--force", cwd=chain)
+    stuck = cli("plan", "--explain", "--format", "json", cwd=chain)  # 27
+    assert stuck.code == 1 and not stuck.json()["solved"] and stuck.json()["reason"]
+    cli("state", "init", "--goal", "entity:learning-plan", "--seed", "entity:learning-plan",
+        "--force", cwd=chain)
+    done = cli("plan", "--explain", "--format", "json", cwd=chain).json()  # 28
+    assert done["solved"] and done["steps"] == [] and done["explanation"] == []
+
+
+def test_rows_30_and_31_alternatives_differ_and_say_why(tmp_path, cli, capsys):
+    skills = {"direct": {"pre": ["entity:start"], "post": ["entity:goal"], "cost": 4},
+              "s1": {"pre": ["entity:start"], "post": ["entity:mid"]},
+              "s2": {"pre": ["entity:mid"], "post": ["entity:goal"]}}
+    root = world(tmp_path, skills, ["entity:start", "entity:mid", "entity:goal"], capsys)
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)
+    explained = cli("plan", "--explain", "--format", "json", cwd=root).json()
+    assert explained["steps"] == ["s1", "s2"]
+    others = explained["alternatives"]
+    assert others and all(alt["steps"] != explained["steps"] for alt in others)  # 30
+    assert others[0] == {"steps": ["direct"], "cost": 4.0,
+                         "why_not": "costs 2 more with 1 fewer step(s)"}  # 31
+
+
+def test_rows_35_to_41_multi_step_planning(tmp_path, cli, capsys):
+    skills = {"s1": {"pre": ["entity:a"], "post": ["entity:b"], "idempotent": False},
+              "s2": {"pre": ["entity:b"], "post": ["entity:c"]},
+              "s3": {"pre": ["entity:c"], "post": ["entity:goal"]},
+              "long1": {"pre": ["entity:a"], "post": ["entity:x"]},
+              "long2": {"pre": ["entity:x"], "post": ["entity:y"]},
+              "long3": {"pre": ["entity:y"], "post": ["entity:z"]},
+              "long4": {"pre": ["entity:z"], "post": ["entity:goal"]}}
+    states = ["entity:a", "entity:b", "entity:c", "entity:x", "entity:y", "entity:z",
+              "entity:goal", "entity:island"]
+    root = world(tmp_path, skills, states, capsys)
+
+    def plan(goal: str, *seeds: str, depth: str | None = None) -> dict:
+        seeded = [arg for seed in seeds for arg in ("--seed", seed)]
+        extra = ["--max-depth", depth] if depth else []
+        return cli("plan", "--goal", goal, *seeded, *extra, "--format", "json",
+                   cwd=root).json()
+
+    assert plan("entity:goal", "entity:a")["steps"] == ["s1", "s2", "s3"]  # 35, and 39
+    assert plan("entity:goal", "entity:goal")["steps"] == []  # 36
+    assert not plan("entity:island", "entity:a")["solved"]  # 37
+    assert not plan("entity:c", "entity:a", depth="1")["solved"]  # 38
+    assert plan("entity:c", "entity:a", depth="2")["steps"] == ["s1", "s2"]
+    # 40: a non-idempotent skill appears once; 41: one that succeeded is left out.
+    assert plan("entity:c", "entity:a")["steps"].count("s1") == 1
+    cli("state", "init", "--goal", "entity:c", "--seed", "entity:a", cwd=root)
+    cli("state", "complete", "s1", "--result", "success", cwd=root)
+    from_state = cli("plan", "--format", "json", cwd=root).json()
+    assert from_state["steps"] == ["s2"]
+
+
+def test_rows_42_to_44_the_planning_loop(chain, cli):
+    """ctxfst always plans ahead (the reference's lookahead); row 43 differs on purpose:
+    with no plan within the bound ctxfst stops (`no_plan`) instead of falling back to
+    greedy steps that need not lead anywhere."""
+    result = run(cli, chain, "entity:learning-plan", ["entity:has-raw-resume"])
+    assert result["goal_reached"] and result["iterations"] == 3  # 42
+    bounded = run(cli, chain, "entity:learning-plan", ["entity:has-raw-resume"],
+                  "--max-depth", "2")
+    assert (bounded["terminated_reason"], bounded["iterations"]) == ("no_candidates", 0)  # 43
+    assert [s["skill_name"] for s in run(cli, chain, "entity:learning-plan",
+                                         ["entity:has-raw-resume"], "--max-depth", "3")[
+        "history"]] == [s["skill_name"] for s in result["history"]]  # 44
