@@ -19,11 +19,12 @@ from ctxfst.pipeline.runner import run_build
 from .conftest import add_skill_script, make_project, write
 
 
-def world(root: Path, skills: dict[str, dict], states: list[str], capsys) -> Path:
+def world(root: Path, skills: dict[str, dict], states: list[str], capsys,
+          settings: str = "") -> Path:
     """A built project: the states declared in one document, and each skill
     {pre, post, cost, idempotent} as a SKILL.md."""
     make_project(root)
-    write(root, "ctxfst.toml", 'embedding_model = "hash-32"\n')
+    write(root, "ctxfst.toml", 'embedding_model = "hash-32"\n' + settings)
     entities = "\n".join(f'  - {{id: "{state}", name: "{state}", type: state}}'
                          for state in states)
     write(root, "content/world.ctxfst.md",
@@ -320,3 +321,46 @@ def test_rows_42_to_44_the_planning_loop(chain, cli):
     assert [s["skill_name"] for s in run(cli, chain, "entity:learning-plan",
                                          ["entity:has-raw-resume"], "--max-depth", "3")[
         "history"]] == [s["skill_name"] for s in result["history"]]  # 44
+
+
+def test_rows_24_and_45_to_52_distances_walk_operational_relations(tmp_path, cli, capsys):
+    """Each skill adds its own state; extra edges tie those states to the goal. REQUIRES
+    and LEADS_TO weigh 1, SIMILAR 3; COMPLETED and BLOCKED_BY are not walked (a COMPLETED
+    edge must not make a skill look near the goal); the winner's explanation names the
+    relation that made it nearer."""
+    names = ["causal", "leads", "similar", "done", "blocked", "mixed"]
+    skills = {f"skill-{n}": {"pre": ["entity:start"], "post": [f"entity:{n}"]} for n in names}
+    states = ["entity:start", "entity:goal", "entity:real", "entity:hop",
+              *(f"entity:{n}" for n in names)]
+    # (no SIMILAR edges from embeddings: only the ones written here)
+    root = world(tmp_path, skills, states, capsys, "similar_top_k = 0\n")
+    write(root, "content/routes.edges.json", json.dumps([
+        {"source": "entity:causal", "target": "entity:goal", "relation": "REQUIRES"},
+        {"source": "entity:leads", "target": "entity:goal", "relation": "LEADS_TO"},
+        {"source": "entity:similar", "target": "entity:goal", "relation": "SIMILAR"},
+        {"source": "entity:done", "target": "entity:goal", "relation": "COMPLETED"},
+        {"source": "entity:blocked", "target": "entity:goal", "relation": "BLOCKED_BY"},
+        {"source": "entity:real", "target": "entity:goal", "relation": "LEADS_TO"},
+        {"source": "entity:done", "target": "entity:real", "relation": "COMPLETED"},
+        # mixed: SIMILAR straight to the goal (3), or LEADS_TO twice (2): Dijkstra takes 2
+        {"source": "entity:mixed", "target": "entity:goal", "relation": "SIMILAR"},
+        {"source": "entity:mixed", "target": "entity:hop", "relation": "LEADS_TO"},
+        {"source": "entity:hop", "target": "entity:goal", "relation": "LEADS_TO"}]))
+    assert run_build(root, []) == 0
+    capsys.readouterr()
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)
+    selected = cli("select", "--explain", "--format", "json", cwd=root).json()
+    by_skill = {c["skill"]: c for c in selected["candidates"]}
+    distance = {name: by_skill[f"skill-{name}"]["distance"] for name in names}
+    assert distance == {"causal": 1, "leads": 1, "similar": 3, "done": None,
+                        "blocked": None, "mixed": 2}  # 45-49, 51, 52
+    assert selected["selected"] == "skill-causal"  # 50: REQUIRES before SIMILAR
+    # 24: the relation each way to the goal starts with; the winner ties skill-leads (1)
+    assert [by_skill[f"skill-{n}"]["via"] for n in names] == [
+        "REQUIRES", "LEADS_TO", "SIMILAR", None, None, "LEADS_TO"]
+    assert by_skill["skill-similar"]["reason"] == "same cost, farther from the goal (3 against 1)"
+    cli("state", "add", "entity:causal", "entity:leads", cwd=root)  # (those two change nothing)
+    nearer = cli("select", "--explain", "--format", "json", cwd=root).json()
+    assert nearer["selected"] == "skill-mixed"
+    assert nearer["candidates"][0]["reason"] == (
+        "chosen: lowest cost, then nearest the goal (2 away, by LEADS_TO)")

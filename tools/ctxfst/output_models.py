@@ -140,6 +140,9 @@ class SelectCandidate(Closed):
     skill: str
     cost: float
     distance: Optional[float] = Field(description="to the goal in the graph; null: none")
+    via: Optional[str] = Field(description="the relation its shortest way to the goal "
+                                           "starts with (REQUIRES, LEADS_TO, SIMILAR); null "
+                                           "when its effect is the goal or there is none")
     applicable: bool
     reason: str
 

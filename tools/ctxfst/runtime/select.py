@@ -24,34 +24,46 @@ class Candidate:
     distance: float
     applicable: bool
     reason: str  # why it was rejected, or why it ranks where it does
+    via: str | None = None  # the relation its shortest way to the goal starts with
 
     def as_json(self) -> dict[str, Any]:
         return {"skill": self.name, "cost": self.cost,
                 "distance": None if self.distance == float("inf") else self.distance,
-                "applicable": self.applicable, "reason": self.reason}
+                "via": self.via, "applicable": self.applicable, "reason": self.reason}
 
 
 def goal_distances(graph: dict[str, Any], goal: str) -> dict[str, float]:
     """Relation-weighted shortest distance from every node to the goal (undirected), over
     the operational relations (RELATION_WEIGHT) only."""
-    adjacency: dict[str, list[tuple[str, float]]] = {}
+    return goal_routes(graph, goal)[0]
+
+
+def goal_routes(graph: dict[str, Any], goal: str
+                ) -> tuple[dict[str, float], dict[str, str]]:
+    """goal_distances, and for each node the relation of the first edge of its shortest
+    way to the goal (what an explanation names)."""
+    adjacency: dict[str, list[tuple[str, float, str]]] = {}
     for edge in graph.get("edges", []):
         weight = RELATION_WEIGHT.get(edge["relation"])
         if weight is None:
             continue
-        adjacency.setdefault(edge["source"], []).append((edge["target"], weight))
-        adjacency.setdefault(edge["target"], []).append((edge["source"], weight))
+        adjacency.setdefault(edge["source"], []).append((edge["target"], weight,
+                                                         edge["relation"]))
+        adjacency.setdefault(edge["target"], []).append((edge["source"], weight,
+                                                         edge["relation"]))
     distance = {goal: 0.0}
+    first: dict[str, str] = {}
     heap = [(0.0, goal)]
     while heap:
         current, node = heapq.heappop(heap)
         if current > distance[node]:
             continue
-        for other, weight in adjacency.get(node, ()):
+        for other, weight, relation in sorted(adjacency.get(node, ())):  # (ties: fixed)
             if current + weight < distance.get(other, float("inf")):
                 distance[other] = current + weight
+                first[other] = relation
                 heapq.heappush(heap, (current + weight, other))
-    return distance
+    return distance, first
 
 
 def attempts(state: WorldState, skill: str) -> tuple[int, int]:
@@ -64,14 +76,15 @@ def select(skills: list[dict[str, Any]], graph: dict[str, Any], state: WorldStat
            retries: int = DEFAULT_RETRIES) -> list[Candidate]:
     """Every skill, the applicable ones first in rank order (cost, distance, name)."""
     active = set(state.active_states)
-    distances = goal_distances(graph, state.goal)
+    distances, routes = goal_routes(graph, state.goal)
     ranked, rejected = [], []
     for skill in skills:
         name = skill["name"]
         effects = skill["add_effects"]
-        distance = 0.0 if state.goal in effects else min(
-            [distances.get(skill["node_id"], float("inf"))]
-            + [distances.get(fact, float("inf")) for fact in effects])
+        nearest = min([skill["node_id"], *effects],
+                      key=lambda node: (distances.get(node, float("inf")), node))
+        distance = 0.0 if state.goal in effects else distances.get(nearest, float("inf"))
+        via = None if state.goal in effects else routes.get(nearest)
         missing = [fact for fact in skill["preconditions"] if fact not in active]
         blocking = [fact for fact in skill["negative_preconditions"] if fact in active]
         reason = ""
@@ -83,7 +96,7 @@ def select(skills: list[dict[str, Any]], graph: dict[str, Any], state: WorldStat
             reason = spent
         elif effects and set(effects) <= active and not skill["delete_effects"]:
             reason = "would change nothing: its effects already hold"
-        candidate = Candidate(name, skill["cost"], distance, not reason, reason)
+        candidate = Candidate(name, skill["cost"], distance, not reason, reason, via)
         (rejected if reason else ranked).append(candidate)
     effects = {skill["name"]: len(skill["add_effects"]) for skill in skills}
     # Ties on cost and distance (both unknown, often): the skill that adds more, as the
@@ -95,7 +108,8 @@ def select(skills: list[dict[str, Any]], graph: dict[str, Any], state: WorldStat
             runner_up = ranked[1] if len(ranked) > 1 else None
             candidate.reason = "chosen: lowest cost" + (
                 "" if runner_up is None or runner_up.cost != candidate.cost else
-                ", then nearest the goal" if runner_up.distance != candidate.distance else
+                f", then nearest the goal{_by(candidate)}"
+                if runner_up.distance != candidate.distance else
                 ", then most postconditions" if effects[runner_up.name] != effects[candidate.name]
                 else ", then name order")
         else:
@@ -108,6 +122,12 @@ def select(skills: list[dict[str, Any]], graph: dict[str, Any], state: WorldStat
                                 if effects[candidate.name] < effects[best.name]
                                 else "same cost, distance and postconditions; loses on name order")
     return ranked + sorted(rejected, key=lambda c: c.name)
+
+
+def _by(candidate: Candidate) -> str:
+    if candidate.distance == 0:
+        return " (its effect is the goal)"
+    return f" ({candidate.distance:g} away, by {candidate.via})" if candidate.via else ""
 
 
 def exhausted(skills: list[dict[str, Any]], state: WorldState,
