@@ -50,6 +50,13 @@ def world(root: Path, skills: dict[str, dict], states: list[str], capsys,
     return root
 
 
+def edges_file(root: Path, *routes: tuple[str, str, str]) -> None:
+    """content/routes.edges.json with (source, relation, target) edges."""
+    write(root, "content/routes.edges.json", json.dumps(
+        [{"source": source, "target": target, "relation": relation}
+         for source, relation, target in routes]))
+
+
 def run(cli, root: Path, goal: str, seeds: list[str], *options: str) -> dict:
     """`ctxfst run` from a fresh state, in the reference's result shape."""
     seeded = [arg for seed in seeds for arg in ("--seed", seed)]
@@ -205,10 +212,8 @@ def test_row_17_the_skill_nearer_the_goal_ranks_first_at_the_same_cost(tmp_path,
               "far-skill": {"pre": ["entity:start"], "post": ["entity:far"]}}
     root = world(tmp_path, skills, ["entity:start", "entity:close", "entity:far",
                                     "entity:mid", "entity:goal"], capsys)
-    write(root, "content/routes.edges.json", json.dumps([
-        {"source": "entity:close", "target": "entity:goal", "relation": "LEADS_TO"},
-        {"source": "entity:far", "target": "entity:mid", "relation": "LEADS_TO"},
-        {"source": "entity:mid", "target": "entity:goal", "relation": "LEADS_TO"}]))
+    edges_file(root, ("entity:close", "LEADS_TO", "entity:goal"),
+               ("entity:far", "LEADS_TO", "entity:mid"), ("entity:mid", "LEADS_TO", "entity:goal"))
     assert run_build(root, []) == 0
     capsys.readouterr()
     cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)
@@ -326,38 +331,39 @@ def test_rows_42_to_44_the_planning_loop(chain, cli):
 def test_rows_24_and_45_to_52_distances_walk_operational_relations(tmp_path, cli, capsys):
     """Each skill adds its own state; extra edges tie those states to the goal. REQUIRES
     and LEADS_TO weigh 1, SIMILAR 3; COMPLETED and BLOCKED_BY are not walked (a COMPLETED
-    edge must not make a skill look near the goal); the winner's explanation names the
-    relation that made it nearer."""
-    names = ["causal", "leads", "similar", "done", "blocked", "mixed"]
+    edge must not make a skill look near the goal), nor EVIDENCE and IMPLIES (ctxfst's
+    relations that say nothing of what a skill leads to); the winner's explanation names
+    the relation that made it nearer."""
+    names = ["causal", "leads", "similar", "done", "blocked", "evidence", "implied", "mixed"]
     skills = {f"skill-{n}": {"pre": ["entity:start"], "post": [f"entity:{n}"]} for n in names}
     states = ["entity:start", "entity:goal", "entity:real", "entity:hop",
               *(f"entity:{n}" for n in names)]
     # (no SIMILAR edges from embeddings: only the ones written here)
     root = world(tmp_path, skills, states, capsys, "similar_top_k = 0\n")
-    write(root, "content/routes.edges.json", json.dumps([
-        {"source": "entity:causal", "target": "entity:goal", "relation": "REQUIRES"},
-        {"source": "entity:leads", "target": "entity:goal", "relation": "LEADS_TO"},
-        {"source": "entity:similar", "target": "entity:goal", "relation": "SIMILAR"},
-        {"source": "entity:done", "target": "entity:goal", "relation": "COMPLETED"},
-        {"source": "entity:blocked", "target": "entity:goal", "relation": "BLOCKED_BY"},
-        {"source": "entity:real", "target": "entity:goal", "relation": "LEADS_TO"},
-        {"source": "entity:done", "target": "entity:real", "relation": "COMPLETED"},
-        # mixed: SIMILAR straight to the goal (3), or LEADS_TO twice (2): Dijkstra takes 2
-        {"source": "entity:mixed", "target": "entity:goal", "relation": "SIMILAR"},
-        {"source": "entity:mixed", "target": "entity:hop", "relation": "LEADS_TO"},
-        {"source": "entity:hop", "target": "entity:goal", "relation": "LEADS_TO"}]))
+    edges_file(root, ("entity:causal", "REQUIRES", "entity:goal"),
+               ("entity:leads", "LEADS_TO", "entity:goal"),
+               ("entity:similar", "SIMILAR", "entity:goal"),
+               ("entity:done", "COMPLETED", "entity:goal"),
+               ("entity:blocked", "BLOCKED_BY", "entity:goal"),
+               ("entity:evidence", "EVIDENCE", "entity:goal"),
+               ("entity:implied", "IMPLIES", "entity:goal"),
+               ("entity:real", "LEADS_TO", "entity:goal"),
+               ("entity:done", "COMPLETED", "entity:real"),
+               # mixed: SIMILAR straight to the goal (3), or LEADS_TO twice (2): Dijkstra, 2
+               ("entity:mixed", "SIMILAR", "entity:goal"),
+               ("entity:mixed", "LEADS_TO", "entity:hop"), ("entity:hop", "LEADS_TO", "entity:goal"))
     assert run_build(root, []) == 0
     capsys.readouterr()
     cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)
     selected = cli("select", "--explain", "--format", "json", cwd=root).json()
     by_skill = {c["skill"]: c for c in selected["candidates"]}
     distance = {name: by_skill[f"skill-{name}"]["distance"] for name in names}
-    assert distance == {"causal": 1, "leads": 1, "similar": 3, "done": None,
-                        "blocked": None, "mixed": 2}  # 45-49, 51, 52
+    assert distance == {"causal": 1, "leads": 1, "similar": 3, "done": None, "blocked": None,
+                        "evidence": None, "implied": None, "mixed": 2}  # 45-49, 51, 52
     assert selected["selected"] == "skill-causal"  # 50: REQUIRES before SIMILAR
     # 24: the relation each way to the goal starts with; the winner ties skill-leads (1)
     assert [by_skill[f"skill-{n}"]["via"] for n in names] == [
-        "REQUIRES", "LEADS_TO", "SIMILAR", None, None, "LEADS_TO"]
+        "REQUIRES", "LEADS_TO", "SIMILAR", None, None, None, None, "LEADS_TO"]
     assert by_skill["skill-similar"]["reason"] == "same cost, farther from the goal (3 against 1)"
     cli("state", "add", "entity:causal", "entity:leads", cwd=root)  # (those two change nothing)
     nearer = cli("select", "--explain", "--format", "json", cwd=root).json()

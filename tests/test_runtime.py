@@ -630,30 +630,6 @@ def test_ties_on_cost_and_distance_go_to_the_skill_that_adds_more(tmp_path, cli,
     assert reasons["a-adds-one"] == "same cost and distance, fewer postconditions (1 against 2)"
 
 
-def test_goal_distance_follows_operational_relations_at_the_references_weights():
-    """REQUIRES and LEADS_TO 1, SIMILAR 3; COMPLETED, BLOCKED_BY (history), EVIDENCE and
-    IMPLIES are not walked: after a run, a COMPLETED edge into the goal does not make the
-    skill that ran look close to it."""
-    from ctxfst.runtime.select import goal_distances
-
-    graph = {"edges": [
-        {"source": "skill:causal", "target": "state:goal", "relation": "REQUIRES"},
-        {"source": "skill:similar", "target": "state:goal", "relation": "SIMILAR"},
-        {"source": "skill:two-hops", "target": "state:mid", "relation": "LEADS_TO"},
-        {"source": "state:mid", "target": "state:goal", "relation": "LEADS_TO"},
-        {"source": "skill:done", "target": "state:goal", "relation": "COMPLETED"},
-        {"source": "skill:failed", "target": "state:goal", "relation": "BLOCKED_BY"},
-        {"source": "skill:evidence", "target": "state:goal", "relation": "EVIDENCE"},
-        {"source": "state:implied", "target": "state:goal", "relation": "IMPLIES"},
-        {"source": "skill:mixed", "target": "state:mid", "relation": "SIMILAR"},
-        {"source": "skill:mixed", "target": "state:goal", "relation": "SIMILAR"}]}
-    distance = goal_distances(graph, "state:goal")
-    assert distance["skill:causal"] == 1 and distance["skill:similar"] == 3
-    assert distance["skill:two-hops"] == 2 and distance["skill:mixed"] == 3
-    for unreachable in ("skill:done", "skill:failed", "skill:evidence", "state:implied"):
-        assert unreachable not in distance
-
-
 def _interactive(cli, kb, monkeypatch, answers: str):
     import io
 
