@@ -732,3 +732,39 @@ def test_files_pass_between_ctxfst_and_the_reference_in_both_directions(tmp_path
     jsonschema.validate(graph, graph_schema, format_checker=formats)
     assert ("skill:generate-plan", "entity:learn-kubernetes-path", "COMPLETED") in {
         (e["source"], e["target"], e["relation"]) for e in graph["edges"]}
+
+
+def test_states_only_the_skills_declare_are_recorded_and_become_graph_nodes(
+        tmp_path, cli, capsys):
+    """Item 9 of the reference interop: its own skills name states no document declares
+    (CTX404). A user of those skills expects what each one completed to be recorded, as
+    the reference records it: the COMPLETED edges are written, and the next build adds
+    such a state to the graph as a node (`declared_by: skills`) when an edge names it."""
+    import jsonschema
+
+    upstream_project(tmp_path)
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    graph = json.loads((tmp_path / "build/entity-graph.json").read_text())
+    assert not [n for n in graph["nodes"] if n.get("declared_by")]  # none named yet
+    cli("state", "init", "--seed", "entity:has-raw-resume", "--goal",
+        "entity:learn-kubernetes-path", cwd=tmp_path)
+    ran = cli("run", "--executor", "dry-run", "--format", "json", cwd=tmp_path).json()
+    assert ran["stop_reason"] == "goal_reached"
+    edges = json.loads((tmp_path / ".ctxfst/runtime.edges.json").read_text())
+    completed = {(e["source"], e["target"]) for e in edges if e["relation"] == "COMPLETED"}
+    assert ("skill:analyze-resume", "entity:has-skill-inventory") in completed
+    assert ("skill:match-skills", "entity:has-skill-gap-analysis") in completed
+    checked = cli("validate", "--format", "json", cwd=tmp_path).json()
+    assert not [d for d in checked["diagnostics"] if d["code"] == "CTX604"]
+    assert run_build(tmp_path, []) == 0
+    capsys.readouterr()
+    graph = json.loads((tmp_path / "build/entity-graph.json").read_text())
+    own = {n["id"]: n for n in graph["nodes"] if n.get("declared_by") == "skills"}
+    assert {"entity:has-skill-inventory", "entity:has-skill-gap-analysis"} <= set(own)
+    assert own["entity:has-skill-inventory"]["type"] == "state"
+    assert completed <= {(e["source"], e["target"]) for e in graph["edges"]
+                         if e["relation"] == "COMPLETED"}
+    jsonschema.validate(graph, json.loads((UPSTREAM / "entity-graph-schema.json").read_text()))
+    ids = [n["id"] for n in graph["nodes"]]
+    assert len(ids) == len(set(ids))

@@ -20,7 +20,8 @@ from .document.rules import (Validation, check_document, check_extra_edges, link
 from .skills.model import ParsedSkill
 from .skills import SKILL_FILE
 from .skills.parse import parse_skill
-from .skills.rules import check_skills, skill_names, skill_node_names, skill_nodes
+from .skills.rules import (check_skills, skill_names, skill_node_names, skill_nodes,
+                           skill_states)
 
 PARSERS = {SKILL_FILE: parse_skill}  # the files that are no documents, by name
 
@@ -68,6 +69,7 @@ def check_kb_wide(kb: KnowledgeBase, view: View, strict_spec: bool = False
     out = check_skills(kb.skills, view, strict_spec, kb.skills_dir, kb.root)
     # (the view answers for each end, not by listing every entity id: at 10,000
     # documents that is a pass over every declaration)
-    nodes = ChainMap(view.types, dict.fromkeys(skill_nodes(kb.skills)))
+    nodes = ChainMap(view.types, dict.fromkeys(skill_nodes(kb.skills)),
+                     dict.fromkeys(skill_states(kb.skills)))  # (the graph adds those named)
     edges = check_extra_edges(kb.edge_files, nodes, out, skill_node_names(kb.skills))
     return out, edges

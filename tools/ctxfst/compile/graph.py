@@ -171,6 +171,18 @@ def graph_document(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], *,
     }
 
 
+def skill_state_nodes(nodes: list[dict[str, Any]], edges: list[dict[str, Any]]
+                      ) -> list[dict[str, Any]]:
+    """Nodes for the states only skills declare (validated: an extra edge's end that is
+    no node is one), named by extra or runtime edges: what a skill COMPLETED must be in
+    the graph. Only those an edge names, so a graph without such edges is unchanged."""
+    known = {node["id"] for node in nodes}
+    named = sorted({end for edge in edges for end in (edge["source"], edge["target"])
+                    if end not in known})
+    return [{"id": state, "name": state, "type": "state", "aliases": [], "mention_count": 0,
+             "chunk_ids": [], "declared_by": "skills"} for state in named]
+
+
 def graph_node(profile: dict[str, Any]) -> dict[str, Any]:
     node = {"id": profile["id"], "name": profile["name"], "type": profile["type"],
             "aliases": profile["aliases"], "mention_count": profile["mention_count"],

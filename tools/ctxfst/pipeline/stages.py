@@ -861,7 +861,7 @@ def _read_vectors(path: Path):
 
 def stage_graph(config: Config) -> None:
     from ..compile.graph import (condition_edges, edges_table, extra_edge, graph_document,
-                                 graph_node, merge_edges, similar_edges)
+                                 graph_node, merge_edges, similar_edges, skill_state_nodes)
     from ..artifacts.io import write_parquet
 
     started = time.perf_counter()
@@ -883,6 +883,7 @@ def stage_graph(config: Config) -> None:
     nodes = entity_nodes + skill_nodes
     inferred = condition_edges(nodes)
     extra = [extra_edge(edge) for edge in read_json(staged(config, "extra-edges.json"))]
+    nodes += skill_state_nodes(nodes, extra)
     edges = merge_edges(extra, skill_links, inferred, similar)
     document = graph_document(nodes, edges, model_id=model_id, top_k=settings.similar_top_k,
                               min_score=settings.similar_min_score, extra_count=len(extra),

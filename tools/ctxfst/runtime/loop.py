@@ -323,7 +323,9 @@ def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,
     """Outcomes as runtime edges (COMPLETED, EVIDENCE, BLOCKED_BY) for the next build."""
     if path is None:
         return
-    nodes = {node["id"] for node in world.graph.get("nodes", [])}
+    # Graph nodes, and the states only skills declare: the next build adds those to the
+    # graph (what a user of the reference's own skills expects to see recorded).
+    nodes = world.known_ids()
     source = skill["node_id"]
     if source not in nodes:
         return

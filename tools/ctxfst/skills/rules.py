@@ -27,6 +27,15 @@ def skill_nodes(skills: list[ParsedSkill]) -> set[str]:
     return set(skill_node_names(skills).values())
 
 
+def skill_states(skills: list[ParsedSkill]) -> set[str]:
+    """Every state the skills' pre- and postconditions name (NOT stripped): with those no
+    document declares, the states of the skills' own (CTX404), which runtime edges may
+    name (what a skill completed)."""
+    return {strip_not(reference)[1] for skill in skills if skill.record is not None
+            for field_name in ("preconditions", "postconditions")
+            for reference in getattr(skill.record, field_name)}
+
+
 def skill_node_names(skills: list[ParsedSkill]) -> dict[str, str]:
     """Each skill's bare name -> its entity-graph node."""
     return {skill.record.name: skill_node_id(skill.record.name) for skill in skills
