@@ -75,6 +75,13 @@ def test_unsolvable_goals_are_explained():
     both = plan(problem, frozenset({"s:p"}), frozenset({"s:q", "s:r"}))
     assert isinstance(both, Unsolvable) and both.unreachable == []
     assert "not together" in both.reason
+    # A precondition only its own skill produces: named, not left out as "produced".
+    circular = Problem([op("refine", ["s:draft"], ["s:draft", "s:goal"]),
+                        op("polish", ["s:draft", "s:seed"], ["s:draft"])])
+    stuck = plan(circular, frozenset({"s:seed"}), frozenset({"s:goal"}))
+    assert isinstance(stuck, Unsolvable)
+    assert stuck.reason == ("no sequence of skills reaches s:goal: it needs s:draft, which "
+                            "only polish and refine produce, needing it already")
 
 
 def test_upstream_chain(tmp_path, capsys):

@@ -246,10 +246,14 @@ def plan(problem: Problem, init: State, goal: frozenset[str], algorithm: str = "
     cost, _ = relaxed(problem, init, None, "max")
     unreachable = sorted(fact for fact in goal if fact not in cost)
     if unreachable:
-        roots = _missing_roots(problem, cost, unreachable)
-        reason = ("no sequence of skills reaches " + ", ".join(unreachable)
-                  + (f": it needs {', '.join(roots)}, which no skill produces and the state "
-                     "does not hold" if roots else ""))
+        roots, circular = _missing_roots(problem, cost, unreachable)
+        needs = ([f"it needs {', '.join(roots)}, which no skill produces and the state does "
+                  "not hold"] if roots else [])
+        needs += [f"it needs {fact}, which only {' and '.join(names)} "
+                  f"produce{'s' if len(names) == 1 else ''}, needing it already"
+                  for fact, names in sorted(circular.items())]
+        reason = "no sequence of skills reaches " + ", ".join(unreachable) + (
+            ": " + "; ".join(needs) if needs else "")
     elif found > limit:
         reason = f"search stopped after {limit:,} states without a plan"
     else:
@@ -258,13 +262,16 @@ def plan(problem: Problem, init: State, goal: frozenset[str], algorithm: str = "
     return Unsolvable(goal, unreachable, found, reason)
 
 
-def _missing_roots(problem: Problem, cost: dict[str, float], facts: list[str]) -> list[str]:
-    """The unreachable facts behind unreachable goals that nothing produces at all."""
+def _missing_roots(problem: Problem, cost: dict[str, float], facts: list[str]
+                   ) -> tuple[list[str], dict[str, list[str]]]:
+    """The unreachable facts behind unreachable goals that nothing produces at all, and
+    those only skills needing them already produce (fact -> those skills)."""
     producers: dict[str, list[Operator]] = {}
     for op in problem.operators:
         for fact in op.add:
             producers.setdefault(fact, []).append(op)
     roots: set[str] = set()
+    circular: dict[str, list[str]] = {}
     seen: set[str] = set()
     stack = list(facts)
     while stack:
@@ -275,9 +282,11 @@ def _missing_roots(problem: Problem, cost: dict[str, float], facts: list[str]) -
         if fact not in producers:
             roots.add(fact)
             continue
+        if all(fact in op.pre for op in producers[fact]):
+            circular[fact] = sorted(op.name for op in producers[fact])
         for op in producers[fact]:
             stack.extend(pre for pre in op.pre if pre not in cost)
-    return sorted(roots)
+    return sorted(roots), circular
 
 
 @dataclass
