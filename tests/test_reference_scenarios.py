@@ -370,3 +370,78 @@ def test_rows_24_and_45_to_52_distances_walk_operational_relations(tmp_path, cli
     assert nearer["selected"] == "skill-mixed"
     assert nearer["candidates"][0]["reason"] == (
         "chosen: lowest cost, then nearest the goal (2 away, by LEADS_TO)")
+
+
+def test_row_18_ties_go_to_the_skill_that_adds_more(tmp_path, cli, capsys):
+    """No distance known (no skill reaches the goal), same cost: more postconditions
+    first, then name, as the reference falls back."""
+    skills = {"a-adds-one": {"pre": ["entity:start"], "post": ["entity:one"]},
+              "b-adds-two": {"pre": ["entity:start"], "post": ["entity:one", "entity:two"]}}
+    root = world(tmp_path, skills, ["entity:start", "entity:one", "entity:two", "entity:goal"],
+                 capsys, "similar_top_k = 0\n")
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)
+    selected = cli("select", "--explain", "--format", "json", cwd=root).json()
+    assert selected["selected"] == "b-adds-two"  # (a-adds-one wins on name order alone)
+    reasons = {c["skill"]: c["reason"] for c in selected["candidates"]}
+    assert reasons["b-adds-two"] == "chosen: lowest cost, then most postconditions"
+    assert reasons["a-adds-one"] == "same cost and distance, fewer postconditions (1 against 2)"
+
+
+CRITIQUE = {"s1": {"pre": ["entity:start"], "post": ["entity:mid"]},
+            "s2": {"pre": ["entity:mid"], "post": ["entity:goal"]},
+            "alt": {"pre": ["entity:start"], "post": ["entity:goal"], "cost": "high"},
+            "needs-mid": {"pre": ["entity:mid"], "post": ["entity:side"]}}
+
+
+@pytest.fixture
+def critique_world(tmp_path, capsys):
+    return world(tmp_path, CRITIQUE, ["entity:start", "entity:mid", "entity:side",
+                                      "entity:goal"], capsys)
+
+
+def critique(cli, root: Path, monkeypatch, answers: str) -> tuple[str, list[str], str]:
+    """`run --executor interactive --format json` with `answers` on stdin: the stop
+    reason, the skills run, and what was said on stderr (stdout is the JSON alone)."""
+    import io
+
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", "--force",
+        cwd=root)
+    monkeypatch.setattr("sys.stdin", io.StringIO(answers))
+    result = cli("run", "--executor", "interactive", "--format", "json", cwd=root)
+    data = json.loads(result.out)
+    return data["stop_reason"], [step["skill"] for step in data["steps"]], result.err
+
+
+def test_rows_53_to_66_the_interactive_plan_critique(critique_world, cli, monkeypatch):
+    """Rows 53-55 and 63-64: accept, quit, end of input. 56-58: skip (replan without
+    it), an unknown skill refused, reset. 59-61: force, refused when its preconditions
+    do not hold or it does not exist. 62: another answer is asked again. 65: a skip
+    makes the loop take the alternative. 66: accepting everything is the plain run.
+    A deliberate difference: a skipped skill stays skipped for the run (until `r`); the
+    reference forgets skips at each step."""
+    root = critique_world
+    chain = ["s1", "s2"]
+    reason, steps, said = critique(cli, root, monkeypatch, "a\na\n")
+    assert (reason, steps) == ("goal_reached", chain)  # 53, 63
+    assert "plan: s1 -> s2 (cost 2)" in said
+    cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", "--force", cwd=root)
+    plain = cli("run", "--executor", "dry-run", "--format", "json", cwd=root).json()
+    assert [step["skill"] for step in plain["steps"]] == chain  # 66
+    assert critique(cli, root, monkeypatch, "q\n")[:2] == ("user_aborted", [])  # 54, 64
+    assert critique(cli, root, monkeypatch, "")[:2] == ("user_aborted", [])  # 55
+    reason, steps, said = critique(cli, root, monkeypatch, "s s1\na\n")  # 56, 65
+    assert (reason, steps) == ("goal_reached", ["alt"]) and "skipping s1" in said
+    reason, steps, said = critique(cli, root, monkeypatch, "skip needs-mld\nq\n")  # 57
+    assert (reason, steps) == ("user_aborted", [])
+    assert "no skill 'needs-mld'; did you mean needs-mid?" in said
+    reason, steps, _ = critique(cli, root, monkeypatch, "s s1\nr\na\na\n")  # 58
+    assert (reason, steps) == ("goal_reached", chain)
+    for form in ("f alt", "f:alt", "force alt"):  # 59, in its three forms
+        reason, steps, said = critique(cli, root, monkeypatch, f"f needs-mid\n{form}\n")
+        assert (reason, steps) == ("goal_reached", ["alt"]), form
+        assert "cannot force needs-mid: it needs entity:mid" in said  # 60
+    reason, steps, said = critique(cli, root, monkeypatch, "f nope\nq\n")  # 61
+    assert reason == "user_aborted" and "no skill 'nope'" in said
+    reason, steps, said = critique(cli, root, monkeypatch, "maybe\n\na\n")  # 62
+    assert reason == "user_aborted" and steps == ["s1"]
+    assert "not an answer: 'maybe'" in said and "not an answer: ''" in said
