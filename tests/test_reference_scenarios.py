@@ -445,3 +445,22 @@ def test_rows_53_to_66_the_interactive_plan_critique(critique_world, cli, monkey
     reason, steps, said = critique(cli, root, monkeypatch, "maybe\n\na\n")  # 62
     assert reason == "user_aborted" and steps == ["s1"]
     assert "not an answer: 'maybe'" in said and "not an answer: ''" in said
+
+
+def test_rows_33_and_34_explaining_a_run_changes_nothing(chain, cli):
+    """`run --explain` says each step's plan (on stderr: stdout stays the JSON) and the
+    run is the one without it, with a depth bound too."""
+    for bound in ([], ["--max-depth", "3"]):
+        cli("state", "init", "--goal", "entity:learning-plan", "--seed",
+            "entity:has-raw-resume", "--force", cwd=chain)
+        plain = cli("run", "--format", "json", *bound, cwd=chain).json()
+        cli("state", "init", "--goal", "entity:learning-plan", "--seed",
+            "entity:has-raw-resume", "--force", cwd=chain)
+        told = cli("run", "--explain", "--format", "json", *bound, cwd=chain)
+        explained = json.loads(told.out)
+        assert explained["stop_reason"] == plain["stop_reason"] == "goal_reached"
+        assert [s["skill"] for s in explained["steps"]] == [s["skill"] for s in plain["steps"]]
+        assert told.err.splitlines()[:3] == [
+            "step 1: plan: analyze-resume -> match-skills -> generate-plan (cost 3)",
+            "step 2: plan: match-skills -> generate-plan (cost 2)",
+            "step 3: plan: generate-plan (cost 1)"]

@@ -426,6 +426,8 @@ def _add_runtime_commands(commands) -> None:
                          help="re-run an interrupted non-idempotent skill without asking")
     running.add_argument("--max-depth", type=_positive, default=None,
                          help="plan each step within this many steps to the goal")
+    running.add_argument("--explain", action="store_true",
+                         help="say each step's plan (on stderr with --format json)")
     running.add_argument("--output-format", choices=("ctxfst", "reference"), default="ctxfst",
                          help="the JSON's shape: ctxfst's, or the reference runtime's loop "
                               "result (iterations, goal_reached, terminated_reason, history; "
@@ -556,7 +558,8 @@ def _run_loop(args: argparse.Namespace, config, store) -> int:
     result = run(world, store, executor, args.max_steps, replan=args.replan, confirm=ask,
                  retries=args.retries, edges_path=config.runtime_edges,
                  max_depth=args.max_depth,
-                 critique=Critique(answer, say) if args.executor == "interactive" else None)
+                 critique=Critique(answer, say) if args.executor == "interactive" else None,
+                 explain=say if args.explain else None)
     if args.output_format == "reference":
         from .diagnostics import json_text
         from .runtime.loop import reference_result

@@ -252,9 +252,11 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
         replan: bool = True, confirm: Callable[[str], bool] | None = None,
         retries: int = DEFAULT_RETRIES, edges_path: Path | None = None,
         critique: Critique | None = None,
-        max_depth: int | None = None) -> RunResult:
+        max_depth: int | None = None,
+        explain: Callable[[str], None] | None = None) -> RunResult:
     """Run until a stop reason. `confirm` answers whether to re-run an interrupted
-    non-idempotent skill; `critique` (interactive) reviews every plan before its step."""
+    non-idempotent skill; `critique` (interactive) reviews every plan before its step;
+    `explain` is told each plan (it changes nothing)."""
     skills = {entry["name"]: entry for entry in world.skills}
     known = world.known_ids()
     steps: list[dict[str, Any]] = []
@@ -282,6 +284,8 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
                         banned=banned | skipped, max_depth=max_depth)
 
         found = planned(frozenset(critique.skipped) if critique else frozenset())
+        if explain is not None and critique is None:  # (a critique shows its plans itself)
+            explain(f"step {len(steps) + 1}: {_describe(found, set())}")
         if critique is not None:
             chosen = critique.review(skills, active, planned, found)
             if chosen is None:
