@@ -512,6 +512,7 @@ def test_run_offers_the_reference_loop_result_shape(kb, cli):
                           "summary", "states_added", "states_removed"}
     assert (first["iteration"], first["skill_name"], first["execution_result"]) == (
         1, "inventory-skills", "success")
+    assert first["skill_cost"] == "low"  # (the skill's word, as the reference reports it)
     assert first["states_added"] == ["state:has-skill-inventory"]
     assert [s["skill_name"] for s in result["history"]] == [
         "inventory-skills", "analyze-gaps", "draft-learning-plan"]

@@ -38,7 +38,10 @@ def reference_result(result: "RunResult") -> dict[str, Any]:
             "terminated_reason": REFERENCE_REASONS[result.reason],
             "final_state": result.state.to_json(),
             "history": [{"iteration": number, "skill_name": step["skill"],
-                         "skill_cost": step.get("cost"), "execution_result": step["status"],
+                         # the skill's own words (low, medium, high) as the reference
+                         # reports them, else its number
+                         "skill_cost": step.get("cost_level") or step.get("cost"),
+                         "execution_result": step["status"],
                          "summary": step["summary"],
                          "states_added": step.get("states_added", []),
                          "states_removed": step.get("states_removed", [])}
@@ -313,6 +316,7 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
         before, now_active = set(state.active_states), set(after.active_states)
         steps.append({"skill": name, "status": outcome.status, "summary": outcome.summary,
                       "cost": skills[name]["cost"],
+                      "cost_level": skills[name].get("cost_level"),  # (low/medium/high)
                       "states_added": sorted(now_active - before),
                       "states_removed": sorted(before - now_active)})
         _record_edges(world, skills[name], outcome, edges_path)
