@@ -684,3 +684,60 @@ def test_states_only_the_skills_declare_are_recorded_and_become_graph_nodes(
     jsonschema.validate(graph, json.loads((UPSTREAM / "entity-graph-schema.json").read_text()))
     ids = [n["id"] for n in graph["nodes"]]
     assert len(ids) == len(set(ids))
+
+
+def _dot_statements(text: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Node labels and edges of the DOT `plan --format dot` writes (one statement a
+    line), labels unescaped: what Graphviz would read."""
+    import re
+
+    nodes, edges = {}, []
+    for line in text.splitlines()[3:-1]:
+        node = re.fullmatch(r'  (n\d+) \[label="((?:[^"\\]|\\.)*)", shape=(\w+)\];', line)
+        edge = re.fullmatch(r"  (n\d+) -> (n\d+);", line)
+        assert node or edge, line
+        if node:
+            nodes[node.group(1)] = re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n"
+                                          else m.group(1), node.group(2))
+        else:
+            edges.append((edge.group(1), edge.group(2)))
+    return nodes, edges
+
+
+def test_plan_as_mermaid_and_dot(kb, cli):
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    planned = cli("plan", "--explain", "--format", "json", cwd=kb).json()
+    dot = cli("plan", "--format", "dot", cwd=kb)
+    assert dot.code == 0 and dot.out.startswith("digraph plan {")
+    labels, edges = _dot_statements(dot.out)
+    named = {label: name for name, label in labels.items()}
+    for step in planned["explanation"]:
+        skill = named[f"{step['step']}. {step['skill']} (cost {step['cost']:g})"]
+        assert {(named[fact], skill) for fact in step["preconditions_met"]} <= set(edges)
+        assert {(skill, named[fact]) for fact in step["adds"]} <= set(edges)
+    assert f"{named[GOAL]} [label=\"{GOAL}\", shape=doubleoctagon];" in dot.out
+    mermaid = cli("plan", "--format", "mermaid", cwd=kb)
+    assert mermaid.code == 0 and mermaid.out.splitlines()[0] == "flowchart LR"
+    assert '["1. inventory-skills (cost 1)"]' in mermaid.out
+    assert f'([\"{GOAL}\"])' in mermaid.out
+    assert mermaid.out.count(" --> ") == len(edges)
+    assert cli("plan", "--format", "dot", cwd=kb).out == dot.out  # the same bytes again
+    stuck = cli("plan", "--goal", GOAL, "--format", "mermaid", cwd=kb)  # no seed: no plan
+    assert stuck.code == 1 and "%% no plan for goal:edge-api-learning-plan" in stuck.out
+
+
+def test_diagram_labels_cannot_break_out_of_their_quotes():
+    from ctxfst.diagram import plan_diagram
+
+    hostile = 'state:a"] --> x[<b>evil</b>]\n  click n1 "javascript:alert(1)"'
+    result = {"goal": hostile, "solved": True, "cost": 1.0, "steps": ["s"],
+              "explanation": [{"step": 1, "skill": "s\\n", "preconditions_met": [],
+                               "adds": [hostile], "cost": 1.0}]}
+    mermaid = plan_diagram(result, "mermaid")
+    lines = mermaid.splitlines()
+    assert len(lines) == 5 and lines[0] == "flowchart LR"  # title, 2 nodes, 1 edge
+    assert '"' not in lines[3].split('(["', 1)[1].rsplit('"])', 1)[0]
+    assert "#quot;" in lines[3] and "#60;b#62;" in lines[3] and "\n" not in lines[3]
+    assert lines[4] == "  n1 --> n2"
+    labels, edges = _dot_statements(plan_diagram(result, "dot"))
+    assert labels == {"n1": "1. s\\n (cost 1)", "n2": hostile} and edges == [("n1", "n2")]

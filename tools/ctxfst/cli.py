@@ -347,10 +347,10 @@ def _stale_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_runtime_commands(commands) -> None:
-    def common(parser: argparse.ArgumentParser) -> None:
+    def common(parser: argparse.ArgumentParser, diagrams: bool = False) -> None:
         parser.add_argument("--state", type=Path, default=None,
                             help="world-state file (default: .ctxfst/world-state.json)")
-        format_option(parser)
+        format_option(parser, diagrams)
 
     goal = "goal:edge-api-learning-plan"
     state = add_command(commands, "state", "the world state: init, show, add, remove, ...",
@@ -435,6 +435,7 @@ def _add_runtime_commands(commands) -> None:
     common(running)
     planning = add_command(commands, "plan", "plan skills from the state to the goal",
                            ["ctxfst plan", "ctxfst plan --explain --algorithm ucs",
+                            "ctxfst plan --format mermaid",
                             f"ctxfst plan --goal {goal} --seed state:has-resume"])
     planning.add_argument("--explain", action="store_true",
                           help="say why each step is there, and the alternatives")
@@ -447,7 +448,7 @@ def _add_runtime_commands(commands) -> None:
                           help="with --goal: a state that holds at the start (repeat for more)")
     planning.add_argument("--max-depth", type=_positive, default=None,
                           help="plans of at most this many steps (the cheapest of them)")
-    common(planning)
+    common(planning, diagrams=True)
 
 
 def _print(data, fmt: str, lines: list[str]) -> None:
@@ -480,9 +481,15 @@ def _runtime(args: argparse.Namespace) -> int:
         if args.command == "plan":
             if args.seed and args.goal is None:
                 raise _Usage("--seed needs --goal")
+            diagram = args.format in ("mermaid", "dot")
             result = rt.make_plan(config, store, args.goal, args.seed, args.algorithm,
-                                  args.explain, max_depth=args.max_depth)
-            _print(result, args.format, _plan_text(result))
+                                  args.explain or diagram, max_depth=args.max_depth)
+            if diagram:
+                from .diagram import plan_diagram
+
+                print(plan_diagram(result, args.format), end="")
+            else:
+                _print(result, args.format, _plan_text(result))
             return EXIT_OK if result["solved"] else EXIT_FAILED
         if args.command == "run":
             return _run_loop(args, config, store)

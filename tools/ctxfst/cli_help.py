@@ -53,9 +53,13 @@ def named_path(text: str) -> Path:
     return Path(text)
 
 
-def format_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("text", "json"), default="text",
-                        help="text, or one JSON object")
+def format_option(parser: argparse.ArgumentParser, diagrams: bool = False) -> None:
+    parser.add_argument("--format", choices=("text", "json", *(("mermaid", "dot")
+                                                               if diagrams else ())),
+                        default="text",
+                        help="text, or one JSON object"
+                        + (", or a diagram to paste (Mermaid, Graphviz DOT)" if diagrams
+                           else ""))
 
 
 def add_command(commands, name: str, summary: str, examples: list[str],
