@@ -1,5 +1,6 @@
 """The reference runtime's agent-loop scenarios (its tests/test_agent_loop.py, described
-row by row in ../shared/reference/runtime-behaviours.md), replayed through ctxfst's CLI.
+row by row in the workplace's reference/runtime-behaviours.md; nothing here reads it),
+replayed through ctxfst's CLI.
 
 Each test names its row. Where ctxfst deliberately differs, the test says so and asserts
 ctxfst's behaviour (docs/runtime.md explains each difference). Rows still to write are

@@ -236,18 +236,26 @@ def test_no_build_yet_is_unavailable_until_one_is_published(tmp_path, capsys):
         server.close()
 
 
+def serve_process(project, *options: str) -> tuple[subprocess.Popen, int, list[str]]:
+    """`ctxfst serve --port 0 OPTIONS` started; its port, and the lines it said before
+    it said it listens."""
+    process = subprocess.Popen([sys.executable, "-m", "ctxfst", "serve", "--port", "0",
+                                *options], cwd=project, stderr=subprocess.PIPE, text=True)
+    before = []
+    for _ in range(50):
+        line = process.stderr.readline()
+        found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if found:
+            return process, int(found.group(1)), before
+        before.append(line)
+    process.kill()
+    process.wait()
+    raise AssertionError(f"no listening line: {before}")
+
+
 def test_the_command_serves_until_sigterm(project):
-    process = subprocess.Popen([sys.executable, "-m", "ctxfst", "serve", "--port", "0"],
-                               cwd=project, stderr=subprocess.PIPE, text=True)
+    process, port, _ = serve_process(project)
     try:
-        port = None
-        for _ in range(50):
-            line = process.stderr.readline()
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if found:
-                port = int(found.group(1))
-                break
-        assert port, "no listening line"
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 1}),
                            {"Content-Type": "application/json"})
@@ -279,19 +287,8 @@ def test_the_command_refuses_a_taken_port_and_no_project(project, tmp_path_facto
 
 
 def test_workers_share_the_port_balance_connections_and_stop_together(project):
-    process = subprocess.Popen([sys.executable, "-m", "ctxfst", "serve", "--port", "0",
-                                "--workers", "2"], cwd=project, stderr=subprocess.PIPE,
-                               text=True)
+    process, port, before = serve_process(project, "--workers", "2")
     try:
-        port, before = None, []
-        for _ in range(50):
-            line = process.stderr.readline()
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if found:
-                port = int(found.group(1))
-                break
-            before.append(line)
-        assert port, "no listening line"
         # It says it listens once both workers serve, so none is left idle by clients
         # that connect at once.
         assert {re.search(r"worker (\d):", line).group(1) for line in before

@@ -319,21 +319,21 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
                       "cost_level": skills[name].get("cost_level"),  # (low/medium/high)
                       "states_added": sorted(now_active - before),
                       "states_removed": sorted(before - now_active)})
-        _record_edges(world, skills[name], outcome, edges_path)
+        _record_edges(known, skills[name], outcome, edges_path)
         if outcome.status == "failed" and not replan:
             return RunResult("execution_failure", steps, store.load())
     state = store.load()
     return RunResult("goal_reached" if state.reached else "max_steps", steps, state)
 
 
-def _record_edges(world: World, skill: dict[str, Any], outcome: Outcome,
+def _record_edges(nodes: dict[str, str], skill: dict[str, Any], outcome: Outcome,
                   path: Path | None) -> None:
     """Outcomes as runtime edges (COMPLETED, EVIDENCE, BLOCKED_BY) for the next build."""
     if path is None:
         return
-    # Graph nodes, and the states only skills declare: the next build adds those to the
-    # graph (what a user of the reference's own skills expects to see recorded).
-    nodes = world.known_ids()
+    # `nodes`: the world's known ids, graph nodes and the states only skills declare: the
+    # next build adds those to the graph (what a user of the reference's own skills
+    # expects to see recorded).
     source = skill["node_id"]
     if source not in nodes:
         return

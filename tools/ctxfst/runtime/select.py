@@ -32,16 +32,11 @@ class Candidate:
                 "via": self.via, "applicable": self.applicable, "reason": self.reason}
 
 
-def goal_distances(graph: dict[str, Any], goal: str) -> dict[str, float]:
-    """Relation-weighted shortest distance from every node to the goal (undirected), over
-    the operational relations (RELATION_WEIGHT) only."""
-    return goal_routes(graph, goal)[0]
-
-
 def goal_routes(graph: dict[str, Any], goal: str
                 ) -> tuple[dict[str, float], dict[str, str]]:
-    """goal_distances, and for each node the relation of the first edge of its shortest
-    way to the goal (what an explanation names)."""
+    """Relation-weighted shortest distance from every node to the goal (undirected, over
+    the operational relations, RELATION_WEIGHT, only), and for each node the relation of
+    the first edge of its shortest way there (what an explanation names)."""
     adjacency: dict[str, list[tuple[str, float, str]]] = {}
     for edge in graph.get("edges", []):
         weight = RELATION_WEIGHT.get(edge["relation"])

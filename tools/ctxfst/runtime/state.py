@@ -227,7 +227,17 @@ class Replay:
     state: WorldState | None
     events: list[dict[str, Any]]
     dropped: str | None  # a cut-off last line, dropped
-    contents: dict[int, str] = field(default_factory=dict)  # serial -> content(), as replayed
+    from_log: bool = True  # False: adopted from a snapshot that has no log
+
+    def content_at(self, serial: Any) -> str | None:
+        """content() of the state the log passed through at `serial` (events replayed
+        again: only a snapshot that differs from the log's end asks)."""
+        state = None
+        for event in self.events:
+            if type(serial) is not int or event["serial"] > serial:
+                break
+            state = apply(state, event)
+        return _state_content(state) if state is not None and state.serial == serial else None
 
 
 def content(goal: Any, active: Any, completed: Any, subgraph: Any) -> str:
@@ -341,7 +351,7 @@ class StateStore:
                     except StateError as error:
                         raise StateFileError(f"{self.path}: completed skill {number - 1}: "
                                              f"{error}") from None
-                return Replay(state, events, None)
+                return Replay(state, events, None, from_log=False)
             raise StateFileError(f"no world state at {self.path} (run `ctxfst state init`)")
         raw = read_bytes_no_follow(self.log)
         lines = raw.split(b"\n")
@@ -352,12 +362,10 @@ class StateStore:
             dropped = lines.pop().decode("utf-8", "replace")  # cut off mid-write by a crash
         events = []
         state = None
-        contents: dict[int, str] = {}
         for number, line in enumerate(lines, 1):
             try:
                 event = json.loads(line)
                 state = apply(state, event)
-                contents[state.serial] = _state_content(state)
             except StateError as error:
                 raise StateFileError(f"{self.log}:{number}: {error}") from None
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
@@ -365,7 +373,7 @@ class StateStore:
                                      f"({type(error).__name__} {error}); the log is "
                                      "corrupted") from None
             events.append(event)
-        return Replay(state, events, dropped, contents)
+        return Replay(state, events, dropped)
 
     @_state_files
     def load(self) -> WorldState:
@@ -377,7 +385,7 @@ class StateStore:
                               f"{replay.dropped[:80]!r}")
         snapshot = self._check_snapshot(replay.state)
         self._pending = None
-        if snapshot is not None and replay.contents:
+        if snapshot is not None and replay.from_log:
             outside = self._outside_edit(snapshot, replay)
             if outside is not None:  # adopted here; written with the next change
                 self._pending = outside
@@ -399,8 +407,8 @@ class StateStore:
         serial = snapshot.get("serial")
         final = replay.state
         assert final is not None
-        if said == replay.contents.get(final.serial) or (
-                type(serial) is int and said == replay.contents.get(serial)):
+        if said == _state_content(final) or (serial != final.serial
+                                             and said == replay.content_at(serial)):
             return None
         event = {"type": "external", "serial": final.serial + 1, "lineage": final.lineage,
                  "at": now(), "goal": snapshot.get("goal"),
@@ -516,7 +524,7 @@ class StateStore:
                                 + b"\n" for e in replay.events)
                 write_atomic(self.log, good)
             state = replay.state
-            if snapshot is not None and replay.contents and not discard_outside:
+            if snapshot is not None and replay.from_log and not discard_outside:
                 outside = self._outside_edit(snapshot, replay)
                 if outside is not None:
                     self._append(outside)
