@@ -191,6 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="file to write, inside the project (default: standard output)")
     _build_option(graph)
     _stale_option(graph)
+    report = add_command(
+        commands, "report", "the entity graph, world model and build as one HTML page",
+        ["ctxfst report", "ctxfst report --out site/kb.html", "ctxfst report --no-lint"],
+        description="Write a self-contained HTML report of the published build: the entity "
+                    "graph (search, profiles, edge scores), the world model with unreachable "
+                    "states and skills flagged, stage timings, artifacts, and validation and "
+                    "lint findings. It opens from a file, with no network.")
+    report.add_argument("--out", type=named_path, default=None,
+                        help="file to write, inside the project (default: build/report.html)")
+    report.add_argument("--no-lint", action="store_true",
+                        help="leave out the findings (lint parses every source)")
+    _stale_option(report)
     evaluation = add_command(
         commands, "eval", "retrieval quality per mode on a queries file",
         ["ctxfst eval queries.yaml", "ctxfst eval queries.yaml --modes vector graph --k 5 "
@@ -713,6 +725,34 @@ def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
     return EXIT_OK
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .artifacts.freshness import stale_reason
+    from .artifacts.io import write_atomic
+    from .config import check_inside
+    from .report import DEFAULT_NAME, ReportError, make_report
+    from .runtime.commands import RuntimeUsage, project
+
+    try:
+        config = project()
+    except RuntimeUsage as error:
+        raise _Usage(str(error)) from None
+    out = check_inside(config.root, args.out or config.build_dir / DEFAULT_NAME, "--out")
+    if not args.allow_stale:
+        reason = stale_reason(config, config.build_dir)
+        if reason:
+            raise _Usage(f"{reason} (or pass --allow-stale)")
+    try:
+        page = make_report(config, out, lint=not args.no_lint)
+    except ReportError as error:
+        raise _Usage(str(error)) from None
+    try:
+        write_atomic(out, page)
+    except OSError as error:
+        raise _Usage(f"--out {args.out or out}: {error.strerror or error}") from None
+    _say(args, f"wrote {out.relative_to(config.root)} ({len(page):,} bytes)")
+    return EXIT_OK
+
+
 def _plan_text(result: dict) -> list[str]:
     if not result["solved"]:
         return [f"no plan for {result['goal']}: {result['reason']}"]
@@ -967,6 +1007,8 @@ def main(argv: list[str] | None = None) -> int:
             return _retrieval(args)
         if args.command in ("serve", "mcp"):
             return _serve(args)
+        if args.command == "report":
+            return _report(args)
         if args.command == "facts":
             from .facts.cli import run as run_facts
 

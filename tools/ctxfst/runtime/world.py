@@ -75,7 +75,7 @@ class World:
 _ID_LISTS = ("preconditions", "negative_preconditions", "add_effects", "delete_effects")
 
 
-def _shape_problem(skills: Any, graph: Any) -> str | None:
+def shape_problem(skills: Any, graph: Any) -> str | None:
     """What in the skill index or graph the runtime cannot use (the build folder may come
     from someone else), or None."""
     if not isinstance(skills, list):
@@ -122,7 +122,7 @@ def load_world(build_dir: Path, cache_dir: Path | None = None) -> World:
         build = BuildArtifacts(build_dir, ["skill-index.json", "entity-graph.json"], cache_dir)
         skills = build.json("skill-index.json")["skills"]
         graph_data = build.json("entity-graph.json")
-        problem = _shape_problem(skills, graph_data)
+        problem = shape_problem(skills, graph_data)
         if problem:
             raise TypeError(problem)
     except ArtifactError as error:

@@ -1,0 +1,27 @@
+"""`ctxfst report`: the entity graph, the world model, the build and its findings as one
+self-contained HTML file (data.py gathers, layout.py places, page.py writes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .data import ReportError, report_data
+from .page import render_page
+
+DEFAULT_NAME = "report.html"
+
+
+def make_report(config, out: Path, lint: bool = True) -> bytes:
+    """The report's bytes for the project's published build (the same build gives the
+    same bytes); `out`: where it will be written (source links are relative to it)."""
+    data = report_data(config, out, lint)
+    nodes, edges = len(data["nodes"]["id"]), len(data["edges"]["s"])
+    world = data["world"]
+    summary = (f"{nodes:,} entities, {edges:,} edges; {world['unreachable_states']} "
+               f"unreachable state(s), {world['unreachable_skills']} skill(s) that never run")
+    if data["findings"] is not None:
+        summary += f"; {data['findings']['total']:,} finding(s)"
+    return render_page(data, summary)
+
+
+__all__ = ["DEFAULT_NAME", "ReportError", "make_report"]
