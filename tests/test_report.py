@@ -328,3 +328,38 @@ def test_a_resealed_artifact_of_the_wrong_shape_is_refused_without_a_traceback(
     assert result.code == 2 and "unusable build artifacts" in result.err
     assert "Traceback" not in result.err
     assert not (built_example / "build" / "report.html").exists()
+
+
+def test_the_build_writes_the_report_only_when_asked(tmp_path, capsys, cli):
+    copy_example(tmp_path)
+    assert run_build(tmp_path, [], quiet=True) == 0
+    assert not (tmp_path / "build" / "report.html").exists()
+    with open(tmp_path / "ctxfst.toml", "a", encoding="utf-8") as settings:
+        settings.write("report = true\n")
+    capsys.readouterr()
+    assert run_build(tmp_path, []) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"   report: [\d,]+ bytes, 30 entities, 0 finding\(s\)", out), out
+    made = (tmp_path / "build" / "report.html").read_bytes()
+    # the page `ctxfst report` writes (no world state here: both start from the inputs)
+    assert cli("report", "--out", "by-hand.html", cwd=tmp_path).code == 0
+    by_hand = (tmp_path / "by-hand.html").read_bytes()
+    assert by_hand.replace(b'"source_root":""', b'"source_root":"../"') == made
+    capsys.readouterr()
+    assert run_build(tmp_path, []) == 0  # nothing changed: the report is not made again
+    assert "report:" not in capsys.readouterr().out
+    (tmp_path / "build" / "report.html").unlink()
+    assert run_build(tmp_path, []) == 0
+    assert "   report: " in capsys.readouterr().out
+    assert (tmp_path / "build" / "report.html").read_bytes() == made
+    assert run_build(tmp_path, ["clean"], quiet=True) == 0
+    assert not (tmp_path / "build" / "report.html").exists()
+
+
+def test_the_report_setting_must_be_true_or_false(tmp_path, capsys):
+    from ctxfst.config import ConfigError
+
+    copy_example(tmp_path, extra='report = "yes"\n')
+    with pytest.raises(ConfigError) as caught:
+        run_build(tmp_path, [])
+    assert caught.value.code == "CTX803" and "'report' must be true or false" in str(caught.value)

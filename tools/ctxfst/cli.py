@@ -742,7 +742,7 @@ def _report(args: argparse.Namespace) -> int:
         if reason:
             raise _Usage(f"{reason} (or pass --allow-stale)")
     try:
-        page = make_report(config, out, lint=not args.no_lint)
+        page, _ = make_report(config, out, lint=not args.no_lint)
     except ReportError as error:
         raise _Usage(str(error)) from None
     try:

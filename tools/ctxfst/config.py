@@ -277,6 +277,8 @@ class Config:
     embedding_device: str = "auto"
     # [lint]: which warnings and infos are shown (silence.py); the artifacts never change.
     lint: RuleSelection = field(default_factory=RuleSelection)
+    # report = true: the build also writes build/report.html (a view of the artifacts)
+    report: bool = False
 
     @property
     def source_dirs(self) -> list[Path]:
@@ -425,7 +427,7 @@ def check_inside(root: Path, path: Path, what: str) -> Path:
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
           "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts",
-          "lint"}
+          "lint", "report"}
 _LINT_KNOWN = {"select", "ignore", "per_file_ignores"}
 # auto: a CUDA GPU, else Apple's MPS, else the CPU (compile/embed.py resolves it)
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,2})?")
@@ -690,8 +692,11 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
         if path.is_relative_to(build_dir):
             raise source.error("CTX805", f"'build_dir' holds the {key.split('_')[0]} folder: "
                                "`doit clean` would delete sources", "build_dir")
+    report = settings.get("report", False)
+    if not isinstance(report, bool):
+        raise source.error("CTX803", "'report' must be true or false", "report")
     _check_tool_folder(root)
     return Config(root=root, content_dir=content_dir, skills_dir=skills_dir,
                   build_dir=build_dir, config_file=config_file, build=build,
                   embedding_device=device,
-                  lint=_lint_settings(settings.get("lint"), source))
+                  lint=_lint_settings(settings.get("lint"), source), report=report)

@@ -978,7 +978,8 @@ def stage_manifest(config: Config) -> None:
         (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []
     records = {stage: read_json(result_path(config, stage)) for stage in STAGES
-               if stage != "manifest" and result_path(config, stage).is_file()}
+               if not BY_NAME[stage].final and not BY_NAME[stage].opt_in
+               and result_path(config, stage).is_file()}
     counted: dict[str, Any] = {}
     for record in records.values():
         rows = record.get("artifact_rows")
@@ -1144,3 +1145,18 @@ def recover(config: Config) -> bool:
     _copy_published(config, names)
     journal.unlink()
     return True
+
+
+def stage_report(config: Config) -> None:
+    """build/report.html from the build just published (its world model from the build
+    alone, not from a world state: the same sources give the same page)."""
+    from ..report import DEFAULT_NAME, ReportError, make_report
+
+    started = time.perf_counter()
+    out = config.build_dir / DEFAULT_NAME
+    try:
+        page, counts = make_report(config, out, with_world_state=False)
+    except ReportError as error:
+        raise BuildFailed(str(error)) from None
+    write_atomic(out, page)
+    _record(config, "report", started, bytes=len(page), **counts)

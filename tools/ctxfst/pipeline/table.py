@@ -44,6 +44,14 @@ class Stage:
     # Modules a beside stage has imported before it forks: the stages after it need
     # them anyway, so its own process does not import them again (0.2 s for Arrow)
     imports: tuple[str, ...] = ()
+    # A view of the published build, after the final stage: it writes its file into
+    # build/ itself (not in the manifest), and its task exists only while the Config
+    # attribute named here is true.
+    opt_in: str = ""
+    writes: tuple[str, ...] = ()  # its files in build/ (a view's)
+
+    def enabled(self, config) -> bool:
+        return not self.opt_in or bool(getattr(config, self.opt_in))
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -118,6 +126,11 @@ STAGE_TABLE: tuple[Stage, ...] = _MAKERS + (
           + tuple(result_name(stage.name) for stage in _MAKERS),
           keeps=(MANIFEST,), final=True,
           summary="{artifacts} artifacts and the manifest published"),
+    Stage("report", "Write build/report.html, the HTML report of the published build "
+          "(with `report = true`).", stages.stage_report, reads=(MANIFEST,),
+          settings=(), after=("manifest",), opt_in="report", writes=("report.html",),
+          source_files="the published build, lint findings of the sources",
+          summary="{bytes} bytes, {entities} entities, {findings} finding(s)"),
 )
 
 STAGES: tuple[str, ...] = tuple(stage.name for stage in STAGE_TABLE)
@@ -173,6 +186,7 @@ def markdown_table() -> str:
         reads = ("every output above" if stage.final else
                  ", ".join(filter(None, (names(stage.reads), stage.source_files))))
         published = (f"every artifact above, {names((MANIFEST, RUN_RESULTS))}" if stage.final
+                     else names(stage.writes) + " (not in the manifest)" if stage.writes
                      else names(name for name, _ in stage.publishes))
         rows.append(f"| `{stage.name}` | {stage.doc} | {reads} | {published or '-'} | "
                     f"{names(stage.keeps) or '-'} | {names(stage.settings) or '-'} |")

@@ -172,8 +172,11 @@ def namespace(CONFIG) -> dict:
     stage table (ctxfst/pipeline/table.py)."""
     _project[:] = [CONFIG]
     # doit's state by absolute path: the same file whichever folder doit was started in
-    tasks: dict = {"DOIT_CONFIG": {**DOIT_CONFIG, "dep_file": str(CONFIG.doit_state)}}
-    for stage in STAGE_TABLE:
+    wanted = [stage for stage in STAGE_TABLE if stage.enabled(CONFIG)]
+    tasks: dict = {"DOIT_CONFIG": {**DOIT_CONFIG, "dep_file": str(CONFIG.doit_state),
+                                   "default_tasks": [name for name in RUN_ORDER if any(
+                                       stage.name == name for stage in wanted)]}}
+    for stage in wanted:
         tasks[f"task_{stage.name}"] = _task_maker(CONFIG, stage)
     from .doit_state import drop_damaged_state
 
@@ -201,6 +204,7 @@ def _task_maker(config, stage):
             uptodate.insert(0, _joined(config, waits_for(stage)))
         targets = [str(staged(config, name)) for name in stage.outputs]
         targets.append(str(result_path(config, stage.name)))
+        targets += [str(config.build_dir / name) for name in stage.writes]
         task = {"doc": stage.doc, "actions": [_action(config, stage)],
                 "file_dep": file_dep, "task_dep": list(stage.after), "targets": targets,
                 "uptodate": uptodate, "clean": True, "verbosity": 2}
@@ -277,7 +281,7 @@ def _action(config, stage):
         try:
             run()
         except (BuildFailed, WorkerDied) as error:
-            unchanged = "" if stage.final else ", build/ unchanged"
+            unchanged = "" if stage.final or stage.writes else ", build/ unchanged"
             return StageStopped(f"{stage.name}: {escape(error)}{unchanged}")  # KB paths
         _progress(describe(config, stage))
         return True
@@ -289,7 +293,7 @@ def _action(config, stage):
 def _clean_all(config) -> None:
     """doit clean: remove every artifact the build made (not the caches or the facts
     ledger), and the staging folder."""
-    for name in PUBLISHED_FILES:
+    for name in PUBLISHED_FILES + tuple(name for stage in STAGE_TABLE for name in stage.writes):
         (config.build_dir / name).unlink(missing_ok=True)
     (config.build_dir / JOURNAL).unlink(missing_ok=True)  # first: it names staged files
     shutil.rmtree(staging(config), ignore_errors=True)

@@ -11,17 +11,23 @@ from .page import render_page
 DEFAULT_NAME = "report.html"
 
 
-def make_report(config, out: Path, lint: bool = True) -> bytes:
+def make_report(config, out: Path, lint: bool = True, with_world_state: bool = True
+                ) -> tuple[bytes, dict[str, int]]:
     """The report's bytes for the project's published build (the same build gives the
-    same bytes); `out`: where it will be written (source links are relative to it)."""
-    data = report_data(config, out, lint)
+    same bytes), and what it holds (entities, edges, findings); `out`: where it will be
+    written (source links are relative to it). with_world_state: the world model starts
+    from .ctxfst/world-state.json when there is one (else from the states no skill
+    produces)."""
+    data = report_data(config, out, lint, with_world_state)
     nodes, edges = len(data["nodes"]["id"]), len(data["edges"]["s"])
     world = data["world"]
     summary = (f"{nodes:,} entities, {edges:,} edges; {world['unreachable_states']} "
                f"unreachable state(s), {world['unreachable_skills']} skill(s) that never run")
+    findings = data["findings"]["total"] if data["findings"] is not None else 0
     if data["findings"] is not None:
-        summary += f"; {data['findings']['total']:,} finding(s)"
-    return render_page(data, summary)
+        summary += f"; {findings:,} finding(s)"
+    return render_page(data, summary), {"entities": nodes, "edges": edges,
+                                        "findings": findings}
 
 
 __all__ = ["DEFAULT_NAME", "ReportError", "make_report"]

@@ -30,7 +30,8 @@ class ReportError(Exception):
     """No usable build to report on; the message says what to do."""
 
 
-def report_data(config, out: Path, lint: bool = True) -> dict[str, Any]:
+def report_data(config, out: Path, lint: bool = True, with_world_state: bool = True
+                ) -> dict[str, Any]:
     """The report's data for the project's published build; links to sources are relative
     to `out`, the report's path."""
     from ..artifacts.reader import ArtifactError, BuildArtifacts, read_plain_file
@@ -66,7 +67,8 @@ def report_data(config, out: Path, lint: bool = True) -> dict[str, Any]:
                             "source_root": "" if root_link == "." else root_link + "/"}
     try:  # (the shapes above are checked; a field inside may still be of a wrong type)
         data.update(_graph_view(graph, profiles, chunks, vectors, facts))
-        data["world"] = world_model(skills, graph, _start_state(config))
+        data["world"] = world_model(skills, graph, _start_state(config) if with_world_state
+                                    else ([], ""))
         data["build"] = _build_stats(build.manifest, run_results)
     except (AttributeError, KeyError, TypeError, ValueError) as error:
         raise ReportError(f"{config.build_dir}: unusable build artifacts ({error!r}); run "
