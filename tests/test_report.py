@@ -363,3 +363,63 @@ def test_the_report_setting_must_be_true_or_false(tmp_path, capsys):
     with pytest.raises(ConfigError) as caught:
         run_build(tmp_path, [])
     assert caught.value.code == "CTX803" and "'report' must be true or false" in str(caught.value)
+
+
+QUESTION = "what should I learn next"
+
+
+def test_a_query_as_mermaid_dot_and_html(built_example, cli):
+    from .test_runtime import _dot_statements
+
+    explained = cli("query", QUESTION, "--format", "json", cwd=built_example).json()
+    seeds = {seed["name"] for seed in explained["seeds"]}
+    assert seeds and explained["results"]
+    dot = cli("query", QUESTION, "--format", "dot", cwd=built_example)
+    assert dot.code == 0, dot.err
+    labels, edges = _dot_statements(dot.out)
+    named = {label: name for name, label in labels.items()}
+    assert seeds <= set(named)
+    chunks = [f"{rank}. {hit['chunk_id']}" for rank, hit in enumerate(explained["results"], 1)]
+    assert all(chunk in named for chunk in chunks)
+    assert f'{named[chunks[0]]} [label="{chunks[0]}", shape=note];' in dot.out
+    # each chunk is joined to the shown entities it mentions; the best one's via is among them
+    chunk_rows = json.loads((built_example / "build" / "chunks.json").read_text())
+    mentions = {c["id"]: set(c.get("entities", [])) for c in chunk_rows["chunks"]}
+    graph = _graph(built_example)
+    ids_by_name = {node["name"]: node["id"] for node in graph["nodes"]}
+    for chunk, hit in zip(chunks, explained["results"]):
+        into = {labels[a] for a, b in edges if b == named[chunk]}
+        assert into and all(ids_by_name[name] in mentions[hit["chunk_id"]] for name in into)
+    assert "SIMILAR" in dot.out and "dir=none" in dot.out  # undirected edges, drawn so
+    mermaid = cli("query", QUESTION, "--format", "mermaid", cwd=built_example)
+    assert mermaid.code == 0 and mermaid.out.startswith("flowchart LR\n")
+    assert mermaid.out.count("\n  n") == len(labels) + len(edges)
+    page = cli("query", QUESTION, "--format", "html", cwd=built_example)
+    assert page.code == 0 and page.out.count("<script") == 2
+    (built_example / "query.html").write_text(page.out, encoding="utf-8")
+    data = page_data(built_example / "query.html")
+    assert data["kind"] == "query" and data["nodes"]["name"] == list(labels.values())
+    assert data["source_root"] == built_example.resolve().as_uri() + "/"
+    first = data["nodes"]["name"].index(chunks[0])
+    (row,) = data["details"][first]["chunks"]
+    assert data["chunks"]["id"][row] == explained["results"][0]["chunk_id"]
+    assert cli("query", QUESTION, "--format", "html", cwd=built_example).out == page.out
+
+
+@needs_chromium
+def test_query_and_plan_pages_draw_in_chromium(built_example, cli):
+    page = cli("query", QUESTION, "--format", "html", cwd=built_example)
+    (built_example / "query.html").write_text(page.out, encoding="utf-8")
+    cli("state", "init", "--goal", "goal:edge-api-learning-plan", "--seed",
+        "state:has-resume", cwd=built_example)
+    plan = cli("plan", "--format", "html", cwd=built_example)
+    (built_example / "plan.html").write_text(plan.out, encoding="utf-8")
+    with Chromium(CHROMIUM) as browser:
+        for name in ("query.html", "plan.html"):
+            data = page_data(built_example / name)
+            opened = _opened(browser, built_example / name)
+            drawn = opened.evaluate("[ctxfstReport.drawnNodes, ctxfstReport.drawnEdges]")
+            assert drawn == [len(data["nodes"]["id"]), len(data["edges"]["s"])], name
+            assert opened.evaluate("ctxfstReport.kind") == data["kind"]
+            assert opened.console_errors() == []
+        assert opened.evaluate("ctxfstReport.search('inventory')") != []

@@ -694,7 +694,8 @@ def _dot_statements(text: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
     nodes, edges = {}, []
     for line in text.splitlines()[3:-1]:
         node = re.fullmatch(r'  (n\d+) \[label="((?:[^"\\]|\\.)*)", shape=(\w+)\];', line)
-        edge = re.fullmatch(r"  (n\d+) -> (n\d+);", line)
+        edge = re.fullmatch(r'  (n\d+) -> (n\d+)(?: \[(?:label="(?:[^"\\]|\\.)*")?(?:, )?'
+                            r'(?:dir=none)?\])?;', line)
         assert node or edge, line
         if node:
             nodes[node.group(1)] = re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n"
@@ -726,6 +727,30 @@ def test_plan_as_mermaid_and_dot(kb, cli):
     assert stuck.code == 1 and "%% no plan for goal:edge-api-learning-plan" in stuck.out
 
 
+def test_plan_as_an_html_page(kb, cli):
+    from .test_report import page_data
+
+    cli("state", "init", "--goal", GOAL, "--seed", "state:has-resume", cwd=kb)
+    page = cli("plan", "--format", "html", cwd=kb)
+    assert page.code == 0 and page.out.startswith("<!DOCTYPE html>")
+    assert "default-src 'none'" in page.out
+    (kb / "plan.html").write_text(page.out, encoding="utf-8")
+    data = page_data(kb / "plan.html")
+    labels, edges = _dot_statements(cli("plan", "--format", "dot", cwd=kb).out)
+    assert data["kind"] == "plan" and data["nodes"]["name"] == list(labels.values())
+    names = list(labels)
+    assert sorted(zip(data["edges"]["s"], data["edges"]["t"])) == sorted(
+        (names.index(a), names.index(b)) for a, b in edges)
+    kinds = dict(zip(data["nodes"]["name"], (data["types"][t] for t in data["nodes"]["type"])))
+    assert kinds["1. inventory-skills (cost 1)"] == "skill" and kinds[GOAL] == "goal"
+    assert set(data["relations"]) == {"NEEDS", "ADDS"}
+    # top to bottom: each step below the states it needs
+    y = dict(zip(data["nodes"]["name"], data["nodes"]["y"]))
+    assert y["state:has-resume"] < y["1. inventory-skills (cost 1)"] < \
+        y["state:has-skill-inventory"] < y["2. analyze-gaps (cost 2)"]
+    assert cli("plan", "--format", "html", cwd=kb).out == page.out
+
+
 def test_diagram_labels_cannot_break_out_of_their_quotes():
     from ctxfst.diagram import plan_diagram
 
@@ -741,3 +766,8 @@ def test_diagram_labels_cannot_break_out_of_their_quotes():
     assert lines[4] == "  n1 --> n2"
     labels, edges = _dot_statements(plan_diagram(result, "dot"))
     assert labels == {"n1": "1. s\\n (cost 1)", "n2": hostile} and edges == [("n1", "n2")]
+    page = plan_diagram(result, "html")
+    assert page.count("<script") == 2 and "<b>" not in page
+    data = json.loads(page.split('id="ctxfst-data">', 1)[1].split("</script>", 1)[0])
+    assert data["nodes"]["name"] == ["1. s\\n (cost 1)", hostile] and data["title"].endswith(
+        "cost 1")

@@ -155,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--top-k", type=_positive, default=5, help="how many chunks")
     query.add_argument("--hops", type=_at_least_zero, default=2,
                        help="how far graph mode walks from its seeds")
-    query.add_argument("--explain", action="store_true", help="show seeds and expansion")
-    format_option(query)
+    query.add_argument("--explain", action="store_true", help="show seeds and expansion "
+                       "(a diagram format implies it)")
+    format_option(query, diagrams=True)
     _build_option(query)
     _bridge_option(query)
     _stale_option(query)
@@ -493,7 +494,7 @@ def _runtime(args: argparse.Namespace) -> int:
         if args.command == "plan":
             if args.seed and args.goal is None:
                 raise _Usage("--seed needs --goal")
-            diagram = args.format in ("mermaid", "dot")
+            diagram = args.format in ("mermaid", "dot", "html")
             result = rt.make_plan(config, store, args.goal, args.seed, args.algorithm,
                                   args.explain or diagram, max_depth=args.max_depth)
             if diagram:
@@ -639,6 +640,15 @@ def _retrieval(args: argparse.Namespace) -> int:
                       f"{embedding:.3f} s, search {total - embedding:.3f} s", file=sys.stderr)
             if args.format == "json":
                 print(output_json(result.as_json()))
+                return EXIT_OK
+            if args.format in ("mermaid", "dot", "html"):
+                from .diagram import query_diagram
+
+                root = config.root if config is not None else build_dir.parent
+                index = workspace.index
+                print(query_diagram(result.as_json(), index,
+                                    index.artifacts.json("entity-graph.json"), args.format,
+                                    root.as_uri() + "/"), end="")
                 return EXIT_OK
             lines = [] if result.hits else ["no matching chunks"]
             for number, hit in enumerate(result.hits, 1):

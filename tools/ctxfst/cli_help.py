@@ -54,12 +54,12 @@ def named_path(text: str) -> Path:
 
 
 def format_option(parser: argparse.ArgumentParser, diagrams: bool = False) -> None:
-    parser.add_argument("--format", choices=("text", "json", *(("mermaid", "dot")
+    parser.add_argument("--format", choices=("text", "json", *(("mermaid", "dot", "html")
                                                                if diagrams else ())),
                         default="text",
                         help="text, or one JSON object"
-                        + (", or a diagram to paste (Mermaid, Graphviz DOT)" if diagrams
-                           else ""))
+                        + (", or a diagram: to paste (Mermaid, Graphviz DOT) or a "
+                           "self-contained HTML page" if diagrams else ""))
 
 
 def add_command(commands, name: str, summary: str, examples: list[str],

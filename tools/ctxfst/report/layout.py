@@ -139,11 +139,15 @@ def _grid_repulsion(positions: np.ndarray, ideal: float) -> np.ndarray:
 
 
 def column_layout(columns: Sequence[Sequence[int]], gap_x: float = 260.0,
-                  gap_y: float = 70.0) -> dict[int, tuple[float, float]]:
-    """Positions for nodes in columns (left to right, each top to bottom, centred)."""
+                  gap_y: float = 70.0, rows: bool = False) -> dict[int, tuple[float, float]]:
+    """Positions for nodes in columns (left to right, each top to bottom, centred); with
+    rows, the columns become rows (top to bottom, each left to right)."""
     placed: dict[int, tuple[float, float]] = {}
     for column, nodes in enumerate(columns):
-        top = -(len(nodes) - 1) * gap_y / 2.0
+        across = gap_x if rows else gap_y
+        start = -(len(nodes) - 1) * across / 2.0
         for row, node in enumerate(nodes):
-            placed[node] = (round(column * gap_x, 1), round(top + row * gap_y, 1))
+            along = start + row * across
+            placed[node] = ((round(along, 1), round(column * gap_y, 1)) if rows
+                            else (round(column * gap_x, 1), round(along, 1)))
     return placed

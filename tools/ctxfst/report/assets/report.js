@@ -85,18 +85,31 @@
   var selected = -1, hits = [];
   var drawn = {nodes: 0, edges: 0, labels: 0, frames: 0};
 
+  // The whole graph in view, with room for the labels on the right when there are few
+  // enough nodes to label (with many, labels show only when zoomed in).
   function fit() {
-    var lo = [Infinity, Infinity], hi = [-Infinity, -Infinity];
-    for (var i = 0; i < N; i++) {
+    var lo = [Infinity, Infinity], hi = [-Infinity, -Infinity], i;
+    for (i = 0; i < N; i++) {
       lo[0] = Math.min(lo[0], xs[i]); hi[0] = Math.max(hi[0], xs[i]);
       lo[1] = Math.min(lo[1], ys[i]); hi[1] = Math.max(hi[1], ys[i]);
     }
     if (!N) { lo = [0, 0]; hi = [1, 1]; }
-    view.x = (lo[0] + hi[0]) / 2; view.y = (lo[1] + hi[1]) / 2;
-    var margin = 40;  // px for the labels at the edge
-    view.k = Math.min((width - 2 * margin) / Math.max(hi[0] - lo[0], 1),
-                      (height - 2 * margin) / Math.max(hi[1] - lo[1], 1)) || 1;
-    if (N <= 3) view.k = Math.min(view.k, 1);
+    var pad = 24, labelled = N <= 500, widths = [];
+    ctx.font = "12px system-ui, sans-serif";
+    for (i = 0; i < N; i++) widths.push(labelled ? ctx.measureText(data.nodes.name[i]).width + radius[i] + 6 : radius[i]);
+    var k = (height - 2 * pad) / Math.max(hi[1] - lo[1], 1e-9);
+    for (i = 0; i < N; i++) {
+      var dx = xs[i] - lo[0];
+      if (dx > 0) k = Math.min(k, Math.max(1e-4, (width - 2 * pad - widths[i]) / dx));
+    }
+    if (!isFinite(k) || k <= 0) k = 1;
+    k = Math.min(k, 2);
+    var extent = 0;
+    for (i = 0; i < N; i++) extent = Math.max(extent, (xs[i] - lo[0]) * k + widths[i]);
+    var left = pad + Math.max(0, (width - 2 * pad - extent) / 2);
+    view.k = k;
+    view.x = lo[0] + (width / 2 - left) / k;
+    view.y = (lo[1] + hi[1]) / 2;
   }
   function resize() {
     var box = canvas.getBoundingClientRect();
