@@ -24,6 +24,7 @@ from ctxfst.pipeline.runner import run_build  # noqa: E402
 
 TYPES = ["concept", "tool", "framework", "state", "action", "evidence", "platform", "skill"]
 PER_DOCUMENT = 10
+WORDS = ["latency", "cache", "deploy", "index", "retry", "queue"]
 
 
 def write_kb(root: Path, entities: int, seed: int = 0) -> None:
@@ -50,8 +51,8 @@ def write_kb(root: Path, entities: int, seed: int = 0) -> None:
             lines += [f"  - id: {chunk_id}",
                       f'    context: "How {names} fit together in topic {doc}"',
                       f"    entities: [{', '.join(f'entity:e{n:06d}' for n in linked)}]"]
-            bodies.append(f'<Chunk id="{chunk_id}">\nNotes on {names}: '
-                          f"{' '.join(rng.choice(['latency', 'cache', 'deploy', 'index', 'retry', 'queue']) for _ in range(40))}.\n</Chunk>\n")
+            words = " ".join(rng.choice(WORDS) for _ in range(40))
+            bodies.append(f'<Chunk id="{chunk_id}">\nNotes on {names}: {words}.\n</Chunk>\n')
         path = root / "content" / f"{doc // 500:03d}" / f"topic-{doc:05d}.ctxfst.md"
         path.parent.mkdir(exist_ok=True)
         path.write_text("\n".join(lines) + "\n---\n\n" + "\n".join(bodies), encoding="utf-8")

@@ -20,6 +20,7 @@ from typing import Any
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-default-apps", "--disable-extensions", "--mute-audio",
+         "--disable-dev-shm-usage",  # (a container's small /dev/shm crashes tabs)
          "--allow-file-access-from-files", "--remote-debugging-pipe"]
 
 

@@ -169,7 +169,9 @@ def _hostile_kb(root):
             aliases: ["\\u2028<!--", "&amp;"]
           - {{id: "entity:plain", name: Plain, type: concept}}
         chunks:
-          - {{id: "e:one", context: {json.dumps(HOSTILE)}, entities: ["entity:evil", "entity:plain"]}}
+          - id: "e:one"
+            context: {json.dumps(HOSTILE)}
+            entities: ["entity:evil", "entity:plain"]
         ---
         <Chunk id="e:one">{HOSTILE.replace("<", "&lt;")} text</Chunk>
         """)
@@ -238,7 +240,8 @@ def _png_pixels(png: bytes) -> np.ndarray:
     stride = width * channels
     rows, previous = [], bytearray(stride)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        begin = y * (stride + 1)
+        kind, line = raw[begin], bytearray(raw[begin + 1:begin + 1 + stride])
         for x in range(stride):
             left = line[x - channels] if x >= channels else 0
             up = previous[x]
