@@ -23,7 +23,7 @@ SCHEMA_OF = {
     "eval": "eval-output", "plan": "plan-output", "select": "select-output",
     "run": "run-output", "state history": "state-history-output",
     "facts ask": "facts-ask-output", "facts show": "facts-show-output",
-    "facts list": "facts-list-output", "rule": "rule-output",
+    "facts list": "facts-list-output", "rule": "rule-output", "chunk": "chunk-output",
     **{f"state {action}": "world-state"
        for action in ("init", "show", "add", "remove", "complete", "subgraph", "replay")},
 }

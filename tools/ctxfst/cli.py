@@ -135,9 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="SKILL.md files or folders (default: the project's skills)")
     _add_runtime_commands(commands)
+    from .authoring.cli import add_parser as add_chunk_parser
     from .facts.cli import add_parser as add_facts_parser
 
     add_facts_parser(commands)
+    add_chunk_parser(commands)
     query = add_command(
         commands, "query", "retrieve chunks from the build artifacts",
         ["ctxfst query \"Hono on Cloudflare Workers\"",
@@ -1019,6 +1021,10 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "chunk":
+            from .authoring.cli import run as run_chunk
+
+            return run_chunk(args)
         if args.command == "facts":
             from .facts.cli import run as run_facts
 

@@ -110,6 +110,11 @@ _RULES = [
     Rule("CTX807", Severity.ERROR, "tenant folder holds no source"),
     Rule("CTX808", Severity.ERROR, "output path is not a folder"),
     Rule("CTX809", Severity.ERROR, "input file links outside the project"),
+    # Authoring (CTX9xx): `ctxfst chunk` drafting notes
+    Rule("CTX901", Severity.ERROR, "note is CtxFST already"),
+    Rule("CTX902", Severity.WARNING, "block over the token budget"),
+    Rule("CTX903", Severity.ERROR, "draft would replace a file"),
+    Rule("CTX904", Severity.ERROR, "two notes give one draft"),
     # Quality lint (CTX5xx), reported by `ctxfst lint` only
     Rule("CTX501", Severity.WARNING, "near-duplicate chunks"),
     Rule("CTX502", Severity.WARNING, "context too short"),

@@ -26,6 +26,15 @@ class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class DiagnosticRecord(Closed):
+    code: str = Field(pattern=r"^CTX\d{3}$")
+    severity: Literal["error", "warning", "info"]
+    message: str
+    path: str
+    line: int = Field(ge=1)
+    column: int = Field(ge=1)
+
+
 # ---- ctxfst query ----------------------------------------------------------------------
 
 class QueryHit(Closed):
@@ -350,6 +359,44 @@ class ServeErrorOutput(Closed):
     error: ServeErrorDetail
 
 
+# ---- ctxfst chunk ----------------------------------------------------------------------
+
+class DraftedChunk(Closed):
+    id: str
+    line_start: int = Field(ge=1, description="the passage's first line in the note's body")
+    line_end: int = Field(ge=1, description="its last line")
+    tokens: int = Field(ge=0, description="estimated: 4/3 a Latin word, 1 a CJK character")
+    tags: list[str]
+    entities: list[str] = Field(description="catalog entities the passage names")
+
+
+class EntityCandidate(Closed):
+    name: str
+    id: str = Field(description="the id proposed (to review: it is not declared)")
+    mentions: int = Field(ge=1)
+    line: int = Field(ge=1, description="the first mention's line in the note")
+
+
+class ChunkDraft(Closed):
+    note: str
+    draft: str = Field(description="the file the draft is (or would be) written to")
+    title: str
+    chunks: list[DraftedChunk]
+    declared: list[str] = Field(description="entities of a --catalog file the draft "
+                                            "declares, since its knowledge base lacks them")
+    candidates: list[EntityCandidate]
+
+
+class ChunkOutput(Closed):
+    """The output of `ctxfst chunk --format json`."""
+
+    schema_version: Version
+    written: list[str] = Field(description="empty with --dry-run or when anything failed")
+    drafts: list[ChunkDraft]
+    skipped: list[str] = Field(description="CtxFST documents found among the notes")
+    diagnostics: list[DiagnosticRecord]
+
+
 # name in schemas/ -> model; every one of them has OUTPUT_SCHEMA_VERSION's version but the
 # world state, which is the state file's
 OUTPUT_MODELS: dict[str, type[BaseModel]] = {
@@ -364,6 +411,7 @@ OUTPUT_MODELS: dict[str, type[BaseModel]] = {
     "facts-show-output": FactDetail,
     "facts-list-output": FactsListOutput,
     "rule-output": RuleOutput,
+    "chunk-output": ChunkOutput,
     "serve-health-output": ServeHealthOutput,
     "serve-error-output": ServeErrorOutput,
 }

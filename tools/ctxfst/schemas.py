@@ -16,22 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
 from .document.model import SCHEMA_VERSION, ChunkRecord, Entity, Frontmatter
-from .output_models import OUTPUT_MODELS
+from .output_models import OUTPUT_MODELS, DiagnosticRecord
 from .runtime.state import STATE_SCHEMA_VERSION
 from .skills.model import SkillRecord
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-
-
-class DiagnosticRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    code: str = Field(pattern=r"^CTX\d{3}$")
-    severity: Literal["error", "warning", "info"]
-    message: str
-    path: str
-    line: int = Field(ge=1)
-    column: int = Field(ge=1)
 
 
 class DiagnosticSummary(BaseModel):
