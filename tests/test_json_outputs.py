@@ -24,6 +24,7 @@ SCHEMA_OF = {
     "run": "run-output", "state history": "state-history-output",
     "facts ask": "facts-ask-output", "facts show": "facts-show-output",
     "facts list": "facts-list-output", "rule": "rule-output", "chunk": "chunk-output",
+    "contextualize": "contextualize-output",
     **{f"state {action}": "world-state"
        for action in ("init", "show", "add", "remove", "complete", "subgraph", "replay")},
 }

@@ -135,11 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     prompt.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="SKILL.md files or folders (default: the project's skills)")
     _add_runtime_commands(commands)
+    from .authoring.cli import add_contextualize_parser
     from .authoring.cli import add_parser as add_chunk_parser
     from .facts.cli import add_parser as add_facts_parser
 
     add_facts_parser(commands)
     add_chunk_parser(commands)
+    add_contextualize_parser(commands)
     query = add_command(
         commands, "query", "retrieve chunks from the build artifacts",
         ["ctxfst query \"Hono on Cloudflare Workers\"",
@@ -1025,6 +1027,10 @@ def main(argv: list[str] | None = None) -> int:
             from .authoring.cli import run as run_chunk
 
             return run_chunk(args)
+        if args.command == "contextualize":
+            from .authoring.cli import run_contextualize
+
+            return run_contextualize(args)
         if args.command == "facts":
             from .facts.cli import run as run_facts
 

@@ -397,6 +397,28 @@ class ChunkOutput(Closed):
     diagnostics: list[DiagnosticRecord]
 
 
+# ---- ctxfst contextualize ----------------------------------------------------------------
+
+class ContextAnswer(Closed):
+    path: str = Field(description="the document")
+    chunk_id: str
+    cached: bool = Field(description="answered from .ctxfst/cache/ (no request)")
+    prompt_chars: int = Field(ge=0, description="the size of what is (or would be) asked")
+    context: Optional[str] = Field(description="the context written; null with --dry-run "
+                                               "or when the request failed")
+    error: Optional[str] = Field(description="why the request failed, after its retries")
+
+
+class ContextualizeOutput(Closed):
+    """The output of `ctxfst contextualize --format json`."""
+
+    schema_version: Version
+    dry_run: bool
+    chunks: list[ContextAnswer] = Field(description="every chunk that had no context")
+    written: list[str] = Field(description="the documents written")
+    diagnostics: list[DiagnosticRecord]
+
+
 # name in schemas/ -> model; every one of them has OUTPUT_SCHEMA_VERSION's version but the
 # world state, which is the state file's
 OUTPUT_MODELS: dict[str, type[BaseModel]] = {
@@ -412,6 +434,7 @@ OUTPUT_MODELS: dict[str, type[BaseModel]] = {
     "facts-list-output": FactsListOutput,
     "rule-output": RuleOutput,
     "chunk-output": ChunkOutput,
+    "contextualize-output": ContextualizeOutput,
     "serve-health-output": ServeHealthOutput,
     "serve-error-output": ServeErrorOutput,
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..diagnostics import escape, output_json, text_line
 
@@ -69,6 +70,138 @@ def add_parser(commands) -> None:
     format_option(chunk)
 
 
+def add_contextualize_parser(commands) -> None:
+    from ..cli_help import add_command, format_option
+
+    command = add_command(
+        commands, "contextualize", "fill missing chunk contexts through a language model",
+        ["ctxfst contextualize --base-url http://127.0.0.1:8080/v1 --model qwen2.5-7b",
+         "ctxfst contextualize content/guide.ctxfst.md --provider anthropic "
+         "--model claude-3-5-haiku-latest --dry-run",
+         "ctxfst contextualize --provider command --command 'python3 ask.py'"],
+        description="Give every chunk with no context one from a language model "
+                    "(Contextual Retrieval: the document and the passage in, a short "
+                    "situating context out), through an OpenAI-compatible endpoint (local "
+                    "servers such as llama.cpp, vLLM or Ollama too), the Anthropic API, or "
+                    "a command that reads JSON on stdin and writes JSON on stdout. Answers "
+                    "are cached in .ctxfst/cache/, so a rerun asks nothing twice; contexts "
+                    "are written into the frontmatter with everything else kept. API keys "
+                    "come from the environment only. Never part of validate or the build.")
+    command.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                         help="documents or folders (default: the project's content)")
+    command.add_argument("--provider", choices=("openai", "anthropic", "command"),
+                         default="openai",
+                         help="openai: any OpenAI-compatible chat endpoint (--base-url)")
+    command.add_argument("--model", default=None, help="the model to ask (not for command)")
+    command.add_argument("--base-url", default=None,
+                         help="the endpoint's base, such as https://api.openai.com/v1 or "
+                              "http://127.0.0.1:8080/v1 (anthropic: its API by default)")
+    command.add_argument("--api-key-env", default=None, metavar="NAME",
+                         help="the environment variable holding the key (default: "
+                              "OPENAI_API_KEY, optional for a local server; "
+                              "ANTHROPIC_API_KEY)")
+    command.add_argument("--command", dest="provider_command", default=None, metavar="CMD",
+                         help='for --provider command: reads {"system", "prompt", '
+                              '"max_tokens", "model"} on stdin, prints {"text": "..."}')
+    command.add_argument("--timeout", type=_seconds, default=60.0,
+                         help="seconds a request may take")
+    command.add_argument("--retries", type=_min_tokens, default=3,
+                         help="retries of a request that timed out, was rate-limited (429, "
+                              "Retry-After honoured up to 30 s) or met a server error")
+    command.add_argument("--jobs", type=_jobs, default=4, help="requests at once")
+    command.add_argument("--dry-run", action="store_true",
+                         help="show what would be asked and its size; ask nothing")
+    format_option(command)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError("expected seconds above 0, at most 3600")
+    return value
+
+
+def _jobs(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError("expected 1 to 64")
+    return value
+
+
+def run_contextualize(args: argparse.Namespace) -> int:
+    from ..config import find_project
+    from ..validation import UsageError
+    from .contextualize import contextualize, load_documents
+    from .providers import HttpSettings, make_provider
+
+    for path in args.paths:
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or directory")
+    config = find_project(args.paths[0] if args.paths else Path.cwd())
+    if args.paths:
+        paths = args.paths
+    elif config is not None:
+        paths = [config.content_dir]
+    else:
+        raise UsageError("no ctxfst project here; name the documents to contextualize")
+    try:
+        provider = make_provider(args.provider, args.model, args.base_url,
+                                 args.provider_command, args.api_key_env,
+                                 HttpSettings(timeout=args.timeout, retries=args.retries))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    documents, problems = load_documents(paths)
+    cache = config.cache_dir / "contexts.sqlite" if config is not None else None
+    outcome = contextualize(documents, provider, cache, args.jobs, args.dry_run)
+    outcome.diagnostics = problems + outcome.diagnostics
+    if args.format == "json":
+        sys.stdout.write(output_json(_contexts_payload(outcome, args.dry_run)) + "\n")
+    else:
+        for diagnostic in outcome.diagnostics:
+            print(text_line(diagnostic), file=sys.stderr)
+        _print_contexts(outcome, args.dry_run, cache is not None)
+    return 1 if outcome.failed else 0
+
+
+def _contexts_payload(outcome, dry_run: bool) -> dict:
+    return {
+        "dry_run": dry_run,
+        "chunks": [{"path": job.path, "chunk_id": job.chunk_id, "cached": job.cached,
+                    "prompt_chars": len(job.request.system) + len(job.request.prompt),
+                    "context": job.context, "error": job.error} for job in outcome.jobs],
+        "written": outcome.written,
+        "diagnostics": [d.to_dict() for d in outcome.diagnostics],
+    }
+
+
+def _print_contexts(outcome, dry_run: bool, cached: bool) -> None:
+    from ..authoring.chunk import estimate_tokens
+
+    lines: list[str] = []
+    asked = [job for job in outcome.jobs if not job.cached]
+    for job in outcome.jobs:
+        if dry_run:
+            size = estimate_tokens(job.request.prompt)
+            state = "cached" if job.cached else f"ask, ~{size} tokens in"
+            lines.append(f"{job.path}: {job.chunk_id}: {state}")
+        elif job.error:
+            lines.append(f"{job.path}: {job.chunk_id}: failed: {job.error}")
+        else:
+            lines.append(f"{job.path}: {job.chunk_id}: {job.context}")
+    if dry_run:
+        total = sum(estimate_tokens(job.request.prompt) for job in asked)
+        lines.append(f"{len(outcome.jobs)} chunk(s) without a context: {len(asked)} to ask "
+                     f"(~{total} tokens in), {len(outcome.jobs) - len(asked)} cached; "
+                     "nothing asked (--dry-run)")
+    else:
+        failed = sum(1 for job in outcome.jobs if job.error)
+        lines.append(f"{len(outcome.jobs)} chunk(s) without a context: {len(asked)} asked, "
+                     f"{len(outcome.jobs) - len(asked)} from the cache, {failed} failed; "
+                     f"{len(outcome.written)} file(s) written"
+                     + ("" if cached else " (outside a project: no cache)"))
+    sys.stdout.write("".join(escape(line) + "\n" for line in lines))
+
+
 def run(args: argparse.Namespace) -> int:
     from ..cli_help import verbosity
     from ..validation import UsageError
@@ -132,6 +265,7 @@ def _print_text(result, dry_run: bool) -> None:
         lines.append(f"{len(result.drafts)} draft(s) planned; nothing written (--dry-run)")
     else:
         lines.append(f"{len(result.written)} draft(s) written, each valid in its knowledge "
-                     "base; review the entity candidates, then `ctxfst validate`")
+                     "base; review the entity candidates, then `ctxfst contextualize` "
+                     "and `ctxfst validate`")
     sys.stdout.write("".join(escape(line) + "\n" for line in lines))
 
