@@ -63,12 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check documents, skills and extra edges: syntax, fields, references "
                     "across the knowledge base. Exit 1 on an error (with --strict, on a "
                     "warning too); docs/rules.md explains every code, as `ctxfst rule` does."))
-    _add_check_options(add_command(
+    lint = add_command(
         commands, "lint", "quality advice on chunks and entities",
-        ["ctxfst lint", "ctxfst lint --select CTX5 --ignore CTX511", "ctxfst lint --strict"],
+        ["ctxfst lint", "ctxfst lint --select CTX5 --ignore CTX511", "ctxfst lint --strict",
+         "ctxfst lint --diff", "ctxfst lint --fix"],
         description="Everything validate checks, plus quality advice (CTX5xx): near-duplicate "
                     "chunks, short or repetitive contexts, tags, id style. Advice never fails "
-                    "the run unless --strict."))
+                    "the run unless --strict. --fix makes the safe mechanical fixes first "
+                    "(missing aliases, id normal forms with every reference renamed, "
+                    "repeated list items, chunks for undeclared <Chunk> tags).")
+    _add_check_options(lint)
+    lint.add_argument("--fix", action="store_true",
+                      help="make the safe fixes in place (comments and formatting kept), "
+                           "then lint")
+    lint.add_argument("--diff", action="store_true",
+                      help="show what --fix would change as a unified diff; write nothing")
     rule = add_command(commands, "rule", "explain a diagnostic code",
                        ["ctxfst rule CTX205", "ctxfst rule CTX5", "ctxfst rule --format json"],
                        description="Explain a diagnostic code: its severity, what it means and "
@@ -807,6 +816,16 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
     from .validation import check_paths, check_staged
 
     started = time.perf_counter()
+    if getattr(args, "fix", False) or getattr(args, "diff", False):
+        if args.staged:
+            raise _Usage("--fix and --diff take no --staged")
+        from .authoring.cli import apply_fixes
+        from .diagnostics import text_line as _line
+
+        done, refused = apply_fixes(args.paths, write=args.fix and not args.diff)
+        (sys.stderr if args.format == "json" else sys.stdout).write(done)
+        for problem in refused:
+            print(_line(problem), file=sys.stderr)
     if args.staged:
         if args.paths:
             raise _Usage("--staged takes no paths")

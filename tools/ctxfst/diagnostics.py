@@ -115,9 +115,9 @@ _RULES = [
     Rule("CTX902", Severity.WARNING, "block over the token budget"),
     Rule("CTX903", Severity.ERROR, "draft would replace a file"),
     Rule("CTX904", Severity.ERROR, "two notes give one draft"),
-    # `ctxfst contextualize` writing contexts
+    # `ctxfst contextualize` and `ctxfst lint --fix` editing documents
     Rule("CTX905", Severity.ERROR, "provider failed for chunks of a document"),
-    Rule("CTX906", Severity.ERROR, "contexts cannot be written into a document"),
+    Rule("CTX906", Severity.ERROR, "edit cannot be made cleanly"),
     # Quality lint (CTX5xx), reported by `ctxfst lint` only
     Rule("CTX501", Severity.WARNING, "near-duplicate chunks"),
     Rule("CTX502", Severity.WARNING, "context too short"),

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..diagnostics import Diagnostic, Severity, diag, ordered
 from ..files import display_path
-from .markdown import split_lines
 from .providers import Provider, ProviderError, Request
+from .yamledit import EditRefused, FrontmatterEditor, scalar_text
 
 PROMPT_VERSION = "1"
 SYSTEM = ("You write short retrieval contexts for passages of a knowledge base. Answer "
@@ -46,7 +46,6 @@ MAX_CONTEXT_CHARS = 600
 _TAG_LINE = re.compile(r"^[ \t]*(?:<Chunk\b[^>]*>|</Chunk>|%%\s*chunk-(?:start|end)\b.*)[ \t]*$",
                        re.IGNORECASE | re.MULTILINE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_EMPTY_VALUES = ("", '""', "''", "~", "null", "Null", "NULL")
 CACHE_SCHEMA = ("CREATE TABLE IF NOT EXISTS contexts (key TEXT PRIMARY KEY, "
                 "context TEXT NOT NULL)")
 
@@ -215,67 +214,19 @@ def run_jobs(jobs: list[Job], provider: Provider, cache: ContextCache, workers: 
             cache.put(job.key, job.context)
 
 
-def _scalar(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)  # a YAML double-quoted scalar
-
-
 def insert_contexts(raw: str, doc, contexts: dict[int, str]) -> str:
-    """raw (the file's text) with each chunk's context written in; ValueError when a
-    place cannot be found or the result would change anything else."""
-    lines = split_lines(raw)
-    newline = "\r\n" if "\r\n" in raw else "\n"
-    source = doc.source_map
-    edits: list[tuple[int, str, str]] = []  # (line index, "replace" / "insert", text)
-    for index, context in contexts.items():
-        value = _scalar(context)
-        key_pos = source.keys.get(("chunks", index, "context"))
-        if key_pos is not None:
-            line = lines[key_pos[0] - 1]
-            head_end = line.index(":", key_pos[1] - 1) + 1
-            rest = line[head_end:].rstrip("\r\n")
-            comment = ""
-            if " #" in rest:
-                rest, comment = rest.split(" #", 1)
-                comment = " #" + comment
-            if rest.strip() not in _EMPTY_VALUES:
-                raise ValueError(f"chunk {index}: its context is not a plain empty value")
-            ending = line[len(line.rstrip("\r\n")):]
-            edits.append((key_pos[0] - 1, "replace",
-                          f"{line[:head_end]} {value}{comment}{ending}"))
-            continue
-        id_pos = source.keys.get(("chunks", index, "id"))
-        start = source.values.get(("chunks", index))
-        if id_pos is None or start is None:
-            raise ValueError(f"chunk {index}: no id to place the context by")
-        line = lines[id_pos[0] - 1]
-        column = id_pos[1] - 1
-        if lines[start[0] - 1][start[1] - 1:start[1]] == "{":  # a flow mapping
-            edits.append((id_pos[0] - 1, "replace",
-                          f"{line[:column]}context: {value}, {line[column:]}"))
+    """raw (the file's text) with each chunk's context written in: a new `context:`
+    line, or in place of an empty one. EditRefused when that cannot be done cleanly."""
+    editor = FrontmatterEditor(raw, doc)
+    for index, context in sorted(contexts.items()):
+        chunk = doc.frontmatter["chunks"][index]
+        if "context" in chunk:
+            if chunk["context"] not in (None, ""):
+                raise EditRefused(f"chunk {index}: its context is not empty")
+            editor.set_scalar(("chunks", index, "context"), context)
         else:
-            edits.append((id_pos[0] - 1, "insert", f"{' ' * column}context: {value}{newline}"))
-    for number, kind, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
-        if kind == "replace":
-            lines[number] = text
-        else:
-            if not lines[number].endswith(("\n", "\r")):
-                lines[number] += newline
-            lines.insert(number + 1, text)
-    return "".join(lines)
-
-
-def _check_edit(path: str, before: dict, new_text: str, contexts: dict[int, str]) -> None:
-    """The edited frontmatter must be the old one with the contexts set, nothing else."""
-    from ..document.parse import load_frontmatter
-
-    found: list[Diagnostic] = []
-    after, _, _ = load_frontmatter(new_text.replace("\r\n", "\n").replace("\r", "\n"),
-                                path, found)
-    expected = json.loads(json.dumps(before, default=str))
-    for index, context in contexts.items():
-        expected["chunks"][index]["context"] = context
-    if after is None or json.loads(json.dumps(after, default=str)) != expected:
-        raise ValueError("the edit would change more than the contexts")
+            editor.insert_key(("chunks", index), "context", scalar_text(context), context)
+    return editor.text()
 
 
 def contextualize(documents, provider: Provider, cache_path: Path | None,
@@ -314,8 +265,7 @@ def contextualize(documents, provider: Provider, cache_path: Path | None,
         text = raw.decode("utf-8-sig")
         try:
             new_text = insert_contexts(text, doc, contexts)
-            _check_edit(path, doc.frontmatter, new_text, contexts)
-        except (ValueError, KeyError, IndexError) as error:
+        except (EditRefused, KeyError, IndexError, TypeError) as error:
             outcome.diagnostics.append(diag("CTX906", f"left untouched: {error}; add the "
                                             "contexts by hand", path))
             continue
