@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,56 @@ def reseal(build: Path, name: str) -> None:
             entry.update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
                          bytes=path.stat().st_size)
     manifest_path.write_text(json.dumps(manifest))
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A test's HTTP server on 127.0.0.1 whose close waits for its request threads (a
+    handler still sleeping must not print into a later test) and that logs nothing."""
+
+    daemon_threads = False
+    block_on_close = True
+
+    def handle_error(self, request, client_address):
+        pass  # a client that gave up (a timeout under test) closed the socket
+
+
+class JsonService:
+    """A fake model service on 127.0.0.1: each POST's JSON body goes to answer(path,
+    body, headers), which returns (status, reply bytes). close() waits for it to stop."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler
+
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status, data = service.answer(self.path, body, self.headers)
+                self.send_response(status)
+                if status != 200:
+                    self.send_header("Retry-After", "0")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, path: str, body: dict, headers) -> tuple[int, bytes]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
 
 
 class Result:

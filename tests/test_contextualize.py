@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
 import pytest
 
-from .conftest import REPO, make_project, write
+from .conftest import JsonService, REPO, make_project, write
 
 KEY = "sk-test-secret-0123456789"
 DOC = """\
@@ -52,49 +50,30 @@ Empty context before.
 """
 
 
-class FakeServer:
+class FakeServer(JsonService):
+    """A chat endpoint whose answer names the passage; script: what the next requests
+    get instead ("sleep", s), ("status", code), ("malformed",)."""
+
     def __init__(self) -> None:
         self.requests: list[dict] = []
-        self.script: list[tuple] = []  # what the next requests get instead of an answer
-        server = self
+        self.script: list[tuple] = []
+        super().__init__()
+        self.url = self.base
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, "body": body,
-                                        "auth": self.headers.get("Authorization")})
-                action = server.script.pop(0) if server.script else ("ok",)
-                if action[0] == "sleep":
-                    time.sleep(action[1])
-                if action[0] == "status":
-                    self.send_response(action[1])
-                    self.send_header("Retry-After", "0")
-                    self.end_headers()
-                    self.wfile.write(b'{"error": {"message": "slow down"}}')
-                    return
-                prompt = body["messages"][-1]["content"]
-                passage = prompt.split("<passage>\n", 1)[1].split("\n</passage>", 1)[0]
-                reply = {"choices": [{"message": {
-                    "content": f"  The guide's step: {passage.split('.')[0]}.\n"}}]}
-                data = b"not json {" if action[0] == "malformed" else json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+    def answer(self, path, body, headers):
+        self.requests.append({"path": path, "body": body,
+                              "auth": headers.get("Authorization")})
+        action = self.script.pop(0) if self.script else ("ok",)
+        if action[0] == "sleep":
+            time.sleep(action[1])
+        if action[0] == "status":
+            return action[1], b'{"error": {"message": "slow down"}}'
+        if action[0] == "malformed":
+            return 200, b"not json {"
+        prompt = body["messages"][-1]["content"]
+        passage = prompt.split("<passage>\n", 1)[1].split("\n</passage>", 1)[0]
+        return 200, json.dumps({"choices": [{"message": {
+            "content": f"  The guide's step: {passage.split('.')[0]}.\n"}}]}).encode()
 
 
 @pytest.fixture
@@ -191,7 +170,7 @@ def test_failures_leave_the_file_untouched_and_name_the_chunks(kb, fake, cli):
 
 
 def test_a_timeout_and_a_refused_status_fail_cleanly(kb, fake, cli):
-    fake.script = [("sleep", 3)]
+    fake.script = [("sleep", 1.5)]
     result = cli("contextualize", "--base-url", fake.url, "--model", "tiny", "--timeout",
                  "0.5", "--retries", "0", "--jobs", "1", cwd=kb)
     assert result.code == 1 and "CTX905" in result.err and "Traceback" not in result.err

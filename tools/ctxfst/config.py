@@ -26,6 +26,12 @@ DEFAULT_MODEL = "minilm"  # the bundled offline all-MiniLM-L6-v2 (see compile/em
 NAMED_MODELS = ("minilm", "use-multilingual", "e5-small")  # bundled: see compile/embed.py
 # A Hugging Face Hub id, `org/name`: never a path (no '..', no leading '/' or '.').
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# A model behind an OpenAI-compatible embeddings endpoint: openai-compatible:MODEL@URL.
+REMOTE_MODEL = re.compile(r"openai-compatible:([A-Za-z0-9][A-Za-z0-9._:/-]*)@"
+                          r"(https?://([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(:[0-9]{1,5})?(/[^\s@?#]*)?)")
+# Hosts, besides this machine, that settings may send text to for embedding: the user's
+# environment names them (a stranger's KB must not send its builder's queries away).
+EMBEDDING_HOSTS_ENV = "CTXFST_EMBEDDING_HOSTS"
 DEFAULT_EXTRA_EDGES = ("**/*.edges.json", "**/*.edges.yaml", "**/*.edges.yml")
 MAX_SETTINGS_BYTES = 8 * 1024 * 1024
 _FACTS_KNOWN = {"tenants", "complete", "extractors", "fallback_limit", "fallback_scan"}
@@ -394,6 +400,23 @@ def _parse_toml(path: Path, text: str) -> dict:
                           "CTX801") from None
 
 
+def embedding_host_allowed(host: str) -> bool:
+    """This machine (localhost, 127.0.0.0/8, ::1), or a host the user's environment
+    allows (CTXFST_EMBEDDING_HOSTS, comma-separated)."""
+    import ipaddress
+
+    bare = host.strip("[]").lower()
+    if bare == "localhost":
+        return True
+    try:
+        if ipaddress.ip_address(bare).is_loopback:
+            return True
+    except ValueError:
+        pass
+    allowed = {h.strip().lower() for h in os.environ.get(EMBEDDING_HOSTS_ENV, "").split(",")}
+    return bare in allowed - {""}
+
+
 def find_project(start: Path) -> Config | None:
     """The nearest enclosing ctxfst project of start (a file or directory), if any."""
     start = start.resolve()
@@ -638,7 +661,17 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
     if model.startswith("hash") and not re.fullmatch(r"hash(-[1-9][0-9]{0,4})?", model):
         raise source.error("CTX803", f"'embedding_model' {model!r}: the hash embedder is "
                            "'hash' or 'hash-N' with N dimensions", "embedding_model")
-    if not (model in NAMED_MODELS or model.startswith("hash") or _HUB_ID.fullmatch(model)):
+    remote = REMOTE_MODEL.fullmatch(model)
+    if remote is not None and not embedding_host_allowed(remote.group(3)):
+        raise source.error("CTX803", f"'embedding_model' {model!r} sends text to "
+                           f"{remote.group(3)}, which is not this machine: allow the host "
+                           f"with {EMBEDDING_HOSTS_ENV}={remote.group(3)} in your "
+                           "environment (settings cannot)", "embedding_model")
+    if model.startswith("openai-compatible") and remote is None:
+        raise source.error("CTX803", f"'embedding_model' {model!r}: write "
+                           "openai-compatible:MODEL@http://HOST:PORT/v1", "embedding_model")
+    if not (model in NAMED_MODELS or model.startswith("hash") or _HUB_ID.fullmatch(model)
+            or remote is not None):
         # A model folder is code-like input (tokenizers, module classes, weights): one
         # named by a stranger's settings is never loaded.
         raise source.error("CTX803", f"'embedding_model' {model!r} is not a model name: use "

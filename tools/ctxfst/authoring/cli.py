@@ -132,7 +132,8 @@ def run_contextualize(args: argparse.Namespace) -> int:
     from ..config import find_project
     from ..validation import UsageError
     from .contextualize import contextualize, load_documents
-    from .providers import HttpSettings, make_provider
+    from ..remote import HttpSettings
+    from .providers import make_provider
 
     for path in args.paths:
         if not path.exists():

@@ -12,18 +12,12 @@ import json
 import os
 import shlex
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
+from ..remote import HttpSettings, RemoteError, post_json, redact
+
 MAX_REPLY_BYTES = 1 << 20
-MAX_WAIT_SECONDS = 30.0   # the longest Retry-After honoured
-RETRIED_STATUSES = (408, 409, 429, 500, 502, 503, 504)
-
-
-class ProviderError(Exception):
-    """A request that failed for good (after its retries): the reason, redacted."""
+ProviderError = RemoteError  # a request that failed for good: the reason, redacted
 
 
 @dataclass(frozen=True)
@@ -31,13 +25,6 @@ class Request:
     system: str
     prompt: str
     max_tokens: int
-
-
-@dataclass
-class HttpSettings:
-    timeout: float = 60.0
-    retries: int = 3
-    backoff: float = 1.0   # seconds before the first retry, doubled after each
 
 
 class Provider:
@@ -57,62 +44,10 @@ class Provider:
         raise NotImplementedError
 
     def redact(self, text: str) -> str:
-        return text.replace(self._secret, "[redacted]") if self._secret else text
+        return redact(text, self._secret)
 
     def _post(self, url: str, headers: dict[str, str], body: dict) -> dict:
-        data = json.dumps(body).encode()
-        wait = self.http.backoff
-        for attempt in range(self.http.retries + 1):
-            request = urllib.request.Request(url, data=data, method="POST",
-                                             headers={"Content-Type": "application/json",
-                                                      **headers})
-            try:
-                with urllib.request.urlopen(request, timeout=self.http.timeout) as reply:
-                    raw = reply.read(MAX_REPLY_BYTES + 1)
-                if len(raw) > MAX_REPLY_BYTES:
-                    raise ProviderError(f"the reply is over {MAX_REPLY_BYTES} bytes")
-                try:
-                    answer = json.loads(raw)
-                except ValueError:
-                    raise ProviderError("the reply is not JSON") from None
-                if not isinstance(answer, dict):
-                    raise ProviderError("the reply is not a JSON object")
-                return answer
-            except urllib.error.HTTPError as error:
-                status = error.code
-                retry_after = _seconds(error.headers.get("Retry-After"))
-                detail = self.redact(_error_text(error))
-                if status not in RETRIED_STATUSES or attempt == self.http.retries:
-                    raise ProviderError(f"HTTP {status}{detail}") from None
-                wait = max(wait, retry_after or 0.0)
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
-                reason = getattr(error, "reason", error)
-                if attempt == self.http.retries:
-                    raise ProviderError(self.redact(f"no answer from {url}: {reason}")) from None
-            time.sleep(min(wait, MAX_WAIT_SECONDS))
-            wait *= 2
-        raise AssertionError("unreachable")
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
-
-
-def _error_text(error: urllib.error.HTTPError) -> str:
-    try:
-        body = error.read(2000).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    try:
-        message = json.loads(body).get("error", {})
-        message = message.get("message", "") if isinstance(message, dict) else str(message)
-    except (ValueError, AttributeError):
-        message = body
-    message = " ".join(str(message).split())[:300]
-    return f": {message}" if message else ""
+        return post_json(url, headers, body, self.http, self._secret, MAX_REPLY_BYTES)
 
 
 class OpenAICompatible(Provider):

@@ -292,7 +292,78 @@ def get_embedder(spec: str, device: str = "auto") -> Embedder:
     return _EMBEDDERS[key]
 
 
+class OpenAICompatibleEmbedder:
+    """A model behind an OpenAI-compatible /embeddings endpoint (a local server with a
+    large multilingual model, say): openai-compatible:MODEL@URL. The key, if the server
+    wants one, comes from CTXFST_EMBEDDING_API_KEY; a reply is checked (one finite vector
+    of one dimension per text) before any of it is used."""
+
+    KEY_ENV = "CTXFST_EMBEDDING_API_KEY"
+    MAX_BATCH = 256
+
+    def __init__(self, spec: str) -> None:
+        from ..config import REMOTE_MODEL
+
+        found = REMOTE_MODEL.fullmatch(spec)
+        if found is None:
+            raise ValueError(f"{spec!r} is not openai-compatible:MODEL@URL")
+        self.model_id = spec
+        self.model, self.url = found.group(1), found.group(2).rstrip("/")
+        self.dim: int | None = None
+
+    def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False
+               ) -> np.ndarray:
+        from ..remote import HttpSettings, post_json
+
+        secret = os.environ.get(self.KEY_ENV) or None
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        step = max(1, min(batch_size or 32, self.MAX_BATCH))
+        rows: list[np.ndarray] = []
+        for start in range(0, len(texts), step):
+            batch = texts[start:start + step]
+            answer = post_json(f"{self.url}/embeddings", headers,
+                               {"model": self.model, "input": batch}, HttpSettings(), secret)
+            rows.append(self._vectors(answer, len(batch)))
+        if not rows:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        return _normalise(np.vstack(rows))
+
+    def _vectors(self, answer: dict, count: int) -> np.ndarray:
+        data = answer.get("data")
+        if not isinstance(data, list) or len(data) != count:
+            raise ValueError(f"the embedding server answered {len(data) if isinstance(data, list) else 'no'} "
+                             f"vectors for {count} texts")
+        by_index: dict[int, Any] = {}
+        for position, item in enumerate(data):
+            index = item.get("index", position) if isinstance(item, dict) else None
+            if type(index) is not int or not 0 <= index < count or index in by_index:
+                raise ValueError("the embedding server's reply has a bad or repeated index")
+            by_index[index] = item.get("embedding")
+        try:
+            matrix = np.asarray([by_index[i] for i in range(count)], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("the embedding server's vectors are not lists of numbers of one "
+                             "length") from None
+        if matrix.ndim != 2 or not 0 < matrix.shape[1] <= EmbeddingCache.MAX_DIM \
+                or not np.isfinite(matrix).all():
+            raise ValueError("the embedding server's vectors are not finite numbers of one "
+                             "length")
+        if self.dim is not None and matrix.shape[1] != self.dim:
+            raise ValueError(f"the embedding server changed its dimension from {self.dim} "
+                             f"to {matrix.shape[1]}")
+        self.dim = matrix.shape[1]
+        return matrix.astype(np.float32)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode(texts)
+
+    def readable_fraction(self, text: str) -> float:
+        return 1.0
+
+
 def _make_embedder(spec: str, device: str) -> Embedder:
+    if spec.startswith("openai-compatible:"):
+        return OpenAICompatibleEmbedder(spec)
     if spec.startswith("hash"):
         dim = int(spec.split("-", 1)[1]) if "-" in spec else 256
         return HashEmbedder(dim)
