@@ -13,7 +13,7 @@ from ctxfst.kb import load_kb
 from .conftest import FIXTURES, REPO, copy_example, make_project, write
 
 CH22 = FIXTURES / "ch22"
-TAG_LINE = re.compile(rb'<Chunk id="[^"]*">\r?\n|</Chunk>\r?\n')
+TAG_LINE = re.compile(rb'^<Chunk id="[^"]*">\r?\n|^</Chunk>\r?\n', re.MULTILINE)
 
 
 def body_of(draft: bytes) -> bytes:
@@ -209,3 +209,50 @@ def test_ids_stay_unique_across_the_knowledge_base_and_a_rerun(tmp_path, cli):
     assert [c["id"] for d in again.json()["drafts"] for c in d["chunks"]] == ids
     assert cli("validate", cwd=kb).code == 0
     assert cli("build", "--root", kb).code == 0
+
+
+# ---- any Markdown: the text survives, the draft parses, ids are valid -------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+WORDS = st.sampled_from(["Go", "go", "Docker", "部署", "邊緣運算", "the", "API", "gRPC", "x",
+                         "C++", "*bold*", "`code`", "[link](http://a)", "a:b", "#tag", "é"])
+LINE = st.lists(WORDS, min_size=1, max_size=12).map(" ".join)
+BLOCK = st.one_of(
+    st.tuples(st.integers(1, 4), LINE).map(lambda t: "#" * t[0] + " " + t[1]),
+    st.lists(LINE, min_size=1, max_size=4).map("\n".join),
+    st.lists(LINE, min_size=1, max_size=5).map(lambda items: "\n".join("- " + i for i in items)),
+    st.lists(LINE, max_size=4).map(lambda code: "```\n" + "\n".join(
+        ["# not a heading", 'tag = \'<Chunk id="no">\'', *code]) + "\n```"),
+    st.just("| a | b |\n| - | - |\n| 1 | 2 |"),
+    LINE.map(lambda text: text + "\n" + "=" * 3),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(BLOCK, st.sampled_from(["\n", "\n\n", "\n\n\n"])), min_size=1,
+                max_size=14), st.sampled_from(["\n", "\r\n"]),
+       st.integers(16, 120))
+def test_any_note_keeps_its_text_and_drafts_valid_ids(parts, newline, budget):
+    from ctxfst.authoring.chunk import (Catalog, Options, assign_ids, draft_note, read_note,
+                                       render)
+    from ctxfst.document.ids import ID_PATTERN
+    from ctxfst.document.parse import parse_text
+
+    text = "".join(block + gap for block, gap in parts).replace("\n", newline)
+    note = read_note("n.md", text)
+    catalog = Catalog()
+    draft = draft_note(note, REPO / "n.ctxfst.md", catalog, catalog.finder(),
+                       Options(max_tokens=budget, min_tokens=budget // 4), "n")
+    assign_ids([draft], [note], set(), "note")
+    rendered = render(draft, note)
+    body = rendered.encode()
+    assert body_of(body) == text.encode()
+    doc = parse_text(rendered.replace("\r\n", "\n"), "n.ctxfst.md")
+    assert not [d for d in doc.diagnostics if d.severity.value == "error"], doc.diagnostics
+    ids = [record.id for _, record in doc.chunks]
+    assert len(ids) == len(set(ids)) and all(re.match(ID_PATTERN, i) for i in ids)
+    lines = text.replace("\r\n", "\n").split("\n")
+    for chunk in draft.chunks:  # each passage is its lines, whole
+        assert doc.bodies[chunk.id].content == "\n".join(lines[chunk.start:chunk.end]).strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import math
 import re
 import unicodedata
@@ -26,6 +27,7 @@ from ..document.mentions import NameFinder
 from ..document.model import Entity, Frontmatter
 from ..document.text import normalize, script_mix
 from .markdown import Block, blocks, chunk_marker_line, split_lines
+from .yamledit import flow_list, scalar_text
 
 DEFAULT_MAX_TOKENS = 256  # MiniLM reads 256 word pieces; e5-small 512
 DEFAULT_MIN_TOKENS = 40   # a smaller section joins the next one
@@ -123,7 +125,7 @@ def estimate_tokens(text: str) -> int:
     """About what a subword tokenizer makes of text: 4/3 a Latin word, 1 a CJK character
     (WordPiece and most BPE vocabularies give a CJK character a token of its own)."""
     latin, cjk = script_mix(text)
-    return math.ceil(latin * 4 / 3) + cjk
+    return math.ceil(latin * 4 / 3 - 1e-9) + cjk
 
 
 def slug(text: str) -> str:
@@ -159,6 +161,7 @@ class Note:
     body_line: int             # the body's first line in the file (0-based)
     meta: dict[str, Any]
     newline: str
+    parts: list[Block] = field(default_factory=list)  # the body's blocks
 
 
 def read_note(source: str, text: str) -> Note:
@@ -190,12 +193,13 @@ def read_note(source: str, text: str) -> Note:
                                    "validate` instead", source, 1, 1)])
         body_line = close + 1
     body = lines[body_line:]
-    marker = chunk_marker_line(body)
+    parts = blocks(body)
+    marker = chunk_marker_line(body, parts)
     if marker is not None:
         raise ChunkError([diag("CTX901", "the note has a chunk tag or marker outside code, "
                                "so it is CtxFST already or would not survive being "
                                "chunked", source, body_line + marker + 1, 1)])
-    return Note(source, body, body_line, meta, newline)
+    return Note(source, body, body_line, meta, newline, parts)
 
 
 def _newline(lines: list[str]) -> str:
@@ -248,8 +252,18 @@ def _units(section_blocks: list[Block]) -> list[tuple[int, int]]:
     return out
 
 
-def _tokens(lines: list[str], start: int, end: int) -> int:
-    return estimate_tokens("".join(lines[start:end]))
+class TokenCounts:
+    """estimate_tokens over any run of lines, from sums made once (words never span
+    lines): a long note is counted once, not once per way of cutting it."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.sums = [0.0]
+        for line in lines:
+            latin, cjk = script_mix(line)
+            self.sums.append(self.sums[-1] + latin * 4 / 3 + cjk)
+
+    def __call__(self, start: int, end: int) -> int:
+        return math.ceil(self.sums[end] - self.sums[start] - 1e-9)
 
 
 @dataclass
@@ -261,34 +275,35 @@ class _Piece:
     has_text: bool             # more than a heading
 
 
-def plan_pieces(lines: list[str], options: Options) -> tuple[list[_Piece], list[tuple[int, int]]]:
+def plan_pieces(parts: list[Block], count: TokenCounts, options: Options
+                ) -> tuple[list[_Piece], list[tuple[int, int]]]:
     """The passages a body becomes, and the spans of single blocks over the budget."""
     pieces: list[_Piece] = []
     oversized: list[tuple[int, int]] = []
-    for section in _sections(blocks(lines)):
+    for section in _sections(parts):
         has_text = any(b.kind != "heading" for b in section.blocks)
         start, end = section.blocks[0].start, section.blocks[-1].end
-        size = _tokens(lines, start, end)
+        size = count(start, end)
         if size <= options.max_tokens:
             pieces.append(_Piece(section.path, start, end, size, has_text))
             continue
         current: _Piece | None = None
         for unit_start, unit_end in _units(section.blocks):
-            unit = _tokens(lines, unit_start, unit_end)
+            unit = count(unit_start, unit_end)
             if unit > options.max_tokens:
                 oversized.append((unit_start, unit_end))
             if current is not None and current.tokens + unit <= options.max_tokens:
-                current.end, current.tokens = unit_end, _tokens(lines, current.start, unit_end)
+                current.end, current.tokens = unit_end, count(current.start, unit_end)
                 current.has_text = True
                 continue
             is_heading = current is None and section.blocks[0].kind == "heading" \
                 and unit_end == section.blocks[0].end
             current = _Piece(section.path, unit_start, unit_end, unit, not is_heading)
             pieces.append(current)
-    return _joined(lines, pieces, options), oversized
+    return _joined(count, pieces, options), oversized
 
 
-def _joined(lines: list[str], pieces: list[_Piece], options: Options) -> list[_Piece]:
+def _joined(count: TokenCounts, pieces: list[_Piece], options: Options) -> list[_Piece]:
     """Small pieces (and bare headings) joined to the next while the two fit the budget;
     a bare heading at the end joins the one before."""
     out: list[_Piece] = []
@@ -296,7 +311,7 @@ def _joined(lines: list[str], pieces: list[_Piece], options: Options) -> list[_P
         if out:
             last = out[-1]
             small = last.tokens < options.min_tokens or not last.has_text
-            combined = _tokens(lines, last.start, piece.end)
+            combined = count(last.start, piece.end)
             if small and (combined <= options.max_tokens or not last.has_text):
                 out[-1] = _Piece(last.path if last.has_text else piece.path, last.start,
                                  piece.end, combined, True)
@@ -304,7 +319,7 @@ def _joined(lines: list[str], pieces: list[_Piece], options: Options) -> list[_P
         out.append(piece)
     if len(out) > 1 and not out[-1].has_text:
         last = out.pop()
-        out[-1].end, out[-1].tokens = last.end, _tokens(lines, out[-1].start, last.end)
+        out[-1].end, out[-1].tokens = last.end, count(out[-1].start, last.end)
     return out
 
 
@@ -383,7 +398,7 @@ def _latin_names(text: str, sentence_starts: set[str]) -> Iterable[tuple[str, in
 
     for match in _WORD.finditer(text):
         word = match.group()
-        capital = word[0].isupper() or _distinctive(word)
+        capital = word[0].isupper() or (not word.islower() and _distinctive(word))
         adjacent = run and text[run[-1].end():match.start()] == " "
         if capital and (adjacent or not run):
             run.append(match)
@@ -407,7 +422,8 @@ def draft_note(note: Note, target: Path, catalog: Catalog, finder: NameFinder,
     """Plan a note's chunks (ids are given later, across every note of the run)."""
     lines = note.lines
     title = _title(note, stem)
-    pieces, oversized = plan_pieces(lines, options)
+    count = TokenCounts(lines)
+    pieces, oversized = plan_pieces(note.parts, count, options)
     extra_tags = _meta_tags(note.meta)
     doc_title = normalize(title)
     chunks: list[DraftChunk] = []
@@ -420,13 +436,13 @@ def draft_note(note: Note, target: Path, catalog: Catalog, finder: NameFinder,
         path = [t for t in piece.path if len(pieces) == 1 or normalize(t) != doc_title]
         tags = _unique(path + extra_tags)
         chunks.append(DraftChunk("", piece.start, piece.end, tags, entities, piece.tokens))
-    code = {i for block in blocks(lines) if block.kind in ("code", "heading", "table")
+    code = {i for block in note.parts if block.kind in ("code", "heading", "table")
             for i in range(block.start, block.end)}
     candidates = entity_candidates(lines, note.body_line, catalog, code)
     declared = [catalog.entities[e] for e in sorted(linked) if e not in catalog.in_kb]
     draft = Draft(note.source, target, title, chunks, declared, candidates)
     for start, end in oversized:
-        size = _tokens(lines, start, end)
+        size = count(start, end)
         draft.diagnostics.append(diag(
             "CTX902", f"a block of about {size} tokens (lines {note.body_line + start + 1}-"
             f"{note.body_line + end}) is over the budget of {options.max_tokens} and is "
@@ -439,7 +455,7 @@ def _title(note: Note, stem: str) -> str:
     title = note.meta.get("title")
     if isinstance(title, str) and title.strip():
         return title.strip()
-    for block in blocks(note.lines):
+    for block in note.parts:
         if block.kind == "heading" and block.level == 1 and plain_heading(block.title):
             return plain_heading(block.title)
         if block.kind == "heading":
@@ -481,7 +497,7 @@ def assign_ids(drafts: list[Draft], notes: list[Note], taken: set[str],
         note_slug = slug(Path(note.source).stem.split(".")[0]) or heading_slug(draft.title)
         topic, part = slug(draft.title) or heading_slug(draft.title), 0
         for chunk in draft.chunks:
-            heading = _own_heading(note.lines, chunk)
+            heading = _own_heading(note.parts, chunk)
             if heading is not None:
                 topic, part = heading_slug(heading), 1
             else:
@@ -505,10 +521,11 @@ def assign_ids(drafts: list[Draft], notes: list[Note], taken: set[str],
         chunk.id = candidate
 
 
-def _own_heading(lines: list[str], chunk: DraftChunk) -> str | None:
+def _own_heading(parts: list[Block], chunk: DraftChunk) -> str | None:
     """The heading a chunk's passage opens with (the first, where it holds several)."""
-    for block in blocks(lines[chunk.start:chunk.end]):
-        return plain_heading(block.title) if block.kind == "heading" else None
+    for block in parts:
+        if chunk.start <= block.start < chunk.end:
+            return plain_heading(block.title) if block.kind == "heading" else None
     return None
 
 
@@ -530,21 +547,8 @@ def render(draft: Draft, note: Note) -> str:
     return nl.join(front.split("\n")) + "".join(body)
 
 
-def _flow(values: list) -> str:
-    """A flow list, plain where the plain form reads back the same ([entity:go])."""
-    plain = "[" + ", ".join(values) + "]"
-    try:
-        if all(isinstance(v, str) for v in values) and yaml.safe_load(plain) == values:
-            return plain
-    except yaml.YAMLError:
-        pass
-    return yaml.safe_dump(values, default_flow_style=True, allow_unicode=True,
-                          width=1_000_000).strip()
-
-
 def _scalar(value) -> str:
-    text = yaml.safe_dump(value, allow_unicode=True, width=1_000_000)
-    return text[:-5].strip() if text.endswith("\n...\n") else text.strip()
+    return scalar_text(value) if isinstance(value, str) else json.dumps(value)
 
 
 def _frontmatter(draft: Draft, meta: dict[str, Any]) -> str:
@@ -561,7 +565,7 @@ def _frontmatter(draft: Draft, meta: dict[str, Any]) -> str:
             out.append(f"  - id: {entity.id}")
             out.append(f"    name: {_scalar(entity.name)}")
             out.append(f"    type: {entity.type}")
-            out.append(f"    aliases: {_flow(list(entity.aliases))}")
+            out.append(f"    aliases: {flow_list(list(entity.aliases))}")
     if draft.candidates:
         out.append("# Entity candidates for review: names in the text that no entity of the")
         out.append("# catalog has. Declare the ones you keep under entities: (type and id")
@@ -575,8 +579,8 @@ def _frontmatter(draft: Draft, meta: dict[str, Any]) -> str:
     out.append("chunks:")
     for chunk in draft.chunks:
         out.append(f"  - id: {chunk.id}")
-        out.append(f"    tags: {_flow(chunk.tags)}")
-        out.append(f"    entities: {_flow(chunk.entities)}")
+        out.append(f"    tags: {flow_list(chunk.tags)}")
+        out.append(f"    entities: {flow_list(chunk.entities)}")
         if created:
             out.append(f"    created_at: {_scalar(created)}")
     out.append("---")

@@ -171,10 +171,11 @@ def _list_end(lines: list[str], index: int) -> tuple[int, list[int]]:
     return end, items
 
 
-def chunk_marker_line(lines: list[str]) -> int | None:
+def chunk_marker_line(lines: list[str], parts: list[Block] | None = None) -> int | None:
     """The first line (0-based) outside code with a chunk tag or marker in it, if any:
-    a note with one would not survive being wrapped in chunks."""
-    code = {line for block in blocks(lines) if block.kind == "code"
+    a note with one would not survive being wrapped in chunks. parts: blocks(lines)."""
+    code = {line for block in (parts if parts is not None else blocks(lines))
+            if block.kind == "code"
             for line in range(block.start, block.end)}
     for number, line in enumerate(lines):
         if number in code:

@@ -15,8 +15,10 @@ from typing import Any
 
 from .markdown import split_lines
 
-_PLAIN_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*")
-_RESERVED = frozenset("true false yes no on off null ~ y n".split())
+# A plain scalar that reads back as the same string in block and flow context alike: it
+# starts with a letter, holds no flow indicator or comment, and is no YAML 1.1 keyword.
+_PLAIN_SAFE = re.compile(r"[A-Za-z][A-Za-z0-9_.:/+()' -]*[A-Za-z0-9_.+)/-]|[A-Za-z]")
+_RESERVED = frozenset("true false yes no on off null y n".split())
 
 
 class EditRefused(ValueError):
@@ -26,9 +28,13 @@ class EditRefused(ValueError):
 def scalar_text(value: str) -> str:
     """A string as YAML: plain where that reads back the same, else double-quoted."""
     if _PLAIN_SAFE.fullmatch(value) and value.lower() not in _RESERVED \
-            and not re.fullmatch(r"[0-9.:_-]+", value) and ": " not in value:
+            and ": " not in value and "  " not in value:
         return value
     return json.dumps(value, ensure_ascii=False)
+
+
+def flow_list(values: list[str]) -> str:
+    return "[" + ", ".join(scalar_text(value) for value in values) + "]"
 
 
 class FrontmatterEditor:
