@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
+import pytest
 from ctxfst.authoring.agreement import compare
 from ctxfst.document.kb import inputs_for
 from ctxfst.kb import load_kb
@@ -256,3 +258,32 @@ def test_any_note_keeps_its_text_and_drafts_valid_ids(parts, newline, budget):
     lines = text.replace("\r\n", "\n").split("\n")
     for chunk in draft.chunks:  # each passage is its lines, whole
         assert doc.bodies[chunk.id].content == "\n".join(lines[chunk.start:chunk.end]).strip()
+
+
+@pytest.mark.model
+def test_from_notes_to_a_built_kb_with_the_real_model(tmp_path, cli):
+    """The authoring path end to end: init, chunk the ch22 notes, contextualize through a
+    command, the real doit build with the bundled MiniLM, and a graph query."""
+    import subprocess
+    import sys
+
+    kb = tmp_path / "kb"
+    assert cli("init", kb, "--model", "minilm").code == 0
+    assert cli("chunk", CH22 / "notes", "--out", kb / "content" / "notes", "--catalog",
+               CH22 / "benchmark.ctxfst.md", cwd=kb).code == 0
+    script = write(tmp_path, "ctx.py", """\
+        import json, sys
+        request = json.load(sys.stdin)
+        title = request["prompt"].split('title="', 1)[1].split('"', 1)[0]
+        print(json.dumps({"text": "From the notes titled " + title}))
+        """)
+    result = cli("contextualize", "--provider", "command", "--command",
+                 f"{sys.executable} {script}", cwd=kb)
+    assert result.code == 0, result.err
+    assert cli("validate", "--strict", cwd=kb).code == 0
+    doit = Path(sys.executable).with_name("doit")
+    done = subprocess.run([str(doit)], cwd=kb, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = cli("query", "Which notes are about storage engines?", "--mode", "graph",
+                 "--format", "json", cwd=kb).json()
+    assert answer["results"][0]["chunk_id"] == "note:storage-notes"
