@@ -113,3 +113,39 @@ def test_judgement_calls_stay_findings(tmp_path, cli):
     assert "id 'State:Ready' not renamed to 'state:ready': skills/start/SKILL.md names it" \
         in result.err
     assert doc.read_text() == before  # Entity:Go would become entity:go, which is taken
+
+
+def test_chunks_are_put_in_the_order_of_their_passages(tmp_path, cli):
+    kb = make_project(tmp_path)
+    write(kb, "content/x.md", "A passage from a file.\n")
+    doc = write(kb, "content/b.ctxfst.md", """\
+        ---
+        chunks:
+          # the second passage, declared first
+          - id: b:two
+            tags: [two]
+
+          - {id: b:one, tags: [one]}
+          - id: b:file
+            content_path: x.md
+        ---
+        <Chunk id="b:one">
+        One.
+        </Chunk>
+
+        <Chunk id="b:two">
+        Two.
+        </Chunk>
+        """)
+    result = cli("lint", "--fix", cwd=kb)
+    assert "fixed: put the chunks in the order of their passages" in result.out
+    assert doc.read_text().split("---\n")[1] == (
+        "chunks:\n"
+        "  - {id: b:one, tags: [one]}\n"
+        "  # the second passage, declared first\n"
+        "  - id: b:two\n"
+        "    tags: [two]\n"
+        "\n"
+        "  - id: b:file\n"
+        "    content_path: x.md\n")
+    assert cli("validate", cwd=kb).code == 0

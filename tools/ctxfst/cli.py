@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "chunks, short or repetitive contexts, tags, id style. Advice never fails "
                     "the run unless --strict. --fix makes the safe mechanical fixes first "
                     "(missing aliases, id normal forms with every reference renamed, "
-                    "repeated list items, chunks for undeclared <Chunk> tags).")
+                    "repeated list items, chunks for undeclared <Chunk> tags, chunks in "
+                    "body order).")
     _add_check_options(lint)
     lint.add_argument("--fix", action="store_true",
                       help="make the safe fixes in place (comments and formatting kept), "

@@ -5,7 +5,8 @@ of each file kept as it was (yamledit), across the knowledge base at once.
 - an id normalised (lowercase ASCII, `-` between words), every reference to it in the
   knowledge base's documents renamed with it, its `<Chunk>` tag too;
 - an item repeated in a list field removed (the first kept: order is the author's);
-- a chunk declared for each `<Chunk>` tag the frontmatter lacks.
+- a chunk declared for each `<Chunk>` tag the frontmatter lacks;
+- the frontmatter's chunks sorted into the order of their passages in the body.
 
 Anything needing judgement stays a finding: an id whose normal form is taken or is named
 by a skill or an extra-edges file, an entity id without a type prefix, an edit the
@@ -23,7 +24,7 @@ from typing import Any, Iterable
 
 from ..diagnostics import Diagnostic, diag
 from ..document.ids import ID_PATTERN
-from .yamledit import EditRefused, FrontmatterEditor
+from .yamledit import EditRefused, FrontmatterEditor, reorder_items
 
 _ID = re.compile(ID_PATTERN)
 _CHUNK_STYLE = re.compile(r"^[a-z0-9]+:[a-z0-9]+(-[a-z0-9]+)*$")
@@ -115,10 +116,36 @@ def plan_fixes(documents: list, other_texts: dict[str, str],
         except EditRefused as error:
             plan.refused.append(diag("CTX906", f"not fixed: {error}", doc.path))
             continue
+        new = _sort_chunks(new, doc, done, plan)
         if new != raw:
             plan.texts[doc.path] = (Path(doc.fs_path), raw, new)
             plan.fixed.extend(Fixed(doc.path, what) for what in done)
     return plan
+
+
+def _sort_chunks(text: str, doc, done: list[str], plan: FixPlan) -> str:
+    """The frontmatter's chunks in the order their passages come in the body (those
+    without a passage after them, as they were)."""
+    from ..document.parse import parse_text
+
+    fixed = parse_text(text.replace("\r\n", "\n").replace("\r", "\n"), doc.path,
+                       doc.fs_path, typed=False)
+    records = _records(fixed.frontmatter or {}, "chunks")
+    if len(records) < 2 or len(records) != len(fixed.frontmatter["chunks"]):
+        return text
+    place = {chunk_id: body.line for chunk_id, body in fixed.bodies.items()}
+    order = sorted(range(len(records)), key=lambda i: (
+        place.get(records[i][1].get("id"), float("inf")), i))
+    if order == list(range(len(records))):
+        return text
+    try:
+        sorted_text = reorder_items(text, fixed, "chunks", order)
+    except EditRefused as error:
+        plan.refused.append(diag("CTX906", f"chunks not put in body order: {error}",
+                                 doc.path))
+        return text
+    done.append("put the chunks in the order of their passages")
+    return sorted_text
 
 
 def _declared_ids(documents: list) -> dict[str, bool]:

@@ -231,6 +231,40 @@ class FrontmatterEditor:
             raise EditRefused("the edit would change more than it should")
 
 
+def reorder_items(raw: str, doc, key: str, order: list[int]) -> str:
+    """raw with the items of the top-level block list `key` in `order` (indexes into the
+    list), each item moved whole: its lines and the comment lines right above it."""
+    editor = FrontmatterEditor(raw, doc)
+    items = doc.frontmatter.get(key)
+    if not isinstance(items, list) or sorted(order) != list(range(len(items))):
+        raise EditRefused(f"{key}: not a list to reorder")
+    if len(items) < 2 or editor._is_flow((key,)):
+        raise EditRefused(f"{key} is not a block list to reorder")
+    lines = editor.lines
+    starts: list[int] = []
+    for index in range(len(items)):
+        line, column = editor._value_pos((key, index))
+        dash = lines[line].rfind("-", 0, column + 1)
+        if dash < 0 or lines[line][:dash].strip():
+            raise EditRefused(f"{key} item {index} does not start its line")
+        while line > 0 and lines[line - 1].lstrip().startswith("#") \
+                and (not starts or line - 1 > starts[-1]):
+            line -= 1  # the comments right above go with the item
+        starts.append(line)
+    end = editor._block_end(editor.source.keys[(key,)][0] - 1) + 1
+    if starts != sorted(starts):
+        raise EditRefused(f"{key} items are not in the order they are written")
+    spans = [lines[start:stop] for start, stop in zip(starts, [*starts[1:], end])]
+    for index, span in enumerate(spans):  # the last line of each item ends a line
+        if span and not span[-1].endswith(("\n", "\r")):
+            spans[index] = [*span[:-1], span[-1] + editor.newline]
+    new = lines[:starts[0]] + [line for index in order for line in spans[index]] + lines[end:]
+    text = "".join(new)
+    editor.data[key] = [items[index] for index in order]
+    editor._check(text)
+    return text
+
+
 def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
