@@ -174,6 +174,9 @@ def test_bad_notes_get_located_errors_and_nothing_is_written(tmp_path, cli):
     broken = write(tmp_path, "broken.md", "---\ntitle: [unclosed\n---\n# T\n\nx\n")
     result = cli("chunk", broken, "--out", out)
     assert result.code == 1 and "broken.md:3:1: error CTX012" in result.err
+    fence = write(tmp_path, "fence.md", "# T\n\ntext\n\n```python\nx = 1\n")
+    result = cli("chunk", fence, "--out", out)
+    assert result.code == 1 and "fence.md:5:1: error CTX907" in result.err
     ctxfst = write(tmp_path, "doc.md", "# T\n\n<Chunk id=\"a:b\">\nx\n</Chunk>\n")
     result = cli("chunk", ctxfst, "--out", out)
     assert result.code == 1 and "doc.md:3:1: error CTX901" in result.err
@@ -228,6 +231,10 @@ BLOCK = st.one_of(
     st.lists(LINE, max_size=4).map(lambda code: "```\n" + "\n".join(
         ["# not a heading", 'tag = \'<Chunk id="no">\'', *code]) + "\n```"),
     st.just("| a | b |\n| - | - |\n| 1 | 2 |"),
+    st.just("- item\n\n  ```\n  code\n\n  # more\n  ```\n- next"),
+    st.just("~~~\n```\n# in code\n~~~"),
+    st.just("```py`x\nstill code\n```"),
+    st.just("1. one\n2. two\n   ```\n   x\n   ```"),
     LINE.map(lambda text: text + "\n" + "=" * 3),
 )
 
@@ -287,3 +294,16 @@ def test_from_notes_to_a_built_kb_with_the_real_model(tmp_path, cli):
     answer = cli("query", "Which notes are about storage engines?", "--mode", "graph",
                  "--format", "json", cwd=kb).json()
     assert answer["results"][0]["chunk_id"] == "note:storage-notes"
+
+
+def test_hostile_lines_cost_one_pass(tmp_path, cli):
+    """Lines built to make a backtracking pattern go quadratic (each would take hours
+    so): the note is drafted, its text kept."""
+    hostile = ["# " + " \t" * 50_000 + "x", "| a |", " " * 100_000 + "x",
+               "[" * 100_000, "Ab, " * 30_000, "Ab " * 30_000 + ".", "a" + "`" * 100_000,
+               "- " * 50_000 + "x", "x" + "  " * 50_000 + "# y", "](" * 50_000]
+    note = write(tmp_path, "hostile.md", "\n\n".join(hostile) + "\n")
+    out = tmp_path / "out"
+    result = cli("chunk", note, "--out", out, "--max-tokens", "100000")
+    assert result.code == 0, result.err
+    assert body_of((out / "hostile.ctxfst.md").read_bytes()) == note.read_bytes()

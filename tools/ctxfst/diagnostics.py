@@ -115,6 +115,7 @@ _RULES = [
     Rule("CTX902", Severity.WARNING, "block over the token budget"),
     Rule("CTX903", Severity.ERROR, "draft would replace a file"),
     Rule("CTX904", Severity.ERROR, "two notes give one draft"),
+    Rule("CTX907", Severity.ERROR, "code fence never closed"),
     # `ctxfst contextualize` and `ctxfst lint --fix` editing documents
     Rule("CTX905", Severity.ERROR, "provider failed for chunks of a document"),
     Rule("CTX906", Severity.ERROR, "edit cannot be made cleanly"),

@@ -39,14 +39,15 @@ MAX_SLUG = 48
 SHORT_NAME = 3
 _CATEGORY = re.compile(r"[a-z0-9]+")
 _FRONTMATTER_END = re.compile(r"(?:---|\.\.\.)[ \t]*(?:\r\n|\r|\n)?")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_LINK = re.compile(r"!?\[([^\[\]\n]*)\]\([^()\n]*\)")
 _MARKUP = re.compile(r"[*_`~<>#]+")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ][0-9:.+\-Z]+)?")
 # A Latin name: a word with a capital after its first letter, digits or + (gRPC, OpenAI,
 # Node.js, C++), or a run of capitalised words (Cloudflare Workers).
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9+#]*(?:[.\-][A-Za-z0-9+#]+)*")
 _BRACKETED = re.compile(r"[「『《〈]([^」』》〉\n]{2,16})[」』》〉]")
-_SENTENCE_END = re.compile(r"[.!?:;。！？]\s*$|^\s*$|^\s*(?:[-*+]|\d+[.)]|>|#+|\|)\s*$")
+_SENTENCE_ENDS = ".!?:;。！？"
+_MARKER_ONLY = re.compile(r"\s*(?:[-*+]|\d{1,9}[.)]|>|#{1,6}|\|)\s*")
 _COMMON = frozenset("""
 a an and are as at be but by for from has have he her his how i if in into is it its me
 my no not of on or our she so that the their then there these they this those to up us
@@ -194,6 +195,11 @@ def read_note(source: str, text: str) -> Note:
         body_line = close + 1
     body = lines[body_line:]
     parts = blocks(body)
+    unclosed = next((block for block in parts if block.unclosed), None)
+    if unclosed is not None:
+        raise ChunkError([diag("CTX907", "this code fence is never closed, so the code runs "
+                               "to the end of the note and no chunk could end after it; "
+                               "close it", source, body_line + unclosed.start + 1, 1)])
     marker = chunk_marker_line(body, parts)
     if marker is not None:
         raise ChunkError([diag("CTX901", "the note has a chunk tag or marker outside code, "
@@ -381,7 +387,7 @@ def _latin_names(text: str, sentence_starts: set[str]) -> Iterable[tuple[str, in
         if not run:
             return
         words = [m.group() for m in run]
-        opening = _SENTENCE_END.search(text[:run[0].start()]) is not None
+        opening = _opens_sentence(text, run[0].start())
         while words and words[0].lower() in _COMMON:
             words.pop(0)
             opening = False
@@ -406,6 +412,17 @@ def _latin_names(text: str, sentence_starts: set[str]) -> Iterable[tuple[str, in
         yield from flush()
         run = [match] if capital else []
     yield from flush()
+
+
+def _opens_sentence(text: str, start: int) -> bool:
+    """Whether the word at start opens a sentence, a line or a list item (looked at
+    backwards from start: a long line costs the same for each word)."""
+    index = start - 1
+    while index >= 0 and text[index].isspace():
+        index -= 1
+    if index < 0 or text[index] in _SENTENCE_ENDS:
+        return True
+    return index < 16 and _MARKER_ONLY.fullmatch(text[:start]) is not None
 
 
 def _distinctive(word: str) -> bool:

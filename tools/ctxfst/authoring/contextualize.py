@@ -43,8 +43,8 @@ CONTEXT_WORDS = 50
 MAX_TOKENS = 200
 MAX_DOCUMENT_CHARS = 48_000   # a longer document is cut to a window around the passage
 MAX_CONTEXT_CHARS = 600
-_TAG_LINE = re.compile(r"^[ \t]*(?:<Chunk\b[^>]*>|</Chunk>|%%\s*chunk-(?:start|end)\b.*)[ \t]*$",
-                       re.IGNORECASE | re.MULTILINE)
+_TAG_LINE = re.compile(r"^[ \t]*(?:<Chunk\b[^>\n]*>|</Chunk>|%%[ \t]*chunk-(?:start|end)\b.*)"
+                       r"[ \t]*$", re.IGNORECASE | re.MULTILINE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 CACHE_SCHEMA = ("CREATE TABLE IF NOT EXISTS contexts (key TEXT PRIMARY KEY, "
                 "context TEXT NOT NULL)")

@@ -12,12 +12,13 @@ import re
 from dataclasses import dataclass, field
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_ATX = re.compile(r" {0,3}(#{1,6})(?=[ \t]|$)")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
 _LIST_ITEM = re.compile(r"( {0,3})([-*+]|\d{1,9}[.)])(?:[ \t]|$)")
 _QUOTE = re.compile(r" {0,3}>")
-_TABLE_RULE = re.compile(r"[ \t]*\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
+# (possessive: a hostile line of spaces costs one pass, not one per start)
+_TABLE_RULE = re.compile(r"[ \t]*+\|?+[ \t]*+:?+-++:?+[ \t]*+(?:\|[ \t]*+:?+-++:?+[ \t]*+)*+\|?+[ \t]*+$")
 _THEMATIC = re.compile(r" {0,3}([-*_])([ \t]*\1){2,}[ \t]*$")
 _INDENTED = re.compile(r"(?: {4}|\t)")
 _CHUNK_MARKER = re.compile(r"</?chunk\b|%%\s*chunk-(?:start|end)\b", re.IGNORECASE)
@@ -31,6 +32,7 @@ class Block:
     level: int = 0       # headings: 1-6
     title: str = ""      # headings: the text
     items: list[int] = field(default_factory=list)  # lists: the lines items start on
+    unclosed: bool = False  # a code fence that runs to the end of the text
 
 
 def split_lines(text: str) -> list[str]:
@@ -65,12 +67,12 @@ def blocks(lines: list[str]) -> list[Block]:
         start = index
         heading = _ATX.match(line)
         fence = _FENCE.match(line)
-        if fence and not (fence.group(1)[0] == "`" and "`" in fence.group(2)):
-            index = _fence_end(lines, index, fence.group(1))
-            out.append(Block("code", start, index))
+        if fence:  # (as the CtxFST parser sees fences: its chunk tags obey them)
+            index, closed = _fence_end(lines, index, fence.group(1))
+            out.append(Block("code", start, index, unclosed=not closed))
         elif heading:
             out.append(Block("heading", start, index + 1, len(heading.group(1)),
-                             (heading.group(2) or "").strip()))
+                             _atx_title(line[heading.end():])))
             index += 1
         elif _THEMATIC.match(line):
             out.append(Block("rule", start, index + 1))
@@ -113,14 +115,24 @@ def blocks(lines: list[str]) -> list[Block]:
     return out
 
 
-def _fence_end(lines: list[str], index: int, marker: str) -> int:
-    """One past a fenced block's closing line (the end of the text when never closed)."""
+def _atx_title(rest: str) -> str:
+    """An ATX heading's text: without its closing run of #s (one after a space)."""
+    text = rest.strip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and (not bare or bare[-1] in " \t"):
+        text = bare.rstrip(" \t")
+    return text
+
+
+def _fence_end(lines: list[str], index: int, marker: str) -> tuple[int, bool]:
+    """One past a fenced block's closing line, and whether it has one (else the block
+    runs to the end of the text). A closing line is the fence's character alone, at
+    least as many times: the rule the CtxFST parser follows."""
     for close in range(index + 1, len(lines)):
         bare = _bare(lines[close]).strip()
-        if (len(bare) >= len(marker) and bare == marker[0] * len(bare)
-                and len(lines[close]) - len(lines[close].lstrip(" ")) <= 3):
-            return close + 1
-    return len(lines)
+        if len(bare) >= len(marker) and bare == marker[0] * len(bare):
+            return close + 1, True
+    return len(lines), False
 
 
 def _indented_end(lines: list[str], index: int) -> int:
