@@ -72,8 +72,12 @@ class FakeServer(JsonService):
             return 200, b"not json {"
         prompt = body["messages"][-1]["content"]
         passage = prompt.split("<passage>\n", 1)[1].split("\n</passage>", 1)[0]
-        return 200, json.dumps({"choices": [{"message": {
-            "content": f"  The guide's step: {passage.split('.')[0]}.\n"}}]}).encode()
+        text = f"  The guide's step: {passage.split('.')[0]}.\n"
+        if path == "/v1/messages":  # the Anthropic Messages API
+            assert headers["anthropic-version"] and body["system"]
+            self.requests[-1]["auth"] = headers.get("x-api-key")
+            return 200, json.dumps({"content": [{"type": "text", "text": text}]}).encode()
+        return 200, json.dumps({"choices": [{"message": {"content": text}}]}).encode()
 
 
 @pytest.fixture
@@ -196,3 +200,27 @@ def test_a_command_provider_and_usage_errors(kb, cli, tmp_path):
     assert cli("contextualize", "--base-url", "file:///etc", "--model", "x", cwd=kb).code == 2
     assert cli("contextualize", "--provider", "anthropic", "--model", "x",
                "--api-key-env", "CTXFST_NO_SUCH_KEY", cwd=kb).code == 2
+
+
+def test_the_anthropic_provider(kb, fake, cli, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "ant-secret-42")
+    result = cli("contextualize", "--provider", "anthropic", "--model", "claude-x",
+                 "--base-url", fake.base.removesuffix("/v1"), cwd=kb)
+    assert result.code == 0, result.err
+    assert {r["path"] for r in fake.requests} == {"/v1/messages"}
+    assert {r["auth"] for r in fake.requests} == {"ant-secret-42"}
+    assert 'context: "The guide\'s step: Install Hono and create the app."' in \
+        (kb / "content" / "guide.ctxfst.md").read_text()
+    assert "ant-secret-42" not in result.out + result.err
+
+
+def test_an_empty_context_and_crlf_line_endings(kb, fake, cli):
+    doc = kb / "content" / "win.ctxfst.md"
+    doc.write_bytes(b"---\r\nchunks:\r\n  - id: win:one\r\n    context: ''  # to do\r\n"
+                    b"    tags: [a]\r\n---\r\n<Chunk id=\"win:one\">\r\nWindows text.\r\n"
+                    b"</Chunk>\r\n")
+    assert ask(cli, kb, fake, "content/win.ctxfst.md").code == 0
+    assert doc.read_bytes() == (b"---\r\nchunks:\r\n  - id: win:one\r\n"
+                                b"    context: 'The guide''s step: Windows text.'  # to do\r\n"
+                                b"    tags: [a]\r\n---\r\n<Chunk id=\"win:one\">\r\n"
+                                b"Windows text.\r\n</Chunk>\r\n")
