@@ -97,6 +97,16 @@ def test_validation_never_imports_torch():
     assert proc.returncode == 0, proc.stderr + proc.stdout
 
 
+def test_the_command_line_parser_imports_nothing_heavy():
+    """Every command builds the whole parser first: it must stay light (a query or a
+    help text would otherwise pay for the validator's models)."""
+    code = ("import sys\nfrom ctxfst.cli import build_parser\nbuild_parser()\n"
+            "heavy = ('pydantic', 'pyarrow', 'numpy', 'yaml', 'torch')\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
 def test_usage_errors_exit_2(tmp_path, cli):
     assert cli("validate", tmp_path / "missing.md").code == 2
     assert cli("validate", "--format", "xml").code == 2

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from . import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from ..diagnostics import Diagnostic, diag
 from ..document.mentions import NameFinder
 from ..document.model import Entity, Frontmatter
@@ -29,15 +30,11 @@ from ..document.text import normalize, script_mix
 from .markdown import Block, blocks, chunk_marker_line, split_lines
 from .yamledit import flow_list, scalar_text
 
-DEFAULT_MAX_TOKENS = 256  # MiniLM reads 256 word pieces; e5-small 512
-DEFAULT_MIN_TOKENS = 40   # a smaller section joins the next one
-DEFAULT_CATEGORY = "note"
 MAX_LINKS = 6             # lint's advice (CTX510): the 1-6 entities a chunk is about
 MAX_CANDIDATES = 8        # entity candidates proposed per note
 MAX_SLUG = 48
 # A name this short matches only as the catalog spells it: "Go" is a language, "go" a verb.
 SHORT_NAME = 3
-_CATEGORY = re.compile(r"[a-z0-9]+")
 _FRONTMATTER_END = re.compile(r"(?:---|\.\.\.)[ \t]*(?:\r\n|\r|\n)?")
 _LINK = re.compile(r"!?\[([^\[\]\n]*)\]\([^()\n]*\)")
 _MARKUP = re.compile(r"[*_`~<>#]+")
@@ -621,9 +618,3 @@ def _created(meta: dict[str, Any]) -> str | None:
         if isinstance(value, str) and _ISO_DATE.fullmatch(value.strip()):
             return value.strip()
     return None
-
-
-def check_category(category: str) -> str:
-    if not _CATEGORY.fullmatch(category):
-        raise ValueError("a category is lowercase ASCII letters and digits, such as note")
-    return category

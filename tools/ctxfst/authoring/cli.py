@@ -24,7 +24,7 @@ def _min_tokens(text: str) -> int:
 
 
 def _category(text: str) -> str:
-    from .chunk import check_category
+    from . import check_category
 
     try:
         return check_category(text)
@@ -34,7 +34,7 @@ def _category(text: str) -> str:
 
 def add_parser(commands) -> None:
     from ..cli_help import add_command, format_option, named_path
-    from .chunk import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
+    from . import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
     chunk = add_command(
         commands, "chunk", "turn plain Markdown notes into CtxFST drafts",
