@@ -207,6 +207,26 @@ def test_layouts_are_seeded_spread_and_fast_enough_for_large_graphs():
     assert len(set(small)) == 3 and force_layout(0, []) == []
 
 
+def test_components_are_laid_out_apart_each_at_a_readable_scale():
+    # a loose chain of 20 and a dense clique of 8 (the world model's shape), 5 loners
+    chain = [(i, i + 1, 0.4) for i in range(19)]
+    clique = [(20 + a, 20 + b, 1.0) for a in range(8) for b in range(a + 1, 8)]
+    points = np.array(force_layout(33, chain + clique))
+    boxes = [(points[idx].min(axis=0), points[idx].max(axis=0))
+             for idx in (np.arange(20), np.arange(20, 28), np.arange(28, 33))]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            (low_a, high_a), (low_b, high_b) = boxes[i], boxes[j]
+            assert (high_a < low_b).any() or (high_b < low_a).any()  # no overlap
+
+    def spacing(idx):
+        delta = points[idx][:, None] - points[idx][None]
+        distance = np.sqrt((delta ** 2).sum(axis=2)) + np.eye(len(idx)) * 1e9
+        return np.median(distance.min(axis=1))
+
+    assert spacing(np.arange(20, 28)) > 0.5 * spacing(np.arange(20))
+
+
 # ---- in a real browser
 
 

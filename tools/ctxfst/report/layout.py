@@ -66,6 +66,7 @@ def force_layout(count: int, edges: Sequence[tuple[int, int, float]],
         length = np.sqrt((force ** 2).sum(axis=1)) + 1e-9
         limit = temperature * (1.0 - step / ITERATIONS) + 0.01
         positions += force * (np.minimum(length, limit) / length)[:, None]
+    positions = _pack_components(positions, sources, targets)
     # A few far outliers (loose nodes) must not squeeze the rest into a dot: scale by
     # the 98th percentile and pull what lies beyond it to the border.
     positions -= np.median(positions, axis=0)
@@ -73,6 +74,71 @@ def force_layout(count: int, edges: Sequence[tuple[int, int, float]],
         float(np.abs(positions).max())
     positions = np.clip(positions * (900.0 / max(reach, 1e-9)), -1000.0, 1000.0)
     return [(round(float(x), 1), round(float(y), 1)) for x, y in positions]
+
+
+def _components(count: int, sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Each node's connected component, as the smallest node index in it."""
+    parent = np.arange(count)
+    while True:  # label propagation: every edge pulls both ends to the smaller label
+        low = np.minimum(parent[sources], parent[targets])
+        before = parent.copy()
+        np.minimum.at(parent, sources, low)
+        np.minimum.at(parent, targets, low)
+        parent = parent[parent]
+        if np.array_equal(parent, before):
+            return parent
+
+
+def _pack_components(positions: np.ndarray, sources: np.ndarray, targets: np.ndarray
+                     ) -> np.ndarray:
+    """Components side by side in rows, largest first, each at the scale where its
+    nodes sit about one unit from their nearest neighbour, and the nodes with no edge in
+    a block of their own: the force layout alone leaves gaps between components and
+    packs a small dense one too tight to read."""
+    count = len(positions)
+    labels = _components(count, sources, targets) if len(sources) else np.arange(count)
+    groups: dict[int, list[int]] = {}
+    for node, label in enumerate(labels.tolist()):
+        groups.setdefault(label, []).append(node)
+    if len(groups) == 1:
+        return positions
+    lone = [nodes[0] for nodes in groups.values() if len(nodes) == 1]
+    boxes: list[tuple[np.ndarray, np.ndarray]] = []  # (nodes, their positions from 0, 0)
+    for nodes in groups.values():
+        if len(nodes) > 1:
+            index = np.array(nodes)
+            local = positions[index] - positions[index].min(axis=0)
+            local *= 1.0 / max(_nearest_spacing(local), 1e-9)
+            boxes.append((index, local))
+    if lone:
+        side = int(np.ceil(np.sqrt(len(lone))))
+        grid = np.array([(i % side, i // side) for i in range(len(lone))], np.float64)
+        boxes.append((np.array(lone), grid * 1.5))
+    boxes.sort(key=lambda box: (-len(box[0]), int(box[0].min())))
+    area = sum(float(np.prod(local.max(axis=0) + 2.0)) for _, local in boxes)
+    row_width = max(np.sqrt(area) * 1.2, float(max(local[:, 0].max() for _, local in boxes)))
+    out = np.zeros_like(positions)
+    x = y = row_height = 0.0
+    for index, local in boxes:
+        width, height = local.max(axis=0) + 2.0
+        if x > 0 and x + width > row_width:
+            x, y, row_height = 0.0, y + row_height, 0.0
+        out[index] = local + (x, y)
+        x += width
+        row_height = max(row_height, height)
+    return out
+
+
+def _nearest_spacing(local: np.ndarray) -> float:
+    """The median distance from a node to its nearest neighbour (a sample of 200 nodes
+    of a large component)."""
+    sample = local if len(local) <= 200 else local[:: len(local) // 200 + 1]
+    delta = sample[:, None, :] - local[None, :, :]
+    distance = np.sqrt((delta ** 2).sum(axis=2))
+    distance[distance == 0] = np.inf
+    nearest = distance.min(axis=1)
+    return float(np.median(nearest[np.isfinite(nearest)])) if np.isfinite(nearest).any() \
+        else 1.0
 
 
 def _place_unknown(positions: np.ndarray, unknown: np.ndarray, sources: np.ndarray,
