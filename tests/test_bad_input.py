@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import os
 import tracemalloc
 
 import pytest
@@ -119,6 +120,34 @@ def test_huge_file_is_refused_without_reading_it(tmp_path, cli):
     assert result.code == 1
     assert result.codes() == ["CTX004"]
     assert peak < MAX_FILE_BYTES
+
+
+def test_a_huge_source_stops_the_build_without_being_read(tmp_path, cli, monkeypatch):
+    """A sparse terabyte in content/ (a pull request can hold one): the build's input
+    check and doit's state never read it; validation refuses it (CTX004)."""
+    import ctxfst.artifacts.io as io_module
+    import ctxfst.pipeline.doit_state as doit_state
+
+    from .conftest import copy_example, counted_sha256
+
+    kb = copy_example(tmp_path)
+    assert cli("build", "--root", kb).code == 0
+    with open(kb / "content" / "big.ctxfst.md", "wb") as handle:
+        handle.truncate(1 << 40)
+    hashed = counted_sha256(monkeypatch, io_module)
+    md5 = doit_state.get_file_md5
+
+    def refuse_big(path):
+        assert os.path.getsize(path) <= MAX_FILE_BYTES, path
+        return md5(path)
+
+    monkeypatch.setattr(doit_state, "get_file_md5", refuse_big)
+    before = (kb / "build" / "manifest.json").read_bytes()
+    for _ in range(2):  # and again, with doit's state of the failed run
+        result = cli("build", "--root", kb)
+        assert result.code == 1 and "CTX004" in result.out + result.err
+    assert sum(hashed) < MAX_FILE_BYTES
+    assert (kb / "build" / "manifest.json").read_bytes() == before
 
 
 def test_alias_bomb_is_refused_quickly_with_bounded_memory():

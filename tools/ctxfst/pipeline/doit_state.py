@@ -20,6 +20,7 @@ from doit.dependency import FileChangedChecker, get_file_md5
 
 from ..artifacts.io import digest_written, sha256_file
 from ..artifacts.layout import STAGING
+from ..document.source import MAX_FILE_BYTES
 
 MAX_ROW_BYTES = 256 * 1024 * 1024  # a 1,000,000-file knowledge base needs about 200 MB
 _OBJECTS = [("index", "sqlite_autoindex_doit_1"), ("table", "doit")]
@@ -100,7 +101,7 @@ class IdentityChecker(FileChangedChecker):
         content = state[4].removeprefix(_RACY)
         if list(state[:4]) == _identity(file_path, file_stat) and content == state[4]:
             return False
-        if file_stat.st_size != state[0]:
+        if file_stat.st_size != state[0] or content == _OVERSIZE:
             return True
         return content != _content_hash(file_path, content.startswith(_SHA256))
 
@@ -120,11 +121,17 @@ class IdentityChecker(FileChangedChecker):
         # hash again at 10,000 documents); staged files are only ever replaced, never
         # edited in place (see _identity).
         written = digest_written(dep, info) if _STAGED in str(dep) else None
-        content = _SHA256 + written if written else get_file_md5(dep)
+        if written:
+            content = _SHA256 + written
+        elif info.st_size > MAX_FILE_BYTES and _STAGED not in str(dep):
+            content = _OVERSIZE  # a source validation refuses unread: never hashed
+        else:
+            content = get_file_md5(dep)
         return [*identity, (_RACY if racy else "") + content]
 
 
 _SHA256 = "sha256:"
+_OVERSIZE = "oversize"  # a source over MAX_FILE_BYTES: its identity alone is kept
 
 
 def _content_hash(path, sha256: bool) -> str:

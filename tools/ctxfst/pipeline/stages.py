@@ -22,6 +22,7 @@ from typing import Any
 from .. import __version__
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
+from ..document.source import MAX_FILE_BYTES
 from ..artifacts.io import (copy_atomic, file_identity, link_atomic, note_written,
                             read_json, recording_writes, sha256_file,
                             sha256_file_and_size, write_atomic, write_json, written_so_far)
@@ -184,6 +185,8 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
         content_path passages): its digest is kept in its unit, and in the build's input
         digests only when it is checked every build (volatile)."""
         try:
+            if os.stat(path).st_size > MAX_FILE_BYTES:
+                return None  # never hashed: parsing refuses it (CTX004) without reading
             if volatile:
                 digest, size = input_digests(config).sha256_and_size(
                     relative, path, _run_stats.get(os.fspath(path)))
@@ -347,6 +350,9 @@ def _content_sha256(path: str) -> str:
     from ..artifacts.io import sha256_file
 
     try:
+        size = os.stat(path).st_size
+        if size > MAX_FILE_BYTES:  # validation refuses it unread (CTX004)
+            return f"oversize:{size}"
         return sha256_file(Path(path))
     except OSError:
         return ""
