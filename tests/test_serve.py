@@ -135,6 +135,12 @@ def test_answers_are_the_commands_answers(project, running):
      "bad_request"),
     ("POST", "/query", {"text": "!!!"}, 400, "retrieval_error"),
     ("POST", "/query", [1, 2], 400, "bad_request"),
+    # lone surrogates and non-finite numbers: JSON that cannot be answered back
+    ("POST", "/query", {"text": "\ud800 hono"}, 400, "bad_request"),
+    ("POST", "/query", {"text": "Hono", "top_k": float("nan")}, 400, "bad_request"),
+    ("POST", "/facts/ask", {"tenant": "default", "op": "exists", "value": "\udfff"}, 400,
+     "bad_request"),
+    ("POST", "/plan", {"goal": "\ud83d"}, 400, "bad_request"),
     ("POST", "/facts/ask", {"op": "exists"}, 400, "bad_request"),
     ("POST", "/facts/ask", {"tenant": "default", "op": "maybe"}, 400, "bad_request"),
     ("POST", "/facts/ask", {"tenant": "../x", "op": "exists"}, 400, "bad_request"),

@@ -991,6 +991,15 @@ class _Usage(Exception):
     pass
 
 
+def _check_text_arguments(args: argparse.Namespace) -> None:
+    """Text arguments must be text: bytes that are not UTF-8 reach Python as lone
+    surrogates, which no output, JSON or model can carry (paths may hold any bytes)."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and any("\ud800" <= char <= "\udfff" for char in item):
+                raise _Usage(f"the {name.replace('_', '-')} argument is not valid UTF-8 text")
+
+
 def _usage_errors() -> tuple[type[Exception], ...]:
     """What a command raises when it cannot run as asked (exit 2). Imported only once an
     exception is being handled: a query must not load the validator to be able to fail."""
@@ -1019,6 +1028,7 @@ def main(argv: list[str] | None = None) -> int:
     from .diagnostics import escape
 
     try:
+        _check_text_arguments(args)
         if args.command in ("validate", "lint"):
             return _check(args, lint=args.command == "lint")
         if args.command == "rule":

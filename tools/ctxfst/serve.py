@@ -465,10 +465,12 @@ class Handler(BaseHTTPRequestHandler):
             raise BadRequest(f"the body ended after {len(data)} of {length} bytes, or the "
                              f"client stopped sending for {READ_TIMEOUT_SECONDS:g} s",
                              HTTPStatus.REQUEST_TIMEOUT, "request_timeout")
+        from .artifacts.io import JsonRefused, strict_json
+
         try:
-            body = json.loads(data) if data.strip() else {}
-        except (ValueError, RecursionError):
-            raise BadRequest("the body is not JSON") from None
+            body = strict_json(data) if data.strip() else {}
+        except JsonRefused as error:
+            raise BadRequest(f"the body is not JSON ctxfst reads, at {error}") from None
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         return body

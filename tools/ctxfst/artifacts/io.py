@@ -502,6 +502,83 @@ def read_json(path: Path) -> Any:
         return json.load(handle)
 
 
+class JsonRefused(ValueError):
+    """JSON ctxfst does not read: not UTF-8, not JSON, a NaN or infinite number, or a lone
+    surrogate. The message says where (line:column)."""
+
+
+_NON_FINITE = re.compile(r"-?(?:NaN|Infinity)|-?[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3,}")
+_LONE_ESCAPE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                          r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def strict_json(data: bytes | str) -> Any:
+    """JSON as ctxfst reads every file and request of a stranger: UTF-8, finite numbers
+    only (NaN, Infinity and 1e999 are refused), no lone surrogate (escaped or raw), so
+    what it reads can always be written back and compared. JsonRefused says where."""
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise JsonRefused(f"{_place(data[:error.start].decode('utf-8', 'replace'))}: "
+                              f"not UTF-8 (byte 0x{data[error.start]:02x})") from None
+    else:
+        text = data
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NotFinite:
+        found = _NON_FINITE.search(text)
+        where = _place(text[:found.start()]) if found else "1:1"
+        raise JsonRefused(f"{where}: {found.group() if found else 'a number'} is not a "
+                          "finite number") from None
+    except json.JSONDecodeError as error:
+        raise JsonRefused(f"{error.lineno}:{error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise JsonRefused("1:1: nested too deeply") from None
+    if _SURROGATE.search(text) or ("\\u" in text and _has_surrogate(value)):
+        found = _LONE_ESCAPE.search(text) or _SURROGATE.search(text)
+        where = _place(text[:found.start()]) if found else "1:1"
+        raise JsonRefused(f"{where}: a lone surrogate is no character")
+    return value
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _NotFinite(text)
+    return value
+
+
+def _has_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _place(before: str) -> str:
+    """line:column of the character after `before`."""
+    line = before.count("\n") + 1
+    return f"{line}:{len(before) - (before.rfind(chr(10)) + 1) + 1}"
+
+
 def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None = None
                   ) -> bytes:
     """Parquet with fixed writer options, so equal tables give equal bytes. dictionary:

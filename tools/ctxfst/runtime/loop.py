@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..artifacts.io import read_bytes_no_follow, write_json
+from ..artifacts.io import read_bytes_no_follow, strict_json, write_json
 from ..files import inside
 from .planner import Plan, plan
 from .select import DEFAULT_RETRIES, exhausted
@@ -355,7 +355,7 @@ def _record_edges(nodes: dict[str, str], skill: dict[str, Any], outcome: Outcome
     if not new:
         return
     try:
-        existing = json.loads(read_bytes_no_follow(path)) if os.path.lexists(path) else []
+        existing = strict_json(read_bytes_no_follow(path)) if os.path.lexists(path) else []
         usable = isinstance(existing, list) and all(
             isinstance(e, dict) and all(isinstance(e.get(key), str)
                                         for key in ("source", "target", "relation"))

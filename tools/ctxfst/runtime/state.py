@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..artifacts.io import json_bytes, open_no_follow, read_bytes_no_follow, write_atomic
+from ..artifacts.io import (json_bytes, open_no_follow, read_bytes_no_follow, strict_json,
+                           write_atomic)
 from ..locks import LockBusy, exclusive
 
 STATE_SCHEMA_VERSION = "1.0.0"
@@ -298,7 +299,7 @@ class StateStore:
     def _adopted(self) -> list[dict[str, Any]]:
         """Events equivalent to an upstream world-state.json that has no event log."""
         try:
-            data = json.loads(read_bytes_no_follow(self.path).decode("utf-8"))
+            data = strict_json(read_bytes_no_follow(self.path))
             if isinstance(data, dict):
                 check_schema_version(data, self.path)
             session, goal = data["session_id"], data["goal"]
@@ -364,7 +365,7 @@ class StateStore:
         state = None
         for number, line in enumerate(lines, 1):
             try:
-                event = json.loads(line)
+                event = strict_json(line)
                 state = apply(state, event)
             except StateError as error:
                 raise StateFileError(f"{self.log}:{number}: {error}") from None
@@ -430,7 +431,7 @@ class StateStore:
         if not os.path.lexists(self.path):
             return None
         try:
-            snapshot = json.loads(read_bytes_no_follow(self.path).decode("utf-8"))
+            snapshot = strict_json(read_bytes_no_follow(self.path))
         except (ValueError, RecursionError):
             snapshot = None
             self.notes.append(f"{self.path.name} was unreadable; rebuilt from the log")
