@@ -78,7 +78,7 @@ def test_the_same_build_gives_the_same_report_bytes(built_example, cli):
     assert cli("report", "--out", "again.html", cwd=built_example).code == 0
     again = (built_example / "again.html").read_bytes()
     # the only difference: links to sources start from the report's own folder
-    assert again.replace(b'"source_root":""', b'"source_root":"../"') == first
+    assert again.replace(b'"source_root":"./"', b'"source_root":"../"') == first
     shutil.rmtree(built_example / "build")
     assert run_build(built_example, [], quiet=True) == 0
     assert cli("report", cwd=built_example).code == 0
@@ -324,6 +324,33 @@ def test_the_report_draws_every_node_and_edge_in_chromium(built_example, cli, tm
 
 
 @needs_chromium
+def test_source_links_stay_relative_when_a_folder_looks_like_a_scheme(tmp_path, cli):
+    write(tmp_path, "ctxfst.toml", 'content_dir = "javascript:alert(1)"\n'
+          'embedding_model = "hash-32"\n')
+    write(tmp_path, "javascript:alert(1)/a.ctxfst.md", """\
+        ---
+        entities:
+          - {id: entity:hono, name: Hono, type: framework}
+        chunks:
+          - {id: a:one, context: "About Hono on the edge, for the link test", entities: [entity:hono]}
+        ---
+        <Chunk id="a:one">
+        Hono.
+        </Chunk>
+        """)
+    assert cli("build", "--root", tmp_path).code == 0
+    assert cli("report", "--out", "report.html", cwd=tmp_path).code == 0  # at the root
+    with Chromium(CHROMIUM) as browser:
+        page = _opened(browser, tmp_path / "report.html")
+        assert page.evaluate("ctxfstReport.select('entity:hono')") >= 0
+        hrefs = page.evaluate("[...document.querySelectorAll('#profile a[href]')]"
+                              ".map(a => a.getAttribute('href'))")
+        assert hrefs and all(h.startswith(("./", "../")) for h in hrefs), hrefs
+        assert not [h for h in page.evaluate("[...document.querySelectorAll('a')]"
+                                             ".map(a => a.protocol)") if h == "javascript:"]
+
+
+@needs_chromium
 def test_hostile_names_neither_run_nor_break_the_page_in_chromium(tmp_path, cli):
     _hostile_kb(tmp_path)
     assert cli("report", cwd=tmp_path).code == 0
@@ -367,7 +394,7 @@ def test_the_build_writes_the_report_only_when_asked(tmp_path, capsys, cli):
     # the page `ctxfst report` writes (no world state here: both start from the inputs)
     assert cli("report", "--out", "by-hand.html", cwd=tmp_path).code == 0
     by_hand = (tmp_path / "by-hand.html").read_bytes()
-    assert by_hand.replace(b'"source_root":""', b'"source_root":"../"') == made
+    assert by_hand.replace(b'"source_root":"./"', b'"source_root":"../"') == made
     capsys.readouterr()
     assert run_build(tmp_path, []) == 0  # nothing changed: the report is not made again
     assert "report:" not in capsys.readouterr().out

@@ -64,7 +64,7 @@ def report_data(config, out: Path, lint: bool = True, with_world_state: bool = T
         run_results = {}  # (a view of the build, not one of its checked artifacts)
     root_link = Path(os.path.relpath(config.root, out.resolve().parent)).as_posix()
     data: dict[str, Any] = {"kind": "report", "title": f"ctxfst report: {config.root.name}",
-                            "source_root": "" if root_link == "." else root_link + "/"}
+                            "source_root": "./" if root_link == "." else root_link + "/"}
     try:  # (the shapes above are checked; a field inside may still be of a wrong type)
         data.update(_graph_view(graph, profiles, chunks, vectors, facts))
         data["world"] = world_model(skills, graph, _start_state(config) if with_world_state

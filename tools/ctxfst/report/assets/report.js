@@ -302,7 +302,10 @@
   function sourceLink(chunk) {
     var path = data.sources[data.chunks.src[chunk]], line = data.chunks.line[chunk];
     var link = el("a", path + ":" + line, "mono");
-    link.href = encodeURI(data.source_root + path) + "#L" + line;
+    // relative ("./", "../") or file://, never another scheme: a folder named
+    // "javascript:x" stays a folder
+    var base = /^(\.\.?\/|file:\/\/)/.test(data.source_root) ? data.source_root : "./";
+    link.href = encodeURI(base + path) + "#L" + line;
     return link;
   }
   function list(title, items, make) {
