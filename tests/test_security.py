@@ -1994,6 +1994,44 @@ def test_fifos_where_files_belong_never_hang_a_command(tmp_path):
         assert result.returncode == 2 and "not a regular file" in result.stderr, result.stderr
 
 
+def test_a_fifo_edge_file_or_passage_is_named_not_skipped(tmp_path):
+    root = copy_example(tmp_path / "kb")
+    os.mkfifo(root / "content" / "x.edges.json")
+    result = _no_hang("validate", cwd=root)
+    assert result.returncode == 1
+    assert "content/x.edges.json:1:1: error CTX001: cannot read file: not a regular file" \
+        in result.stdout
+    (root / "content" / "x.edges.json").unlink()
+    os.mkfifo(root / "content" / "passage.md")
+    (root / "content" / "folder.md").mkdir()
+    write(root, "content/p.ctxfst.md", """\
+        ---
+        chunks:
+          - {id: p:fifo, context: "A passage read from a FIFO, which is no file", content_path: passage.md}
+          - {id: p:dir, context: "A passage read from a folder, which is no file", content_path: folder.md}
+        ---
+        """)
+    result = _no_hang("validate", cwd=root)
+    assert result.returncode == 1
+    assert result.stdout.count("CTX311") == 2 and "names no regular file" in result.stdout
+
+
+def test_a_skill_script_linked_out_of_its_folder_fails_validation(tmp_path, cli):
+    root = copy_example(tmp_path / "kb")
+    outside = write(tmp_path, "elsewhere/run.py", "print('{}')\n")
+    skill = root / "skills" / "inventory-skills"
+    (skill / "run.py").symlink_to(outside)
+    text = (skill / "SKILL.md").read_text()
+    (skill / "SKILL.md").write_text(text.replace("cost:", "script: run.py\ncost:", 1))
+    result = cli("validate", cwd=root)
+    assert result.code == 1
+    assert re.search(r"skills/inventory-skills/SKILL\.md:\d+:\d+: error CTX414: script "
+                     r"'run\.py' resolves to .*outside the skill's folder", result.out)
+    (skill / "run.py").unlink()
+    write(skill, "run.py", "print('{}')\n")  # inside: fine
+    assert "CTX414" not in cli("validate", cwd=root).out
+
+
 def test_sparse_huge_artifacts_are_refused_before_they_are_read(tmp_path):
     root = copy_example(tmp_path / "kb")
     assert run_build(root, []) == 0

@@ -365,8 +365,8 @@ def _remembered(key: tuple, root: Path, search) -> tuple[list[Path], list]:
     folders, matches = search()
     found, refused = [], []
     for path, linked in matches:
-        if not path.is_file():
-            continue
+        if path.is_dir() or not path.exists():
+            continue  # (a FIFO or device is kept: its reader says it is no regular file)
         if not linked or inside(root, path):
             found.append(path)
         else:

@@ -270,8 +270,12 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
                        f"content_path '{record.content_path}' points outside the knowledge "
                        f"base root {root}"))
     elif (size := _file_size(target, root)) is None:
-        out.append(_at(doc, where, "CTX309",
-                       f"content_path '{record.content_path}' does not exist"))
+        if target.exists():  # a folder, FIFO, socket or device
+            out.append(_at(doc, where, "CTX311", f"content_path '{record.content_path}' "
+                           "names no regular file"))
+        else:
+            out.append(_at(doc, where, "CTX309",
+                           f"content_path '{record.content_path}' does not exist"))
     elif size > MAX_FILE_BYTES:  # the build could not read it
         out.append(_at(doc, where, "CTX004", f"content_path '{record.content_path}' names "
                        f"a file over the {MAX_FILE_BYTES:,}-byte limit"))

@@ -71,7 +71,31 @@ def check_skills(skills: list[ParsedSkill], view: View, strict_spec: bool,
                                    "metadata"))
     for skill in valid:
         _check_skill(skill, view, set(names), produced, out)
+        _check_script_target(skill, out)
     return out
+
+
+def _check_script_target(skill: ParsedSkill, out: list[Diagnostic]) -> None:
+    """A script that names a file inside its folder by its words (CTX414, parsing) must
+    also stay inside it once links are followed: the command executor refuses one that
+    leaves, so validation says so first."""
+    if skill.fs_path is None or skill.frontmatter is None:
+        return
+    metadata = skill.frontmatter.get("metadata")
+    where, value = ("script",), skill.frontmatter.get("script")
+    if value is None and isinstance(metadata, dict):
+        where, value = ("metadata", "script"), metadata.get("script")
+    if not isinstance(value, str) or not value or any(d.code == "CTX414"
+                                                      for d in skill.diagnostics):
+        return
+    try:
+        folder = Path(skill.fs_path).resolve().parent
+        target = (folder / value).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return  # (an unusable path is CTX414 already)
+    if folder not in target.parents:
+        out.append(_at(skill, where, "CTX414", f"script {value!r} resolves to {target}, "
+                       "outside the skill's folder (through a link)"))
 
 
 def _check_skill(skill, view: View, names: set[str], produced: set[str], out) -> None:
