@@ -2032,6 +2032,20 @@ def test_a_skill_script_linked_out_of_its_folder_fails_validation(tmp_path, cli)
     assert "CTX414" not in cli("validate", cwd=root).out
 
 
+def test_a_published_file_made_a_link_is_published_again(tmp_path, cli):
+    root = copy_example(tmp_path / "kb")
+    assert run_build(root, []) == 0
+    manifest = root / "build" / "manifest.json"
+    copy = root / "manifest-copy.json"
+    copy.write_bytes(manifest.read_bytes())
+    manifest.unlink()
+    manifest.symlink_to(copy)
+    assert cli("query", "Hono", "--bridge-model", "none", cwd=root).code == 2  # refused
+    assert cli("build", "--root", root).code == 0
+    assert not manifest.is_symlink() and manifest.read_bytes() == copy.read_bytes()
+    assert cli("query", "Hono", "--bridge-model", "none", cwd=root).code == 0
+
+
 def test_sparse_huge_artifacts_are_refused_before_they_are_read(tmp_path):
     root = copy_example(tmp_path / "kb")
     assert run_build(root, []) == 0

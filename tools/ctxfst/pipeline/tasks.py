@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
@@ -211,11 +213,34 @@ def _task_maker(config, stage):
         if stage.final:
             task["targets"] += [str(config.build_dir / name) for name in PUBLISHED_FILES]
             task["clean"] = [lambda: _clean_all(config)]
+        published = [path for path in task["targets"] if not _is_staged(config, path)]
+        if published:
+            uptodate.append(_published_plainly(published))
         return task
 
     make_task.__name__ = f"task_{stage.name}"
     make_task.__doc__ = stage.doc
     return make_task
+
+
+def _is_staged(config, path: str) -> bool:
+    return Path(path).parent != config.build_dir
+
+
+def _published_plainly(paths: list[str]):
+    """doit's up-to-date check of what a stage publishes into build/: each must be a
+    regular file (readers open them without following links), or the stage runs again
+    and publishes it anew. doit alone would take a link, or a folder, for the file."""
+    def uptodate():
+        for path in paths:
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    return False
+            except OSError:
+                return False
+        return None  # (doit decides from the rest)
+
+    return uptodate
 
 
 def _sources_unchanged(config, stage, state: str):
