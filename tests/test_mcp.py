@@ -79,6 +79,23 @@ def test_tools_answer_as_the_commands_and_name_a_bad_argument(project):
     assert state.is_error and "no_state" in state.content[0].text
 
 
+def test_arguments_are_checked_as_strictly_as_the_http_api(project):
+    _, results = talk(project, [
+        ("query", {"text": "hono", "topk": 1}),
+        ("query", {"text": "hono", "top_k": "3"}),
+        ("query", {"text": "hono", "top_k": True}),
+        ("query", {"text": "hono", "allow_stale": "yes"}),
+        ("facts_ask", {"tenant": "default", "op": "exists", "min_confidence": "0.5"}),
+        ("query", {"text": "hono", "top_k": 2}),
+    ])
+    *bad, good = results
+    for result, argument in zip(bad, ("topk", "top_k", "top_k", "allow_stale",
+                                      "min_confidence")):
+        assert result.is_error and argument in result.content[0].text, result.content
+        assert "bad_request" in result.content[0].text
+    assert len(payload(good)["results"]) == 2
+
+
 def test_without_a_project_it_says_so(tmp_path):
     done = run_process("mcp", cwd=tmp_path)
     assert done.returncode == 2 and "no ctxfst project" in done.stderr

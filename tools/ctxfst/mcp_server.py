@@ -8,6 +8,7 @@ The `mcp` SDK is an extra (`pip install 'ctxfst[mcp]'`), imported only by this c
 
 # (No `from __future__ import annotations`: the SDK reads the tools' annotations, which
 # name types made inside build_server.)
+import inspect
 from typing import Annotated, Any, Callable, Literal
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
@@ -25,12 +26,42 @@ def build_server(service: Service):
     """An MCPServer whose tools answer from `service`."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-    from pydantic import Field
+    from pydantic import ConfigDict, Field, ValidationError, create_model
 
     from . import __version__
     from .retrieval import MODES
 
-    server = MCPServer("ctxfst", version=__version__, instructions=INSTRUCTIONS)
+    strict: dict[str, Any] = {}  # tool name -> its arguments' strict model
+
+    class StrictServer(MCPServer):
+        """Arguments checked as the HTTP API checks them before the SDK sees them: an
+        unknown name (a typo) or a value of the wrong JSON type ("3" for a number, true
+        for a number, "yes" for a flag) is a tool error naming it, never coerced."""
+
+        async def call_tool(self, name, arguments, context=None):
+            model = strict.get(name)
+            if model is not None:
+                try:
+                    model.model_validate(arguments or {})
+                except ValidationError as error:
+                    raise ToolError("bad_request: " + "; ".join(
+                        f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                        for e in error.errors(include_input=False))) from None
+            return await super().call_tool(name, arguments, context)
+
+    server = StrictServer("ctxfst", version=__version__, instructions=INSTRUCTIONS)
+
+    def tool(name: str, description: str):
+        """server.tool, with the strict model of the function's arguments kept."""
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            fields = {param: (info.annotation, ... if info.default is inspect.Parameter.empty
+                              else info.default)
+                      for param, info in inspect.signature(fn).parameters.items()}
+            strict[name] = create_model(f"{name}_arguments", __config__=ConfigDict(
+                extra="forbid", strict=True), **fields)
+            return server.tool(name=name, description=description)(fn)
+
+        return register
 
     def answer(method: Callable[[dict[str, Any]], dict[str, Any]],
                arguments: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +75,7 @@ def build_server(service: Service):
     Stale = Annotated[bool, Field(description="answer even if the sources changed since "
                                               "the build")]
 
-    @server.tool(name="query", description=(
+    @tool(name="query", description=(
         "Retrieve the chunks of the knowledge base that answer a question: content, title, "
         "source file and line span, and `via` (the entity path that led graph mode there)."))
     def query(text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS,
@@ -61,7 +92,7 @@ def build_server(service: Service):
         return answer(service.query, dict(text=text, mode=mode, top_k=top_k, hops=hops,
                                           bridge_model=bridge_model, allow_stale=allow_stale))
 
-    @server.tool(name="facts_ask", description=(
+    @tool(name="facts_ask", description=(
         "Ask the semantic facts: exists, count or list, for one tenant. The answer is yes, "
         "no or unknown, with the facts and their evidence (file, lines, excerpt)."))
     def facts_ask(tenant: Annotated[str, Field(min_length=1, max_length=200)],
@@ -75,7 +106,7 @@ def build_server(service: Service):
             tenant=tenant, op=op, entity_type=entity_type, namespace=namespace, key=key,
             value=value, min_confidence=min_confidence, limit=limit, allow_stale=allow_stale))
 
-    @server.tool(name="plan", description=(
+    @tool(name="plan", description=(
         "Plan the cheapest chain of skills from the world state (or from `seed` states) to "
         "the goal (the state's, or `goal`); `explain` says why each step is there."))
     def plan(goal: Text | None = None,
@@ -85,7 +116,7 @@ def build_server(service: Service):
         return answer(service.plan, dict(goal=goal, seed=seed, algorithm=algorithm,
                                          explain=explain, allow_stale=allow_stale))
 
-    @server.tool(name="state_show", description=(
+    @tool(name="state_show", description=(
         "The world state: the goal, the active states and the completed skills."))
     def state_show(allow_stale: Stale = False) -> dict[str, Any]:
         return answer(service.state, dict(allow_stale=allow_stale))
