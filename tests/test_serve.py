@@ -405,3 +405,98 @@ def test_facts_and_plans_come_from_the_build_served(project, running):
     facts = project / "build" / "semantic_facts.parquet"
     facts.write_bytes(b"not parquet")  # unpublished damage: the served build has its copy
     assert server.call("POST", "/facts/ask", ask) == before
+
+
+# ---- the server's edges: every answer JSON, whole-request deadline, bounded connections
+
+def _raw(port: int, data: bytes, timeout: float = 10.0) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json_answer(reply: bytes) -> tuple[int, dict | None]:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower(), head
+    return status, (json.loads(body) if body else None)
+
+
+@pytest.mark.parametrize("request_bytes, status, code", [
+    (b"OPTIONS /query HTTP/1.1\r\nHost: {host}\r\n\r\n", 405, "method_not_allowed"),
+    (b"PUT /query HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n", 405,
+     "method_not_allowed"),
+    (b"BREW /pot HTTP/1.1\r\nHost: {host}\r\n\r\n", 501, "bad_request"),
+    (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\nHost: {host}\r\n\r\n", 414, "uri_too_long"),
+    (b"GET /health HTTP/1.1\r\nHost: {host}\r\n" + b"X-A: b\r\n" * 120 + b"\r\n", 431,
+     "headers_too_large"),
+    (b"GARBAGE\r\n\r\n", 400, "bad_request"),
+    (b"GET /health HTTP/1.1\r\nHost: {host}\r\nHost: evil.example\r\n\r\n", 400,
+     "bad_request"),
+    (b'POST /query HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n'
+     b'Content-Length: 15\r\nTransfer-Encoding: chunked\r\n\r\n{"text": "Hono"}', 501,
+     "not_implemented"),
+])
+def test_every_answer_is_json_even_to_malformed_requests(running, request_bytes, status, code):
+    server = running()
+    host = f"127.0.0.1:{server.port}".encode()
+    request_bytes = request_bytes.replace(b"{host}", host + b"\r\nConnection: close", 1)
+    got, answer = _json_answer(_raw(server.port, request_bytes))
+    assert got == status and answer["error"]["code"] == code, answer
+    assert server.call("POST", "/query", {"text": "Hono"})[0] == 200
+
+
+def test_head_gets_headers_only(running):
+    server = running()
+    reply = _raw(server.port, f"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                 "Connection: close\r\n\r\n".encode())
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 405") and body == b""
+
+
+def test_a_trickling_client_is_cut_off_and_connections_are_bounded(running, monkeypatch):
+    import socket
+
+    import ctxfst.serve as serve_module
+
+    monkeypatch.setattr(serve_module, "REQUEST_DEADLINE_SECONDS", 1.0)
+    monkeypatch.setattr(serve_module, "MAX_CONNECTIONS", 3)
+    server = running()
+    slow = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    started = time.monotonic()
+    closed = False
+    for byte in b"POST /query HTTP/1.1\r\nHost: x\r\n":  # a byte every 0.2 s
+        try:
+            slow.sendall(bytes([byte]))
+        except OSError:
+            closed = True
+            break
+        time.sleep(0.2)
+        if time.monotonic() - started > 6:
+            break
+    if not closed:
+        slow.settimeout(5)
+        try:
+            closed = slow.recv(1) == b""
+        except OSError:
+            closed = True
+    slow.close()
+    assert closed and time.monotonic() - started < 6  # cut at the 1 s deadline
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(3)]
+    time.sleep(0.2)
+    got, answer = _json_answer(_raw(server.port, b"GET /health HTTP/1.1\r\n\r\n"))
+    assert got == 503 and answer["error"]["code"] == "busy"
+    for sock in idle:
+        sock.close()
+    assert server.wait_for(lambda: server.call("GET", "/health")[0] == 200)

@@ -38,6 +38,8 @@ MAX_TEXT_CHARS = 2000
 MAX_TOP_K = 100
 MAX_HOPS = 5
 READ_TIMEOUT_SECONDS = 10.0  # a client that stops sending mid-request is dropped
+REQUEST_DEADLINE_SECONDS = 15.0  # a whole request must arrive in this time (a trickle too)
+MAX_CONNECTIONS = 64  # open at once a server (a worker); more are answered 503 and closed
 POLL_SECONDS = 0.5           # how often the manifest's identity is looked at
 STALE_CHECK_SECONDS = 10.0   # how often the sources are compared with the build
 
@@ -399,11 +401,57 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._answer("POST")
 
+    # Every other method gets the same JSON answer (405 where the path exists, else 404),
+    # never the standard library's HTML page.
+    def do_HEAD(self) -> None:
+        self._answer("HEAD")
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = \
+        lambda self: self._answer(self.command)
+
+    def handle_one_request(self) -> None:
+        """One request, read whole within REQUEST_DEADLINE_SECONDS: the socket's timeout
+        bounds each read, so a client sending a byte at a time would hold its thread for
+        ever; at the deadline the connection is shut."""
+        timer = threading.Timer(REQUEST_DEADLINE_SECONDS, self._expire)
+        timer.daemon = True
+        self._reading = True
+        timer.start()
+        try:
+            super().handle_one_request()
+        finally:
+            timer.cancel()
+
+    def _expire(self) -> None:
+        if self._reading:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The standard library's refusals (a malformed or over-long request line, too
+        many or too long headers, an unknown HTTP version) as JSON, like every answer."""
+        self.close_connection = True
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        codes = {414: "uri_too_long", 431: "headers_too_large", 505: "version_not_supported",
+                 408: "request_timeout"}
+        if not getattr(self, "request_version", None) or self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.1"  # (the answer goes out as HTTP/1.1 JSON)
+        self._send(status, {"error": {"code": codes.get(status.value, "bad_request"),
+                                      "message": message or status.phrase}})
+
     def _answer(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         name = ROUTES.get((method, path))
         body_read = method != "POST"
         try:
+            self._check_framing()
             self._check_origin()
             if name is None:
                 known = sorted({p for (_, p) in ROUTES})
@@ -414,6 +462,7 @@ class Handler(BaseHTTPRequestHandler):
                                  HTTPStatus.NOT_FOUND, "not_found")
             body = self._body() if method == "POST" else {}
             body_read = True
+            self._reading = False  # read whole: the request deadline no longer applies
             answer = self.service.health() if name == "health" else \
                 getattr(self.service, name)(body)
             self._send(HTTPStatus.OK, answer)
@@ -428,6 +477,17 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": {
                 "code": "internal", "message": f"{type(error).__name__}: {error}"}})
+
+    def _check_framing(self) -> None:
+        """One Host, and a body framed by Content-Length alone: a second Host, or a
+        Transfer-Encoding beside the length, is how a request is smuggled past a proxy."""
+        if len(self.headers.get_all("Host") or []) > 1:
+            raise BadRequest("a request has one Host header")
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise BadRequest("Transfer-Encoding is not accepted; send the body with a "
+                             "Content-Length", HTTPStatus.NOT_IMPLEMENTED, "not_implemented")
+        if len(self.headers.get_all("Content-Length") or []) > 1:
+            raise BadRequest("a request has one Content-Length header")
 
     def _check_origin(self) -> None:
         """Only this machine's clients: a web page the user has open can send requests to
@@ -482,8 +542,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # (a HEAD answer has the headers alone)
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         pass  # one line a request would drown the server's own lines
@@ -493,6 +556,28 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """At most MAX_CONNECTIONS connections at once: one more is told so and closed,
+        so idle or slow clients cannot take every thread."""
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.sendall(BUSY_ANSWER)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that failed outside a request (reset, timed out): one line, not
         socketserver's traceback."""
@@ -501,6 +586,14 @@ class Server(ThreadingHTTPServer):
             print(f"ctxfst serve: connection from {client_address[0]}: "
                   f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
+
+
+_BUSY_BODY = json.dumps({"schema_version": OUTPUT_SCHEMA_VERSION, "error": {
+    "code": "busy", "message": f"{MAX_CONNECTIONS} connections are open; try again"}}
+    ).encode() + b"\n"
+BUSY_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; "
+               b"charset=utf-8\r\nConnection: close\r\nContent-Length: "
+               + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
 class Loads:
