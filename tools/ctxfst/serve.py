@@ -413,22 +413,22 @@ class Handler(BaseHTTPRequestHandler):
         """One request, read whole within REQUEST_DEADLINE_SECONDS: the socket's timeout
         bounds each read, so a client sending a byte at a time would hold its thread for
         ever; at the deadline the connection is shut."""
-        timer = threading.Timer(REQUEST_DEADLINE_SECONDS, self._expire)
-        timer.daemon = True
-        self._reading = True
-        timer.start()
+        self.server.watch(self)
         try:
             super().handle_one_request()
         finally:
-            timer.cancel()
+            self.server.unwatch(self)
 
-    def _expire(self) -> None:
-        if self._reading:
-            self.close_connection = True
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def done_reading(self) -> None:
+        self.server.unwatch(self)
+
+    def expire(self) -> None:
+        """The request deadline passed while it was still being read: shut it."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
@@ -462,7 +462,7 @@ class Handler(BaseHTTPRequestHandler):
                                  HTTPStatus.NOT_FOUND, "not_found")
             body = self._body() if method == "POST" else {}
             body_read = True
-            self._reading = False  # read whole: the request deadline no longer applies
+            self.done_reading()  # read whole: the request deadline no longer applies
             answer = self.service.health() if name == "health" else \
                 getattr(self.service, name)(body)
             self._send(HTTPStatus.OK, answer)
@@ -559,6 +559,34 @@ class Server(ThreadingHTTPServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._deadlines: dict[Any, float] = {}  # handler -> when its request must be read
+        self._deadlines_lock = threading.Lock()
+        self._watchdog: threading.Thread | None = None
+
+    def watch(self, handler: Any) -> None:
+        """handler starts reading a request: one watchdog thread a server shuts it at
+        its deadline (a timer a request cost more than the request)."""
+        with self._deadlines_lock:
+            self._deadlines[handler] = time.monotonic() + REQUEST_DEADLINE_SECONDS
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch, daemon=True,
+                                                  name="ctxfst-request-deadlines")
+                self._watchdog.start()
+
+    def unwatch(self, handler: Any) -> None:
+        with self._deadlines_lock:
+            self._deadlines.pop(handler, None)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(0.25, REQUEST_DEADLINE_SECONDS / 4))
+            now = time.monotonic()
+            with self._deadlines_lock:
+                late = [h for h, deadline in self._deadlines.items() if deadline < now]
+                for handler in late:
+                    del self._deadlines[handler]
+            for handler in late:
+                handler.expire()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """At most MAX_CONNECTIONS connections at once: one more is told so and closed,
