@@ -929,6 +929,35 @@ def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
     assert auto == torch_device("auto") == ("cuda" if torch.cuda.is_available() else auto)
 
 
+@pytest.mark.model
+def test_real_model_incremental_build_equals_a_clean_one_byte_for_byte(tmp_path, capsys):
+    """A text's vector must not depend on what else is embedded with it: after edits,
+    the few new texts are embedded alone, where a clean build embeds them all."""
+    root = example(tmp_path / "kb", model="minilm", embedding_device="cpu")
+    code, out = build(root, capsys)
+    assert code == 0, out
+    for name in ("backend-frameworks.ctxfst.md", "career-world-model.ctxfst.md",
+                 "deployment.zh-TW.ctxfst.md"):
+        path = root / "content" / name
+        text = path.read_text()
+        end = text.index("</Chunk>")
+        path.write_text(text[:end] + "An added sentence about rollouts.\n" + text[end:])
+    code, out = build(root, capsys)
+    assert code == 0, out
+    clean = tmp_path / "clean"
+    shutil.copytree(root / "content", clean / "content")
+    shutil.copytree(root / "skills", clean / "skills")
+    shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")  # no cache, no build
+    code, out = build(clean, capsys)
+    assert code == 0, out
+    # (the facts artifacts remember the facts the edits invalidated: they agree on the
+    # active facts, tested elsewhere; the manifest names their bytes)
+    for name in ("chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet",
+                 "entity-graph.json", "chunks.parquet", "entity-profiles.json"):
+        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes(), \
+            name
+
+
 def test_yaml_dates_in_extra_fields_build(tmp_path, capsys):
     root = project(tmp_path)
     write(root, "content/a.md", "---\nentities:\n  - id: entity:a\n    name: A\n"

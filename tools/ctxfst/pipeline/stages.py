@@ -670,11 +670,13 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
                                             group_record, read_parts)
     from ..artifacts.layout import VECTORS_SCHEMA
     from ..artifacts.vectors import vectors_table
-    from ..compile.embed import chunk_text, embed_texts, model_id_of, text_keys
+    from ..compile.embed import cache_id_of, chunk_text, embed_texts, get_embedder, \
+        model_id_of, text_keys
 
     settings = config.build
     model_id = model_id_of(settings.embedding_model)
-    made_by = [__version__, pa.__version__, model_id, VECTORS_SCHEMA]
+    made_by = [__version__, pa.__version__,
+               cache_id_of(get_embedder(settings.embedding_model)), VECTORS_SCHEMA]
     recorded = store.value("embedded")
     spans, chunks, source = _chunk_groups(config, store.value("compiled"), published)
     digests = [digest for digest, _ in spans]
