@@ -99,3 +99,46 @@ def test_arguments_are_checked_as_strictly_as_the_http_api(project):
 def test_without_a_project_it_says_so(tmp_path):
     done = run_process("mcp", cwd=tmp_path)
     assert done.returncode == 2 and "no ctxfst project" in done.stderr
+
+
+# ---- fuzzing the tools in process: any arguments are an answer or a tool error
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=30),
+                     st.sampled_from(["Hono", "graph", "default", "exists", "3", "yes"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(max_size=6), inner, max_size=2), max_leaves=5)
+_KEYS = st.sampled_from(["text", "mode", "top_k", "hops", "bridge_model", "allow_stale",
+                         "tenant", "op", "key", "value", "min_confidence", "limit", "goal",
+                         "seed", "algorithm", "explain", "topk"])
+
+
+@pytest.fixture(scope="module")
+def tool_server(tmp_path_factory):
+    from ctxfst.mcp_server import build_server
+    from ctxfst.pipeline.runner import run_build
+    from ctxfst.serve import Service
+
+    from .conftest import copy_example
+
+    root = copy_example(tmp_path_factory.mktemp("mcp-fuzz"))
+    assert run_build(root, [], quiet=True) == 0
+    service = Service(root)
+    service.start()
+    yield build_server(service)
+    service.stop()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(["query", "facts_ask", "plan", "state_show"]),
+       arguments=st.dictionaries(_KEYS, _VALUES, max_size=4))
+def test_any_tool_arguments_are_an_answer_or_a_tool_error(tool_server, name, arguments):
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        asyncio.run(tool_server.call_tool(name, arguments))
+    except ToolError as error:
+        assert "Traceback" not in str(error) and str(error)

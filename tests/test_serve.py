@@ -500,3 +500,38 @@ def test_a_trickling_client_is_cut_off_and_connections_are_bounded(running, monk
     for sock in idle:
         sock.close()
     assert server.wait_for(lambda: server.call("GET", "/health")[0] == 200)
+
+
+# ---- fuzzing the HTTP API: any JSON body gets an answer of its schema, never a 500
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=40),
+                     st.sampled_from(["Hono", "graph", "vector", "default", "exists",
+                                      "goal:edge-api-learning-plan", "state:has-resume"]))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+_KEYS = st.sampled_from(["text", "mode", "top_k", "hops", "bridge_model", "allow_stale",
+                         "tenant", "op", "entity_type", "namespace", "key", "value",
+                         "min_confidence", "limit", "goal", "seed", "algorithm", "explain",
+                         "topk", "x"])
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory):
+    root = copy_example(tmp_path_factory.mktemp("fuzz"))
+    assert run_build(root, [], quiet=True) == 0
+    server = Running(root, poll_seconds=0.05)
+    yield server
+    server.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(path=st.sampled_from(["/query", "/facts/ask", "/plan", "/state"]),
+       body=st.dictionaries(_KEYS, _VALUES, max_size=5))
+def test_any_json_body_gets_a_schema_answer_never_a_500(fuzz_server, path, body):
+    status, answer = fuzz_server.call("POST", path, body)  # (call checks the schema)
+    assert status != 500, answer
+    assert status in (200, 400, 404, 409, 422, 503), (status, answer)
