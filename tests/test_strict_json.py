@@ -8,9 +8,6 @@ import json
 import pytest
 
 from ctxfst.artifacts.io import JsonRefused, strict_json
-from ctxfst.pipeline.runner import run_build
-
-from .conftest import copy_example
 
 GOAL = "goal:edge-api-learning-plan"
 
@@ -31,11 +28,8 @@ def test_strict_json_reads_what_json_writes():
 
 
 @pytest.fixture
-def kb(tmp_path, capsys):
-    copy_example(tmp_path, "hash-32")
-    assert run_build(tmp_path, []) == 0
-    capsys.readouterr()
-    return tmp_path
+def kb(built_example):
+    return built_example
 
 
 @pytest.mark.parametrize("bad", ["NaN", "Infinity", "1e999", '"\\ud800"'])
