@@ -150,6 +150,17 @@ def test_a_huge_source_stops_the_build_without_being_read(tmp_path, cli, monkeyp
     assert (kb / "build" / "manifest.json").read_bytes() == before
 
 
+def test_a_file_name_that_is_not_utf8_is_checked_like_any_other(tmp_path, cli):
+    from .conftest import make_project
+
+    root = make_project(tmp_path)
+    (root / "content" / os.fsdecode(b"caf\xe9.ctxfst.md")).write_text(
+        "---\nchunks:\n  - id: note:b\n    priority: urgent\n---\n")
+    for fmt in ("text", "json"):
+        result = cli("validate", "--format", fmt, cwd=root)
+        assert result.code == 1 and "CTX103" in result.out and "internal" not in result.err
+
+
 def test_alias_bomb_is_refused_quickly_with_bounded_memory():
     tracemalloc.start()
     started = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,24 @@ def test_the_build_lock_is_reentrant_in_one_process(tmp_path, capsys):
         assert run_build(project, []) == 0  # ctxfst build inside something holding it
     assert run_build(project, []) == 0
     capsys.readouterr()
+
+
+def test_the_hook_reads_the_index_as_git_names_it(tmp_path, cli):
+    """Folder names are literal (no pathspec magic), a file name that is not UTF-8 is
+    checked like any other, and a submodule or link entry named *.md is no document."""
+    root = make_project(tmp_path)
+    write(root, "ctxfst.toml", 'content_dir = ":(exclude)content"\nskills_dir = "skills"\n')
+    git(root, "init", "-q")
+    write(root, ":(exclude)content/b.md", BROKEN)
+    git(root, "add", "-A")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX103" in result.out  # checked, not excluded
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
+    (root / "content" / os.fsdecode(b"caf\xe9.md")).write_text(VALID)
+    git(root, "add", "-A")
+    sha = "1" * 40  # a submodule's commit, which this repository does not hold
+    assert git(root, "update-index", "--add", "--cacheinfo",
+               f"160000,{sha},content/module.md").returncode == 0
+    result = cli("validate", "--staged", "--format", "json", cwd=root)
+    assert result.code == 0, result.out + result.err
+    assert result.json()["summary"]["files"] == 1

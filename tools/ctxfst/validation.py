@@ -192,8 +192,10 @@ def check_paths(paths: list[Path], cwd: Path | None = None, lint: bool = False,
 
 
 def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
-    result = subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True,
-                            check=False)
+    # Literal pathspecs: a folder the settings name is a folder, never git's pathspec
+    # magic (":(exclude)content" would make the hook check nothing).
+    result = subprocess.run(["git", "--literal-pathspecs", *args], cwd=repo, input=data,
+                            capture_output=True, check=False)
     if result.returncode != 0:
         raise UsageError(f"git {' '.join(args)} failed: "
                          f"{result.stderr.decode(errors='replace').strip()}")
@@ -222,15 +224,23 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         if not line:
             continue
         meta, name = line.split(b"\t", 1)
-        if name.endswith(b".md"):
-            entries.append((meta.split()[1].decode(), name.decode()))
+        mode, sha = meta.split()[:2]
+        # Files only: a gitlink (a submodule, 160000) or a link (120000) named *.md is
+        # no document of the commit. A name that is not UTF-8 is kept as the file
+        # system keeps it (surrogate escapes), as the work tree's walk does.
+        if name.endswith(b".md") and mode in (b"100644", b"100755"):
+            entries.append((sha.decode(), os.fsdecode(name)))
     batch = _git(top, "cat-file", "--batch",
                  data="".join(f"{sha}\n" for sha, _ in entries).encode())
     inputs = []
     offset = 0
     for _sha, name in entries:
         header_end = batch.index(b"\n", offset)
-        size = int(batch[offset:header_end].split()[2])
+        header = batch[offset:header_end].split()
+        if len(header) != 3 or header[1] != b"blob":  # ("missing": not in this repository)
+            offset = header_end + 1
+            continue
+        size = int(header[2])
         blob = batch[header_end + 1: header_end + 1 + size]
         offset = header_end + 1 + size + 1
         absolute = top / name

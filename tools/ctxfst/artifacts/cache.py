@@ -129,7 +129,8 @@ class ParseCache:
 
     @staticmethod
     def key(path: str, data: bytes) -> str:
-        digest = hashlib.sha256(f"{__version__}\0{PARSE_FORMAT}\0{path}\0".encode())
+        digest = hashlib.sha256(f"{__version__}\0{PARSE_FORMAT}\0{path}\0".encode(
+            "utf-8", "surrogateescape"))  # (a file name need not be UTF-8)
         digest.update(data)
         return digest.hexdigest()
 
