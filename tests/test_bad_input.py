@@ -156,9 +156,13 @@ def test_a_file_name_that_is_not_utf8_is_checked_like_any_other(tmp_path, cli):
     root = make_project(tmp_path)
     (root / "content" / os.fsdecode(b"caf\xe9.ctxfst.md")).write_text(
         "---\nchunks:\n  - id: note:b\n    priority: urgent\n---\n")
-    for fmt in ("text", "json"):
+    for fmt in ("text", "json", "github"):
         result = cli("validate", "--format", fmt, cwd=root)
         assert result.code == 1 and "CTX103" in result.out and "internal" not in result.err
+        assert "caf\\udce9" in result.out  # shown as an escape, never raw
+    # a real process whose output is strict UTF-8 (a UTF-8 locale's default)
+    done = run_process("validate", cwd=root, env={"PYTHONIOENCODING": "utf-8:strict"})
+    assert done.returncode == 1 and "internal" not in done.stderr
 
 
 def test_alias_bomb_is_refused_quickly_with_bounded_memory():

@@ -206,7 +206,10 @@ def summarize(diagnostics: Iterable[Diagnostic], files: int) -> dict:
 # terminal: C0, DEL, C1, and the Unicode line and paragraph separators.
 # C0, DEL, C1, line/paragraph separators, and the bidirectional controls (U+202E makes
 # a terminal show text in another order than it is).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# And lone surrogates: a file name that is not UTF-8 holds them, and no terminal or UTF-8
+# stream can take them raw.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+                      "\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -260,7 +263,7 @@ def summary_line(summary: dict) -> str:
 
 # json.dumps escapes C0 itself; with ensure_ascii=False (readable non-ASCII text) it keeps
 # DEL, C1, U+2028/U+2029 and the bidi controls raw: they become \u escapes, which decode to the same text.
-_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def json_text(payload: object) -> str:
