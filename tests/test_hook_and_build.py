@@ -261,3 +261,31 @@ def test_the_hook_reads_the_index_as_git_names_it(tmp_path, cli):
     result = cli("validate", "--staged", "--format", "json", cwd=root)
     assert result.code == 0, result.out + result.err
     assert result.json()["summary"]["files"] == 1
+
+
+def test_the_hook_takes_the_settings_and_edge_files_from_the_index(tmp_path, cli):
+    root = make_project(tmp_path)
+    git(root, "init", "-q")
+    write(root, "content/a.md", VALID)
+    write(root, "other/b.md", BROKEN)
+    git(root, "add", "-A")
+    assert cli("validate", "--staged", cwd=root).code == 0  # other/ is no source yet
+    # a staged ctxfst.toml that moves the content folder: the commit's view is checked
+    write(root, "ctxfst.toml", 'content_dir = "other"\nskills_dir = "skills"\n')
+    git(root, "add", "ctxfst.toml")
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "other/b.md" in result.out and "CTX103" in result.out
+    # a staged path out of the project
+    write(root, "ctxfst.toml", 'content_dir = "../../../etc"\n')
+    git(root, "add", "ctxfst.toml")
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n')
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 2 and "CTX804" in result.err
+    # a staged edge file that is not valid, while the work tree's is
+    git(root, "add", "ctxfst.toml")
+    write(root, "content/x.edges.json", '{"not": "a list"}')
+    git(root, "add", "content/x.edges.json")
+    write(root, "content/x.edges.json", "[]")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX601" in result.out

@@ -417,6 +417,22 @@ def embedding_host_allowed(host: str) -> bool:
     return bare in allowed - {""}
 
 
+def config_from_text(root: Path, file: Path, text: str) -> Config | None:
+    """The project in root as a settings file's text would make it (the hook reads the
+    staged ctxfst.toml or pyproject.toml); None for a pyproject.toml without ctxfst."""
+    data = _parse_toml(file, text)
+    prefix: tuple = ()
+    if file.name == "pyproject.toml":
+        tool = data.get("tool", {})
+        if not isinstance(tool, dict) or "ctxfst" not in tool:
+            return None
+        data, prefix = tool["ctxfst"], ("tool", "ctxfst")
+    if not isinstance(data, dict):
+        raise _Settings({}, file, text, prefix).error("CTX803", "the ctxfst settings must "
+                                                      "be a table")
+    return load_config(root, data, file, text, prefix)
+
+
 def find_project(start: Path) -> Config | None:
     """The nearest enclosing ctxfst project of start (a file or directory), if any."""
     start = start.resolve()

@@ -8,6 +8,7 @@ knowledge base of its own (a folder and everything below it, or a single file).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sqlite3
 import subprocess
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .collector import collector_paused
-from .config import Config, find_project
+from .config import Config, config_from_text, find_project
 from .diagnostics import Diagnostic, Severity, ordered, summarize
 from .document.kb import Input, inputs_for
 from .files import display_path, inside, scan_project
@@ -202,6 +203,38 @@ def _git(repo: Path, *args: str, data: bytes | None = None) -> bytes:
     return result.stdout
 
 
+def _staged_settings(top: Path, config_file: Path) -> tuple[str | None, bool]:
+    """The settings file as the index holds it (None: not in the index), and whether
+    the commit changes it."""
+    relative = str(config_file.resolve().relative_to(top))
+    listing = _git(top, "ls-files", "-s", "-z", "--", relative).split(b"\0")
+    blob = next((line.split()[1] for line in listing if line), None)
+    changed = bool(_git(top, "diff", "--cached", "--name-only", "-z", "--", relative)
+                   .strip(b"\0"))
+    if blob is None:
+        return None, changed
+    data = _git(top, "cat-file", "blob", blob.decode())
+    try:
+        return data.decode("utf-8"), changed
+    except UnicodeDecodeError:
+        raise UsageError(f"{relative} in the index is not UTF-8") from None
+
+
+def _staged_edges(name: str, content: str | None, config) -> bool:
+    """Whether an index entry is an extra-edges file the settings' patterns name."""
+    from .document.edges import is_edge_file
+
+    if content is None or not is_edge_file(name.rsplit("/", 1)[-1]):
+        return False
+    prefix = "" if content == "." else content + "/"
+    if not name.startswith(prefix):
+        return False
+    relative = name[len(prefix):]
+    return any(fnmatch.fnmatch(relative, pattern) or (
+        pattern.startswith("**/") and fnmatch.fnmatch(relative.rsplit("/", 1)[-1], pattern[3:]))
+        for pattern in config.build.extra_edges)
+
+
 def check_staged(cwd: Path | None = None, lint: bool = False,
                  strict_spec: bool = False, use_cache: bool = True,
                  select: list[str] | None = None, ignore: list[str] | None = None) -> Report:
@@ -211,14 +244,23 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
     config = find_project(cwd)
     if config is None:
         raise UsageError("no ctxfst project here (no ctxfst.toml or [tool.ctxfst])")
+    settings_changed = False
+    if config.config_file is not None and _is_under(config.config_file, top):
+        # The commit's settings, not the work tree's: a staged ctxfst.toml may move the
+        # content folder, or out of the project.
+        staged, settings_changed = _staged_settings(top, config.config_file)
+        if staged is not None:
+            config = config_from_text(config.root, config.config_file, staged) or config
     folders = [str(folder.relative_to(top)) for folder in config.source_dirs
                if _is_under(folder, top)]
     if not folders:
         return Report()
     changed = _git(top, "diff", "--cached", "--name-only", "-z", "--", *folders)
-    if not changed.strip(b"\0"):
+    if not changed.strip(b"\0") and not settings_changed:
         return Report()  # nothing staged in the knowledge base: nothing to check
     listing = _git(top, "ls-files", "-s", "-z", "--", *folders).split(b"\0")
+    content = str(config.content_dir.resolve().relative_to(top)) \
+        if _is_under(config.content_dir.resolve(), top) else None
     entries = []
     for line in listing:
         if not line:
@@ -228,8 +270,10 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         # Files only: a gitlink (a submodule, 160000) or a link (120000) named *.md is
         # no document of the commit. A name that is not UTF-8 is kept as the file
         # system keeps it (surrogate escapes), as the work tree's walk does.
-        if name.endswith(b".md") and mode in (b"100644", b"100755"):
-            entries.append((sha.decode(), os.fsdecode(name)))
+        text_name = os.fsdecode(name)
+        if mode in (b"100644", b"100755") and (
+                name.endswith(b".md") or _staged_edges(text_name, content, config)):
+            entries.append((sha.decode(), text_name))
     batch = _git(top, "cat-file", "--batch",
                  data="".join(f"{sha}\n" for sha, _ in entries).encode())
     inputs = []
