@@ -4,8 +4,7 @@ and SIMILAR kNN time and memory.
     .venv/bin/python benchmarks/build_speed.py [--docs 1000 10000] [--edits 5]
         [--overhead-docs 60] [--knn 25000 50000]
 
-Scale runs use the deterministic hash embedder (`hash-256`) in place of a model, as the
-issue allows; the overhead run uses the real bundled all-MiniLM-L6-v2.
+Scale runs use the deterministic hash embedder (`hash-256`) in place of a model; the overhead run uses the real bundled all-MiniLM-L6-v2.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_example_facts_match_their_schema_ids_and_offsets(tmp_path, capsys):
     for run in runs(root):
         jsonschema.validate(run, runs_schema_json)
         assert run["status"] == "completed" and run["trigger"] == "create"
-    # Rules the issue names: entity type and aliases, tags as themes, mentions with
+    # The derived rules: entity type and aliases, tags as themes, mentions with
     # exact offsets (also in Chinese text), skill capabilities, dates.
     assert find(rows, entity_id="entity:hono", fact_namespace="classification",
                 fact_value_norm="framework")

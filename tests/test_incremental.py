@@ -1,4 +1,4 @@
-"""Incremental builds equal clean rebuilds over random sequences of edits (issue 12).
+"""Incremental builds equal clean rebuilds over random sequences of edits.
 
 A project (the example knowledge base plus a few mock documents) is built once; then a
 sequence of operations edits, adds, deletes, renames, touches and rewrites its sources,

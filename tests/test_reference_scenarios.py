@@ -3,8 +3,8 @@ row by row in the workplace's reference/runtime-behaviours.md; nothing here read
 replayed through ctxfst's CLI.
 
 Each test names its row. Where ctxfst deliberately differs, the test says so and asserts
-ctxfst's behaviour (docs/runtime.md explains each difference). Rows still to write are
-listed in docs/runtime.md's status of issue 15.
+ctxfst's behaviour (docs/runtime.md explains each difference). docs/runtime.md lists the
+deliberate differences.
 """
 
 from __future__ import annotations

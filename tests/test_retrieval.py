@@ -1,4 +1,4 @@
-"""Retrieval over the artifacts (the retrieval issue, in progress): modes, eval, errors."""
+"""Retrieval over the artifacts: modes, eval, errors."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_json_report_matches_its_schema(cli, tmp_path):
 
 
 # The upstream schema is the floor, with the three constraints its own reference
-# validator enforces (and the issue asks for) on top: a positive version, a media type
+# validator enforces on top: a positive version, a media type
 # from its list, a real ISO date.
 UPSTREAM_FLOOR = json.loads((UPSTREAM / "schema.json").read_text())
 _chunk = UPSTREAM_FLOOR["properties"]["chunks"]["items"]["properties"]

@@ -1,8 +1,9 @@
-"""Untrusted knowledge bases: one test (or more) per hole of the security issue.
+"""Untrusted knowledge bases: one test (or more) per class of hole
+(docs/security.md's table).
 
 Each test builds a hostile knowledge base in a temporary folder and goes through the
 public CLI or API; each failed on the code before the fix. docs/security.md gives the
-trust model. Sections follow the issue's holes: caches, paths and tenants, scanners and
+trust model. Sections follow its classes: caches, paths and tenants, scanners and
 values, the world state and outputs, readers of build/.
 """
 
@@ -1633,7 +1634,7 @@ def queries_file(root: Path) -> Path:
 def test_readers_refuse_artifacts_that_do_not_match_the_manifest(built_kb, cli):
     build = built_kb / "build"
     pristine = {p.name: p.read_bytes() for p in build.iterdir() if p.is_file()}
-    # The issue's case: chunk vectors copied over the entity vectors still answered.
+    # A forged case: chunk vectors copied over the entity vectors still answered.
     shutil.copy(build / "chunk_vectors.parquet", build / "entity_vectors.parquet")
     for args in (QUERY, ("eval", queries_file(built_kb)),
                  ("export", "lancedb", "--db", built_kb / "db")):
