@@ -820,10 +820,10 @@ def _check(args: argparse.Namespace, lint: bool) -> int:
     if getattr(args, "fix", False) or getattr(args, "diff", False):
         if args.staged:
             raise _Usage("--fix and --diff take no --staged")
-        from .authoring.cli import apply_fixes
+        from .authoring.fix import fix_paths
         from .diagnostics import text_line as _line
 
-        done, refused = apply_fixes(args.paths, write=args.fix and not args.diff)
+        done, refused = fix_paths(args.paths, write=args.fix and not args.diff)
         (sys.stderr if args.format == "json" else sys.stdout).write(done)
         for problem in refused:
             print(_line(problem), file=sys.stderr)

@@ -35,7 +35,6 @@ MAX_CANDIDATES = 8        # entity candidates proposed per note
 MAX_SLUG = 48
 # A name this short matches only as the catalog spells it: "Go" is a language, "go" a verb.
 SHORT_NAME = 3
-_FRONTMATTER_END = re.compile(r"(?:---|\.\.\.)[ \t]*(?:\r\n|\r|\n)?")
 _LINK = re.compile(r"!?\[([^\[\]\n]*)\]\([^()\n]*\)")
 _MARKUP = re.compile(r"[*_`~<>#]+")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ][0-9:.+\-Z]+)?")
@@ -119,11 +118,15 @@ class Options:
     category: str = DEFAULT_CATEGORY
 
 
-def estimate_tokens(text: str) -> int:
+def _token_weight(text: str) -> float:
     """About what a subword tokenizer makes of text: 4/3 a Latin word, 1 a CJK character
     (WordPiece and most BPE vocabularies give a CJK character a token of its own)."""
     latin, cjk = script_mix(text)
-    return math.ceil(latin * 4 / 3 - 1e-9) + cjk
+    return latin * 4 / 3 + cjk
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(_token_weight(text) - 1e-9)
 
 
 def slug(text: str) -> str:
@@ -165,6 +168,7 @@ class Note:
 def read_note(source: str, text: str) -> Note:
     """A note's ordinary frontmatter (if any) and body; a note that is already CtxFST, or
     whose frontmatter is not YAML, raises ChunkError."""
+    from ..document.parse import split_frontmatter
     from ..document.yamlpos import load_yaml
 
     lines = split_lines(text)
@@ -172,13 +176,12 @@ def read_note(source: str, text: str) -> Note:
     meta: dict[str, Any] = {}
     body_line = 0
     if lines and lines[0].rstrip("\r\n").rstrip() == "---":
-        close = next((i for i in range(1, len(lines))
-                      if _FRONTMATTER_END.fullmatch(lines[i])), None)
-        if close is None:
-            raise ChunkError([diag("CTX011", "frontmatter opened on line 1 is never closed "
-                                   "by a '---' line", source, 1, 1)])
-        loaded = load_yaml("".join(lines[1:close]).replace("\r\n", "\n").replace("\r", "\n"),
-                           source, line_offset=1)
+        # (the parser's own rule for where frontmatter ends; its lines are these lines)
+        front, body_line, problem = split_frontmatter(
+            text.replace("\r\n", "\n").replace("\r", "\n"), source)
+        if problem is not None:
+            raise ChunkError([problem])
+        loaded = load_yaml(front, source, line_offset=1)
         if not loaded.ok:
             raise ChunkError(loaded.diagnostics)
         if loaded.value is not None and not isinstance(loaded.value, dict):
@@ -189,7 +192,6 @@ def read_note(source: str, text: str) -> Note:
             raise ChunkError([diag("CTX901", "already a CtxFST document (its frontmatter "
                                    "declares entities or chunks): check it with `ctxfst "
                                    "validate` instead", source, 1, 1)])
-        body_line = close + 1
     body = lines[body_line:]
     parts = blocks(body)
     unclosed = next((block for block in parts if block.unclosed), None)
@@ -262,8 +264,7 @@ class TokenCounts:
     def __init__(self, lines: list[str]) -> None:
         self.sums = [0.0]
         for line in lines:
-            latin, cjk = script_mix(line)
-            self.sums.append(self.sums[-1] + latin * 4 / 3 + cjk)
+            self.sums.append(self.sums[-1] + _token_weight(line))
 
     def __call__(self, start: int, end: int) -> int:
         return math.ceil(self.sums[end] - self.sums[start] - 1e-9)

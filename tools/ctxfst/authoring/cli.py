@@ -203,44 +203,6 @@ def _print_contexts(outcome, dry_run: bool, cached: bool) -> None:
     sys.stdout.write("".join(escape(line) + "\n" for line in lines))
 
 
-def apply_fixes(paths: list[Path], write: bool) -> tuple[str, list]:
-    """`lint --fix` (write) or `lint --diff`: the fixes for the knowledge bases of paths
-    (as lint would check them). Returns the lines to print and the refusals."""
-    from ..artifacts.io import write_atomic
-    from ..document.edges import is_edge_file
-    from ..document.parse import parse_document
-    from ..validation import plan_paths
-    from .fix import plan_fixes
-
-    report: list[str] = []
-    refused: list = []
-    for plan in plan_paths(paths, Path.cwd()):
-        documents, others = [], {}
-        for item in plan.inputs:
-            name = Path(item.source.path).name
-            if name == "SKILL.md" or is_edge_file(name):
-                data, _ = item.source.read_bytes()
-                others[item.source.path] = (data or b"").decode("utf-8", "replace")
-                continue
-            doc = parse_document(item.source)
-            if isinstance(doc.frontmatter, dict):
-                documents.append(doc)
-        scope = None if plan.only is None else {
-            doc.path for doc in documents if Path(doc.fs_path).resolve() in plan.only}
-        fixes = plan_fixes(documents, others, scope)
-        refused.extend(fixes.refused)
-        if not write:
-            report.append(fixes.diff())
-            continue
-        for _path, (fs_path, _, new) in sorted(fixes.texts.items()):
-            data = new.encode("utf-8")
-            if fs_path.read_bytes().startswith(b"\xef\xbb\xbf"):
-                data = b"\xef\xbb\xbf" + data
-            write_atomic(fs_path, data)
-        report.extend(f"{fixed.path}: fixed: {fixed.what}\n" for fixed in fixes.fixed)
-    return "".join(report), refused
-
-
 def run(args: argparse.Namespace) -> int:
     from ..cli_help import verbosity
     from ..validation import UsageError

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..diagnostics import Diagnostic, Severity, diag, ordered
 from ..files import display_path
+from .documents import Editable, read_editable
 from .providers import Provider, ProviderError, Request
 from .yamledit import EditRefused, FrontmatterEditor, scalar_text
 
@@ -107,26 +108,22 @@ def _window(document: str, passage: str) -> str:
     return document[start:start + MAX_DOCUMENT_CHARS]
 
 
-def load_documents(paths: list[Path]) -> tuple[list, list[Diagnostic]]:
-    """The CtxFST documents under paths, parsed afresh (no cache: the text and source
-    map are needed), and the errors of those that cannot be edited safely."""
-    from ..document.edges import is_edge_file
+def load_documents(paths: list[Path]) -> tuple[list[Editable], list[Diagnostic]]:
+    """The CtxFST documents under paths, read to be edited, and the errors of those that
+    cannot be edited safely."""
     from ..document.kb import inputs_for
-    from ..document.parse import looks_like_ctxfst, parse_document
+    from ..document.parse import looks_like_ctxfst
 
     documents, problems = [], []
-    for item in inputs_for(paths):
-        name = Path(item.source.path).name
-        if is_edge_file(name) or name == "SKILL.md":
-            continue
-        doc = parse_document(item.source)
+    for item in read_editable(inputs_for(paths))[0]:
+        doc = item.doc
         if not item.explicit and doc.frontmatter is None and not looks_like_ctxfst(doc.text):
             continue  # plain Markdown met in a folder
         errors = [d for d in doc.diagnostics if d.severity == Severity.ERROR]
         if errors or doc.frontmatter is None:
             problems.extend(errors)
             continue
-        documents.append(doc)
+        documents.append(item)
     return documents, problems
 
 
@@ -229,10 +226,10 @@ def insert_contexts(raw: str, doc, contexts: dict[int, str]) -> str:
     return editor.text()
 
 
-def contextualize(documents, provider: Provider, cache_path: Path | None,
+def contextualize(documents: list[Editable], provider: Provider, cache_path: Path | None,
                   workers: int = 4, dry_run: bool = False) -> Outcome:
     outcome = Outcome()
-    jobs, notes = plan_jobs(documents, provider)
+    jobs, notes = plan_jobs([item.doc for item in documents], provider)
     outcome.jobs, outcome.diagnostics = jobs, notes
     cache = ContextCache(cache_path)
     try:
@@ -248,9 +245,7 @@ def contextualize(documents, provider: Provider, cache_path: Path | None,
     by_doc: dict[str, list[Job]] = {}
     for job in jobs:
         by_doc.setdefault(job.path, []).append(job)
-    docs = {doc.path: doc for doc in documents}
-    from ..artifacts.io import write_atomic
-
+    editable = {item.doc.path: item for item in documents}
     for path, doc_jobs in by_doc.items():
         failed = [job for job in doc_jobs if job.error]
         if failed:
@@ -258,18 +253,15 @@ def contextualize(documents, provider: Provider, cache_path: Path | None,
                 "CTX905", f"left untouched: the provider failed for {len(failed)} of its "
                 f"{len(doc_jobs)} chunk(s) ({', '.join(j.chunk_id for j in failed)})", path))
             continue
-        doc = docs[path]
+        item = editable[path]
         contexts = {job.index: job.context for job in doc_jobs if job.context}
-        raw = Path(doc.fs_path).read_bytes()
-        bom = raw.startswith(b"\xef\xbb\xbf")
-        text = raw.decode("utf-8-sig")
         try:
-            new_text = insert_contexts(text, doc, contexts)
+            new_text = insert_contexts(item.raw, item.doc, contexts)
         except (EditRefused, KeyError, IndexError, TypeError) as error:
             outcome.diagnostics.append(diag("CTX906", f"left untouched: {error}; add the "
                                             "contexts by hand", path))
             continue
-        write_atomic(Path(doc.fs_path), (b"\xef\xbb\xbf" if bom else b"") + new_text.encode())
-        outcome.written.append(display_path(doc.fs_path))
+        item.write(new_text)
+        outcome.written.append(display_path(item.doc.fs_path))
     outcome.diagnostics = ordered(outcome.diagnostics)
     return outcome

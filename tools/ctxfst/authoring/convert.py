@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..diagnostics import Diagnostic, Severity, diag, ordered
 from ..files import display_path, walk
@@ -81,25 +82,29 @@ def _project_of(out: Path):
     return find_project(probe)
 
 
-def _project_kb(config, exclude: set[Path], extra_inputs=()):
+def _project_kb(config, exclude: set[Path]):
     from ..kb import load_kb
     from ..validation import project_inputs
 
     inputs = [item for item in project_inputs(config)
               if Path(item.source.fs_path).resolve() not in exclude]
-    return load_kb(config.root, [*inputs, *extra_inputs])
+    return load_kb(config.root, inputs)
 
 
-def load_catalog(config, targets: set[Path], catalog_paths: list[Path]) -> tuple[Catalog, set[str]]:
-    """The entities drafts may link (the project's, then those of the catalog files), and
-    the chunk ids the project already uses (drafts being replaced left out)."""
+def load_catalog(config, targets: set[Path], catalog_paths: list[Path]
+                 ) -> tuple[Catalog, set[str], Any]:
+    """The entities drafts may link (the project's, then those of the catalog files), the
+    chunk ids the project already uses, and the project's knowledge base as loaded (drafts
+    being replaced left out; None outside a project)."""
     from ..document.kb import inputs_for
     from ..kb import load_kb, validate
 
     catalog = Catalog()
     taken: set[str] = set()
+    project = None
     if config is not None:
-        validation = validate(_project_kb(config, targets))
+        project = _project_kb(config, targets)
+        validation = validate(project)
         for entity_id in sorted(validation.catalog):
             catalog.add(validation.catalog[entity_id].entity, in_kb=True)
         taken.update(validation.chunks)
@@ -110,7 +115,7 @@ def load_catalog(config, targets: set[Path], catalog_paths: list[Path]) -> tuple
         for doc in kb.documents:
             for _, entity in doc.entities:
                 catalog.add(entity, in_kb=False)
-    return catalog, taken
+    return catalog, taken, project
 
 
 def convert(paths: list[Path], out: Path, options: Options, force: bool = False,
@@ -120,7 +125,7 @@ def convert(paths: list[Path], out: Path, options: Options, force: bool = False,
     config = _project_of(out)
     result.project = config.root if config is not None else None
     targets = {target.resolve() for _, target, _ in notes_found}
-    catalog, taken = load_catalog(config, targets, catalog_paths or [])
+    catalog, taken, project = load_catalog(config, targets, catalog_paths or [])
     finder = catalog.finder()
     seen_targets: dict[Path, str] = {}
     drafts: list[Draft] = []
@@ -162,35 +167,34 @@ def convert(paths: list[Path], out: Path, options: Options, force: bool = False,
         result.diagnostics.extend(draft.diagnostics)
     result.drafts = drafts
     if drafts:
-        result.diagnostics.extend(_validate_drafts(drafts, config, targets, out))
+        result.diagnostics.extend(_validate_drafts(drafts, config, project, out))
     result.diagnostics = ordered(result.diagnostics)
     if result.failed or dry_run:
         return result
+    from ..artifacts.io import write_atomic
+
     for draft in drafts:
         draft.target.parent.mkdir(parents=True, exist_ok=True)
-        from ..artifacts.io import write_atomic
-
         write_atomic(draft.target, draft.text.encode("utf-8"))
         result.written.append(draft.target)
     return result
 
 
-def _validate_drafts(drafts: list[Draft], config, targets: set[Path],
-                     out: Path) -> list[Diagnostic]:
-    """The drafts' errors when checked as part of the knowledge base they join (or as one
-    of their own, outside a project): a draft that would not validate is not written."""
+def _validate_drafts(drafts: list[Draft], config, project, out: Path) -> list[Diagnostic]:
+    """The drafts' errors when checked as part of the knowledge base they join (project,
+    as load_catalog loaded it; or as one of their own, outside a project): a draft that
+    would not validate is not written."""
     from ..document.kb import Input
     from ..document.source import Source
-    from ..kb import KnowledgeBase, load_kb, validate
+    from ..kb import load_kb, validate
 
     inputs = [Input(Source(display_path(d.target), d.target, d.text.encode("utf-8")), True)
               for d in drafts]
-    if config is not None:
-        kb = _project_kb(config, targets, inputs)
+    kb = load_kb(out.resolve() if project is None else project.root, inputs)
+    if project is not None:  # the project's files as loaded, and the drafts
+        kb.documents = project.documents + kb.documents
+        kb.skills, kb.edge_files = project.skills, project.edge_files
         kb.skills_dir = config.skills_dir
-    else:
-        kb = load_kb(out.resolve(), inputs)
-    assert isinstance(kb, KnowledgeBase)
     shown = {display_path(d.target) for d in drafts}
     return [d for d in validate(kb).diagnostics
             if d.path in shown and d.severity == Severity.ERROR]

@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 from ..diagnostics import Diagnostic, diag
 from ..document.ids import ID_PATTERN
+from .documents import Editable, read_editable
 from .yamledit import EditRefused, FrontmatterEditor, reorder_items
 
 _ID = re.compile(ID_PATTERN)
@@ -40,7 +41,7 @@ class Fixed:
 
 @dataclass
 class FixPlan:
-    texts: dict[str, tuple[Path, str, str]] = field(default_factory=dict)  # path: old, new
+    texts: dict[str, tuple[Editable, str, str]] = field(default_factory=dict)  # old, new
     fixed: list[Fixed] = field(default_factory=list)
     refused: list[Diagnostic] = field(default_factory=list)
 
@@ -79,48 +80,68 @@ def _records(front: dict, key: str) -> list[tuple[int, dict]]:
         if isinstance(items, list) else []
 
 
-def plan_fixes(documents: list, other_texts: dict[str, str],
+def plan_fixes(documents: list[Editable], other_texts: dict[str, str],
                scope: set[str] | None = None) -> FixPlan:
-    """documents: every parsed document of the knowledge base whose frontmatter loaded;
+    """documents: every document of the knowledge base whose frontmatter loaded;
     other_texts: the skills' and extra-edge files' text by path (an id they name is not
     renamed); scope: the documents to fix (default: all). A renamed id is renamed in
     every document that names it."""
     plan = FixPlan()
-    in_scope = [doc for doc in documents if scope is None or doc.path in scope]
-    renames = _renames(in_scope, documents, other_texts, plan)
-    for doc in documents:
-        if doc.path not in (scope or {doc.path}) and not _names_any(doc, renames):
+    parsed = [item.doc for item in documents]
+    renames = _renames([doc for doc in parsed if scope is None or doc.path in scope],
+                       parsed, other_texts, plan)
+    for item in documents:
+        doc, front = item.doc, item.doc.frontmatter
+        in_scope = scope is None or doc.path in scope
+        if not in_scope and not _names_any(doc, renames):
             continue
-        raw = Path(doc.fs_path).read_bytes().decode("utf-8-sig")
-        editor = FrontmatterEditor(raw, doc)
+        editor = FrontmatterEditor(item.raw, doc)
         done: list[str] = []
-        front = doc.frontmatter
         try:
             _rename_references(editor, front, renames, done)
             _rename_tags(editor, doc, renames)
-            if scope is not None and doc.path not in scope:
-                new = editor.text() if editor.changed else raw
-                if new != raw:
-                    plan.texts[doc.path] = (Path(doc.fs_path), raw, new)
-                    plan.fixed.extend(Fixed(doc.path, what) for what in done or
-                                      ["renamed references"])
-                continue
-            for index, entity in _records(front, "entities"):
-                if isinstance(entity.get("id"), str) and "aliases" not in entity:
-                    editor.insert_key(("entities", index), "aliases", "[]", [])
-                    shown = renames.get(entity["id"], entity["id"])
-                    done.append(f"added aliases: [] to entity '{shown}'")
-            _drop_repeats(editor, front, renames, done)
-            _declare_tagged_chunks(editor, doc, renames, done)
-            new = editor.text() if editor.changed else raw
+            if in_scope:
+                for index, entity in _records(front, "entities"):
+                    if isinstance(entity.get("id"), str) and "aliases" not in entity:
+                        editor.insert_key(("entities", index), "aliases", "[]", [])
+                        shown = renames.get(entity["id"], entity["id"])
+                        done.append(f"added aliases: [] to entity '{shown}'")
+                _drop_repeats(editor, front, renames, done)
+                _declare_tagged_chunks(editor, doc, renames, done)
+            new = editor.text() if editor.changed else item.raw
         except EditRefused as error:
             plan.refused.append(diag("CTX906", f"not fixed: {error}", doc.path))
             continue
-        new = _sort_chunks(new, doc, done, plan)
-        if new != raw:
-            plan.texts[doc.path] = (Path(doc.fs_path), raw, new)
-            plan.fixed.extend(Fixed(doc.path, what) for what in done)
+        if in_scope:
+            new = _sort_chunks(new, doc, done, plan)
+        if new != item.raw:
+            plan.texts[doc.path] = (item, item.raw, new)
+            plan.fixed.extend(Fixed(doc.path, what) for what in done or ["renamed references"])
     return plan
+
+
+def fix_paths(paths: list[Path], write: bool) -> tuple[str, list[Diagnostic]]:
+    """`lint --fix` (write) or `lint --diff`: the fixes of the knowledge bases of paths,
+    as lint would check them. The lines to print (what was fixed, or the diff) and the
+    fixes refused."""
+    from ..validation import plan_paths
+
+    report: list[str] = []
+    refused: list[Diagnostic] = []
+    for plan in plan_paths(paths, Path.cwd()):
+        found, others = read_editable(plan.inputs)
+        documents = [item for item in found if isinstance(item.doc.frontmatter, dict)]
+        scope = None if plan.only is None else {
+            item.doc.path for item in documents if Path(item.doc.fs_path).resolve() in plan.only}
+        fixes = plan_fixes(documents, others, scope)
+        refused.extend(fixes.refused)
+        if not write:
+            report.append(fixes.diff())
+            continue
+        for _path, (item, _, new) in sorted(fixes.texts.items()):
+            item.write(new)
+        report.extend(f"{fixed.path}: fixed: {fixed.what}\n" for fixed in fixes.fixed)
+    return "".join(report), refused
 
 
 def _sort_chunks(text: str, doc, done: list[str], plan: FixPlan) -> str:
