@@ -645,10 +645,13 @@ def sha256_file(path: Path) -> str:
     return sha256_file_and_size(path)[0]
 
 
-def sha256_file_and_size(path: Path) -> tuple[str, int]:
-    """A file's sha256 and the number of bytes it was computed over."""
+def sha256_file_and_size(path: Path, limit: int | None = None) -> tuple[str, int]:
+    """A file's sha256 and the number of bytes it was computed over. A file over limit
+    raises FileTooLarge before a byte of it is read."""
     digest, size = hashlib.sha256(), 0
     with os.fdopen(open_regular(path), "rb") as handle:
+        if limit is not None and (found := os.fstat(handle.fileno()).st_size) > limit:
+            raise FileTooLarge(path, found, limit)
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
             size += len(block)

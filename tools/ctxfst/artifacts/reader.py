@@ -118,8 +118,8 @@ class DigestCache:
         that changes while it is hashed is not remembered)."""
         return self.sha256_and_size(key, path)[0]
 
-    def sha256_and_size(self, key: str, path: Path | str, info: os.stat_result | None = None
-                        ) -> tuple[str, int]:
+    def sha256_and_size(self, key: str, path: Path | str, info: os.stat_result | None = None,
+                        limit: int | None = None) -> tuple[str, int]:
         """sha256(), and the size of the bytes it is of (info: the file's stat, when the
         caller took it already: a file changed since is hashed as it is now, and not
         remembered)."""
@@ -129,7 +129,7 @@ class DigestCache:
         digest = self.get(key, info)
         if digest is not None:
             return digest, info.st_size
-        digest, size = sha256_file_and_size(path)
+        digest, size = sha256_file_and_size(path, limit)
         if self.identity(os.stat(path)) == self.identity(info):
             self.put(key, info, digest)
         return digest, size

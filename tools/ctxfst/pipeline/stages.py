@@ -184,16 +184,14 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
         """A document its unit does not vouch for (new, edited, touched, or with
         content_path passages): its digest is kept in its unit, and in the build's input
         digests only when it is checked every build (volatile)."""
-        try:
-            if os.stat(path).st_size > MAX_FILE_BYTES:
-                return None  # never hashed: parsing refuses it (CTX004) without reading
+        try:  # (a source over the limit is never read: parsing refuses it, CTX004)
             if volatile:
                 digest, size = input_digests(config).sha256_and_size(
-                    relative, path, _run_stats.get(os.fspath(path)))
+                    relative, path, _run_stats.get(os.fspath(path)), MAX_FILE_BYTES)
             else:
-                digest, size = sha256_file_and_size(path)
+                digest, size = sha256_file_and_size(path, MAX_FILE_BYTES)
         except OSError:
-            return None  # unreadable: parsing reports it
+            return None  # unreadable or too large: parsing reports it
         digested[os.fspath(path)] = (relative, digest, size)  # (validation.json's stamp)
         return digest
 
@@ -347,13 +345,10 @@ def inputs_state(paths: list[str], refused: list[str]) -> str:
 
 
 def _content_sha256(path: str) -> str:
-    from ..artifacts.io import sha256_file
+    from ..artifacts.io import sha256_file_and_size
 
-    try:
-        size = os.stat(path).st_size
-        if size > MAX_FILE_BYTES:  # validation refuses it unread (CTX004)
-            return f"oversize:{size}"
-        return sha256_file(Path(path))
+    try:  # (one over the limit is never read: validation refuses it, CTX004)
+        return sha256_file_and_size(Path(path), MAX_FILE_BYTES)[0]
     except OSError:
         return ""
 
