@@ -1707,15 +1707,15 @@ def test_an_edit_looks_up_only_the_documents_whose_files_changed(tmp_path, capsy
     looked_up: set[str] = set()
     real_hash, real_lookup = artifact_io.sha256_file_and_size, DigestCache.sha256_and_size
 
-    def counted_hash(path):
+    def counted_hash(path, limit=None):
         if "/content/" in str(path):
             hashed.append(Path(path).name)
-        return real_hash(path)
+        return real_hash(path, limit)
 
-    def counted_lookup(self, key, path, info=None):
+    def counted_lookup(self, key, path, info=None, limit=None):
         if key.startswith("content/"):
             looked_up.add(Path(key).name)
-        return real_lookup(self, key, path, info)
+        return real_lookup(self, key, path, info, limit)
 
     monkeypatch.setattr(artifact_io, "sha256_file_and_size", counted_hash)
     monkeypatch.setattr(stages, "sha256_file_and_size", counted_hash)
