@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctxfst.artifacts.layout import JOURNAL
-from ctxfst.pipeline.stages import recover
+from ctxfst.pipeline.publish import recover
 from ctxfst.pipeline.table import ARTIFACTS
 from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project

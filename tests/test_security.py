@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 import ctxfst
+from ctxfst.artifacts.reader import published_folder
 from ctxfst.artifacts.cache import ParseCache
 from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
@@ -1772,14 +1773,15 @@ def test_artifacts_are_never_read_through_links_out_of_the_build(built_kb, cli, 
     followed: readers never read outside the project root."""
     outside = tmp_path / "outside"
     outside.mkdir()
+    published = published_folder(built_kb / "build")
     for name in ("chunks.parquet", "semantic_facts.parquet"):
         target = outside / name
-        shutil.move(built_kb / "build" / name, target)
-        (built_kb / "build" / name).symlink_to(target)
+        shutil.move(published / name, target)
+        (published / name).symlink_to(target)
         command = QUERY if name == "chunks.parquet" else FACTS_ASK
         assert_clear(cli(*command, cwd=built_kb), name, "link")
-        (built_kb / "build" / name).unlink()
-        shutil.move(target, built_kb / "build" / name)
+        (published / name).unlink()
+        shutil.move(target, published / name)
     assert cli(*QUERY, cwd=built_kb).code == 0
 
 
@@ -1843,7 +1845,7 @@ def test_a_fifo_in_the_caches_or_the_build_never_hangs_a_reader(built_kb):
         pytest.fail("a FIFO as .ctxfst/cache/freshness.json hung the query")
     assert done.returncode == 0, done.stderr
     freshness.unlink()
-    graph = built_kb / "build" / "entity-graph.json"
+    graph = published_folder(built_kb / "build") / "entity-graph.json"
     graph.unlink()
     os.mkfifo(graph)
     done = subprocess.run([sys.executable, "-m", "ctxfst", *QUERY], cwd=built_kb,
@@ -2034,6 +2036,9 @@ def test_a_skill_script_linked_out_of_its_folder_fails_validation(tmp_path, cli)
 
 
 def test_a_published_file_made_a_link_is_published_again(tmp_path, cli):
+    """A stranger's link among the fixed names is not read (readers go through
+    build/current) and the next build makes ctxfst's link again; a link in the published
+    folder itself is refused by readers, and the next build puts the file back."""
     root = copy_example(tmp_path / "kb")
     assert run_build(root, []) == 0
     manifest = root / "build" / "manifest.json"
@@ -2041,9 +2046,15 @@ def test_a_published_file_made_a_link_is_published_again(tmp_path, cli):
     copy.write_bytes(manifest.read_bytes())
     manifest.unlink()
     manifest.symlink_to(copy)
+    assert cli("query", "Hono", "--bridge-model", "none", cwd=root).code == 0
+    assert cli("build", "--root", root).code == 0
+    assert os.readlink(manifest) == "current/manifest.json"
+    published = published_folder(root / "build") / "manifest.json"
+    published.unlink()
+    published.symlink_to(copy)
     assert cli("query", "Hono", "--bridge-model", "none", cwd=root).code == 2  # refused
     assert cli("build", "--root", root).code == 0
-    assert not manifest.is_symlink() and manifest.read_bytes() == copy.read_bytes()
+    assert not published.is_symlink() and published.read_bytes() == copy.read_bytes()
     assert cli("query", "Hono", "--bridge-model", "none", cwd=root).code == 0
 
 

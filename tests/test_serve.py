@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from ctxfst.artifacts.reader import published_folder
 from ctxfst.pipeline.runner import run_build
 from ctxfst.serve import MAX_BODY_BYTES, Service, make_server
 
@@ -195,11 +196,12 @@ def test_a_new_build_is_served_once_published_and_a_damaged_one_never(project, r
     status, answer = server.call("POST", "/query", {"text": "Zanzibar quokka marmalade",
                                                     "mode": "lexical"})
     assert status == 200 and "Zanzibar" in answer["results"][0]["content"]
-    # A build folder whose files no longer match its manifest (a publish cut short, an
-    # edit by hand) is not loaded: the build loaded last goes on answering.
-    chunks = project / "build" / "chunks.parquet"
+    # A published build whose files no longer match its manifest (an edit by hand) is
+    # not loaded: the build loaded last goes on answering.
+    published = published_folder(project / "build")
+    chunks = published / "chunks.parquet"
     chunks.write_bytes(chunks.read_bytes()[:-100] + bytes(100))
-    manifest = project / "build" / "manifest.json"
+    manifest = published / "manifest.json"
     copy = manifest.with_name("manifest.json.new")
     copy.write_bytes(manifest.read_bytes())
     os.replace(copy, manifest)  # a new identity: the watcher looks again

@@ -74,9 +74,11 @@ def _identity(info: os.stat_result) -> tuple[int, ...]:
 
 
 def _manifest_identity(build_dir: Path) -> tuple[int, ...] | None:
+    from .artifacts.reader import published_folder
+
     try:
-        return _identity(os.stat(build_dir / "manifest.json"))
-    except OSError:
+        return _identity(os.stat(published_folder(build_dir) / "manifest.json"))
+    except (OSError, ValueError):
         return None
 
 
@@ -116,7 +118,8 @@ class Service:
     def load(self) -> bool:
         """Load the build now published, unless it is the one served or the one that
         failed to load last. True when the served build changed."""
-        from .artifacts.reader import ArtifactError, parse_json, read_plain_file
+        from .artifacts.reader import (ArtifactError, parse_json, published_folder,
+                                       read_plain_file)
         from .facts.query import FALLBACK_COLUMNS, FactsError, Store
         from .retrieval.search import RetrievalError
         from .runtime.world import WorldError, load_world
@@ -125,9 +128,12 @@ class Service:
         workspace = Workspace.open(self.cwd, self.build)
         path = workspace.build_dir / "manifest.json"
         try:
-            data, info = read_plain_file(path)
+            data, info = read_plain_file(published_folder(workspace.build_dir) / path.name)
         except OSError as error:
             self.load_error = f"{path}: {error.strerror or error}: run `doit`"
+            return False
+        except ValueError as error:
+            self.load_error = f"{error}: run `doit clean`, then `doit`"
             return False
         identity = _identity(info)
         if not self._is_new(identity):

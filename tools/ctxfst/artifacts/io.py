@@ -224,7 +224,7 @@ def _replace(path: Path, write: Callable[[Any], Callable[[], str]]) -> Callable[
         except FileNotFoundError:
             pass
         raise
-    _sync_folder(path.parent)
+    sync_folder(path.parent)
     if _written:
         note_written(path, sha256())
     return sha256
@@ -295,10 +295,10 @@ def link_atomic(source: Path, path: Path) -> None:
     except BaseException:
         os.unlink(temp)
         raise
-    _sync_folder(path.parent)
+    sync_folder(path.parent)
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     directory = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(directory)

@@ -1,8 +1,11 @@
 """Where a build keeps what it makes, relative to the project's build folder.
 
 Stages write into the staging folder (build/.staging) and record their results in its
-stages/ folder; the last stage publishes the staged artifacts into build/ under a
-journal, so that a build killed half way is finished by the next one.
+stages/ folder; the last stage publishes the staged artifacts as one folder,
+build/.published/<id>, and then switches the link build/current to it: every fixed name
+in build/ (build/chunks.parquet) is a link through build/current, so a reader sees one
+whole build, the old or the new. A journal lets the next build finish a publication a
+kill cut short.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ STAGING = ".staging"
 RESULTS = "stages"
 LEDGER_COPIES = "ledger"  # the facts stage's copies of its files, for the facts ledger
 JOURNAL = ".publish.json"
+CURRENT = "current"  # the link to the published build's folder
+PUBLISHED = ".published"  # the published builds' folders, by id
+VERSION_ID_HEX = 16  # a published folder's id: the first hex digits of its manifest's sha256
 MANIFEST = "manifest.json"
 RUN_RESULTS = "run_results.json"
 MANIFEST_VERSION = "1.0.0"
@@ -49,3 +55,21 @@ def result_name(stage: str) -> str:
 
 def result_path(config, stage: str) -> Path:
     return staged(config, result_name(stage))
+
+
+def version_target(version: str) -> str:
+    """What build/current links to, for a published folder's id."""
+    return f"{PUBLISHED}/{version}"
+
+
+def is_version_target(target: str) -> bool:
+    """Whether a link's target is one build/current may have (a stranger's link is not)."""
+    prefix = f"{PUBLISHED}/"
+    version = target[len(prefix):]
+    return target.startswith(prefix) and len(version) == VERSION_ID_HEX \
+        and all(c in "0123456789abcdef" for c in version)
+
+
+def fixed_name_target(name: str) -> str:
+    """What a fixed name in build/ (chunks.parquet) links to."""
+    return f"{CURRENT}/{name}"

@@ -7,16 +7,19 @@ the wrong data."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import itertools
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from ..files import changed_lately
 from .io import FileTooLarge, is_sha256, read_regular
+from .layout import CURRENT, MANIFEST, PUBLISHED, is_version_target
 
 REBUILD = "run `doit clean`, then run `doit`"  # plain `doit` trusts build/ as it is
 ARTIFACT_DIGESTS = "artifacts.json"  # in the cache folder: verified artifacts by identity
@@ -164,11 +167,63 @@ def _valid_entry(value: Any) -> bool:
 _FOUR_INTS = [int] * 4
 
 
+def published_folder(build_dir: Path) -> Path:
+    """The folder of the build that build/ names now: build/.published/<id>, through the
+    link build/current that publishing switches, or build/ itself where there is no such
+    link (nothing published yet, a copy of build/ made through the links). Resolved once,
+    so that every file a reader opens after is of that one build. ValueError for a
+    build/current that is not a link ctxfst makes (a stranger's link is not followed)."""
+    link = build_dir / CURRENT
+    try:
+        target = os.readlink(link)
+    except FileNotFoundError:
+        return build_dir
+    except OSError as error:
+        if error.errno == errno.EINVAL:  # a plain file or folder: a copy, not ctxfst's link
+            return build_dir
+        raise ValueError(f"{link}: unreadable ({error.strerror or error})") from None
+    if not is_version_target(target):
+        raise ValueError(f"{link} links to {target}, not to a build ctxfst published")
+    folder = build_dir / target
+    for path in (build_dir / PUBLISHED, folder):
+        try:
+            is_folder = stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            is_folder = False
+        if not is_folder:
+            raise ValueError(f"{link} links to {target}, which is not a folder of "
+                             "published artifacts")
+    return folder
+
+
 def read_manifest(build_dir: Path) -> dict[str, Any] | None:
-    """A build's manifest.json (None when nothing was published); ValueError when it is
-    unreadable or not a manifest (the parts readers use are checked: every artifact has a
-    file name, a size and a sha256; every input a path)."""
-    path = build_dir / "manifest.json"
+    """The manifest.json of the build published in build_dir (None when nothing was
+    published); ValueError when it is unreadable or not a manifest."""
+    return _read_manifest_in(published_folder(build_dir), build_dir)
+
+
+def _open_published(build_dir: Path, retries: int = 2
+                    ) -> tuple[Path, dict[str, Any] | None]:
+    """published_folder() and its manifest (read_manifest()), the link read again when
+    the folder it named was removed before its manifest was read (two builds published
+    meanwhile)."""
+    folder = published_folder(build_dir)
+    try:
+        manifest = _read_manifest_in(folder, build_dir)
+    except ValueError:
+        if retries and not os.path.isdir(folder):
+            return _open_published(build_dir, retries - 1)
+        raise
+    if manifest is None and retries and folder != build_dir and not os.path.isdir(folder):
+        return _open_published(build_dir, retries - 1)
+    return folder, manifest
+
+
+def _read_manifest_in(folder: Path, build_dir: Path) -> dict[str, Any] | None:
+    """A published folder's manifest.json, named as build_dir's in messages (the parts
+    readers use are checked: every artifact has a file name, a size and a sha256; every
+    input a path)."""
+    path = folder / MANIFEST
     if not os.path.lexists(path):
         return None
     try:
@@ -177,7 +232,7 @@ def read_manifest(build_dir: Path) -> dict[str, Any] | None:
         if problem:
             raise ValueError(f"not a ctxfst manifest: {problem}")
     except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: unreadable ({error})") from None
+        raise ValueError(f"{build_dir / MANIFEST}: unreadable ({error})") from None
     return manifest
 
 
@@ -205,20 +260,22 @@ def _is_file_name(name: str) -> bool:
 
 class BuildArtifacts:
     """A published build folder, read through its manifest. Open it with the names a
-    reader needs (missing ones are named together); every read is checked first."""
+    reader needs (missing ones are named together); every read is checked first. It reads
+    the one build published when it was opened, even when another is published meanwhile
+    (each published folder stays while it is current and while the next one is)."""
 
     def __init__(self, build_dir: Path, names: list[str],
                  cache_dir: Path | None = None) -> None:
         self.build_dir = build_dir
-        missing = [name for name in names if not os.path.lexists(build_dir / name)]
-        if missing:
-            raise ArtifactError(f"{', '.join(missing)} missing in {build_dir}: run `doit`")
         try:
-            manifest = read_manifest(build_dir)
+            self.folder, manifest = _open_published(build_dir)
         except ValueError as error:
             raise ArtifactError(f"{error}: {REBUILD}") from None
+        missing = [name for name in names if not os.path.lexists(self.folder / name)]
+        if missing:
+            raise ArtifactError(f"{', '.join(missing)} missing in {build_dir}: run `doit`")
         if manifest is None:
-            raise ArtifactError(f"{build_dir / 'manifest.json'} missing (a build that was "
+            raise ArtifactError(f"{build_dir / MANIFEST} missing (a build that was "
                                 f"never finished or published): {REBUILD}")
         self.manifest = manifest
         self.recorded = {item["path"]: item for item in manifest["artifacts"]}
@@ -230,7 +287,13 @@ class BuildArtifacts:
         self._digests = DigestCache(cache_dir / ARTIFACT_DIGESTS if cache_dir else None)
 
     def path(self, name: str) -> Path:
+        """The artifact's fixed name in the build folder (what messages name)."""
         return self.build_dir / name
+
+    def read_extra(self, name: str, limit: int = MAX_METADATA_BYTES) -> bytes:
+        """A file published with the build but not in its manifest (run_results.json),
+        from the same folder as the artifacts; OSError when it cannot be read."""
+        return read_plain_file(self.folder / name, limit)[0]
 
     def digest(self, name: str) -> str:
         """The artifact's sha256, as the manifest records it (and reads check)."""
@@ -244,7 +307,7 @@ class BuildArtifacts:
         if entry is None:
             raise ArtifactError(f"{path} is not in the build's manifest.json: {REBUILD}")
         try:
-            data, info = read_plain_file(path, entry["bytes"])
+            data, info = read_plain_file(self.folder / name, entry["bytes"])
         except FileTooLarge:
             raise self._mismatch(path, f"over the {entry['bytes']} bytes the manifest "
                                        "records") from None

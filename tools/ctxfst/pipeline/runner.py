@@ -25,7 +25,7 @@ def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
     QUIET[0] = quiet
     try:
         config.tool_dir.mkdir(exist_ok=True)
-        from .stages import recover
+        from .publish import recover
 
         with build_lock(config):
             recover(config)

@@ -23,11 +23,12 @@ from .. import __version__
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
 from ..document.source import MAX_FILE_BYTES
-from ..artifacts.io import (copy_atomic, file_identity, link_atomic, note_written,
+from ..artifacts.io import (copy_atomic, file_identity, note_written,
                             read_json, recording_writes, sha256_file,
                             sha256_file_and_size, write_atomic, write_json, written_so_far)
-from ..artifacts.layout import (JOURNAL, LEDGER_FILES, MANIFEST, MANIFEST_VERSION,
-                                RUN_RESULTS, ledger_copy_name, result_path, staged, staging)
+from ..artifacts.layout import (LEDGER_FILES, MANIFEST, MANIFEST_VERSION,
+                                ledger_copy_name, result_path, staged, staging)
+from .publish import publish, written_entry
 
 
 class BuildFailed(Exception):
@@ -1046,23 +1047,12 @@ def stage_manifest(config: Config) -> None:
         store.close()
 
 
-def _written_entry(record: Any, name: str) -> dict | None:
-    """A stage's record of a staged file it wrote (its sha256 and identity then), when
-    the stage's result record holds one of that shape."""
-    outputs = record.get("outputs") if isinstance(record, dict) else None
-    entry = outputs.get(name) if isinstance(outputs, dict) else None
-    if isinstance(entry, dict) and isinstance(entry.get("sha256"), str) \
-            and isinstance(entry.get("identity"), list):
-        return entry
-    return None
-
-
 def _staged_digest(path: Path, name: str, stage: str, record: Any) -> tuple[str, int]:
     """sha256 and size of a staged artifact: as its stage recorded them while the file
     keeps the identity it had then, else read again, and then it must match what was
     recorded (a published artifact edited in place edits its staged twin: they are one
     file)."""
-    entry = _written_entry(record, name)
+    entry = written_entry(record, name)
     info = os.stat(path)
     if entry is None:
         return sha256_file(path), info.st_size
@@ -1074,80 +1064,6 @@ def _staged_digest(path: Path, name: str, stage: str, record: Any) -> tuple[str,
                           "artifact in build/ edited in place?); run `doit clean`, then "
                           "`doit`")
     return found, info.st_size
-
-
-def publish(config: Config, names: list[str], results: dict) -> None:
-    """Link staged artifacts into build/, manifest last, under a journal.
-
-    The journal lets the next build finish a publication that a kill interrupted.
-    """
-    journal = config.build_dir / JOURNAL
-    write_json(journal, {"files": names})
-    _copy_published(config, names)
-    write_json(config.build_dir / RUN_RESULTS, results)
-    os.unlink(journal)
-
-
-def _copy_published(config: Config, names: list[str]) -> None:
-    """Staged files into build/, then the facts ones into the facts ledger as well (the
-    next build's prior state, which `doit clean` keeps). build/ gets hard links, not
-    copies: stages never write a staged file in place (write_atomic renames a new one
-    there), so a published file keeps its bytes when the next build stages others. The
-    ledger gets copies: it is the only record of the facts' history, and must not change
-    with a file in build/ edited in place. The facts stage made those copies (links of
-    them are made here); one that is not as it wrote it is made again from the staged
-    artifact."""
-
-    for name in names:
-        link_atomic(staged(config, name), config.build_dir / name)
-    try:
-        record = read_json(result_path(config, "facts"))
-    except (OSError, ValueError):
-        record = None  # (each copy is then made from its artifact)
-    for name in LEDGER_FILES:
-        if name in names:
-            copy = ledger_copy_name(name)
-            if _same_written(config, record, name, copy):
-                link_atomic(staged(config, copy), config.facts_ledger / name)
-            else:
-                copy_atomic(staged(config, name), config.facts_ledger / name)
-
-
-def _same_written(config: Config, record: Any, name: str, other: str) -> bool:
-    """Whether two staged files hold the same bytes: their stage wrote them with one
-    sha256 (its result record) and both keep the identity they had then."""
-    first, second = _written_entry(record, name), _written_entry(record, other)
-    if first is None or second is None or first["sha256"] != second["sha256"]:
-        return False
-    try:
-        return (file_identity(os.lstat(staged(config, name))) == first["identity"]
-                and file_identity(os.lstat(staged(config, other))) == second["identity"])
-    except OSError:
-        return False
-
-
-def recover(config: Config) -> bool:
-    """Finish a publication interrupted by a kill. True when there was one."""
-    journal = config.build_dir / JOURNAL
-    if not journal.exists():
-        return False
-    try:
-        names = [str(name) for name in read_json(journal)["files"]]
-    except (ValueError, KeyError, TypeError, OSError):
-        journal.unlink()
-        return False
-    from .table import ARTIFACTS
-
-    if not set(names) <= {*ARTIFACTS, MANIFEST}:
-        journal.unlink()  # names we never publish ("../x"): a forged journal, not ours
-        return False
-    if not all(staged(config, name).is_file() and not staged(config, name).is_symlink()
-               for name in names):
-        journal.unlink()  # the staged set is gone (or not ours): the next build publishes
-        return False
-    _copy_published(config, names)
-    journal.unlink()
-    return True
 
 
 def stage_report(config: Config) -> None:

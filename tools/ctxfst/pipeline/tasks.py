@@ -26,7 +26,7 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from .doit_state import IdentityChecker
-from .stages import (QUIET, BuildFailed, begin_run, describe, end_run, racy_state, recover,
+from .stages import (QUIET, BuildFailed, begin_run, describe, end_run, racy_state,
                      run_stage, settled_state, states_match)
 from . import beside
 from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
@@ -110,7 +110,9 @@ def project_here():
     # A kill may have left a publication half done: finish it (under the build lock) before
     # doit looks at the targets. Otherwise importing dodo.py takes no lock, so `doit list`
     # never waits; a run takes it before its first task (BuildReporter.initialize).
-    if (config.build_dir / JOURNAL).exists():
+    if os.path.lexists(config.build_dir / JOURNAL):
+        from .publish import recover
+
         with build_lock(config):
             recover(config)
     return config
@@ -213,9 +215,10 @@ def _task_maker(config, stage):
         if stage.final:
             task["targets"] += [str(config.build_dir / name) for name in PUBLISHED_FILES]
             task["clean"] = [lambda: _clean_all(config)]
-        published = [path for path in task["targets"] if not _is_staged(config, path)]
-        if published:
-            uptodate.append(_published_plainly(published))
+            uptodate.append(_published_whole(config, PUBLISHED_FILES))
+        if stage.writes:
+            uptodate.append(_published_plainly(
+                [str(config.build_dir / name) for name in stage.writes]))
         return task
 
     make_task.__name__ = f"task_{stage.name}"
@@ -223,14 +226,10 @@ def _task_maker(config, stage):
     return make_task
 
 
-def _is_staged(config, path: str) -> bool:
-    return Path(path).parent != config.build_dir
-
-
 def _published_plainly(paths: list[str]):
-    """doit's up-to-date check of what a stage publishes into build/: each must be a
-    regular file (readers open them without following links), or the stage runs again
-    and publishes it anew. doit alone would take a link, or a folder, for the file."""
+    """doit's up-to-date check of files a stage writes into build/ itself (the report):
+    each must be a regular file, or the stage runs again and writes it anew. doit alone
+    would take a link, or a folder, for the file."""
     def uptodate():
         for path in paths:
             try:
@@ -238,6 +237,30 @@ def _published_plainly(paths: list[str]):
                     return False
             except OSError:
                 return False
+        return None  # (doit decides from the rest)
+
+    return uptodate
+
+
+def _published_whole(config, names: tuple[str, ...]):
+    """doit's up-to-date check of the published build: build/current is ctxfst's link to
+    a folder holding each name as a regular file, and each fixed name in build/ is the
+    link through it that publishing makes; else the last stage runs again and publishes
+    anew. doit alone would take a stranger's link for the file."""
+    from ..artifacts.layout import fixed_name_target
+    from ..artifacts.reader import published_folder
+
+    def uptodate():
+        try:
+            folder = published_folder(config.build_dir)
+            if folder == config.build_dir:
+                return False  # nothing published, or not as ctxfst publishes
+            for name in names:
+                if not stat.S_ISREG(os.lstat(folder / name).st_mode) \
+                        or os.readlink(config.build_dir / name) != fixed_name_target(name):
+                    return False
+        except (OSError, ValueError):
+            return False
         return None  # (doit decides from the rest)
 
     return uptodate
@@ -318,9 +341,12 @@ def _action(config, stage):
 def _clean_all(config) -> None:
     """doit clean: remove every artifact the build made (not the caches or the facts
     ledger), and the staging folder."""
-    for name in PUBLISHED_FILES + tuple(name for stage in STAGE_TABLE for name in stage.writes):
-        (config.build_dir / name).unlink(missing_ok=True)
+    from .publish import remove_published
+
     (config.build_dir / JOURNAL).unlink(missing_ok=True)  # first: it names staged files
+    remove_published(config.build_dir)
+    for name in PUBLISHED_FILES + tuple(name for stage in STAGE_TABLE for name in stage.writes):
+        (config.build_dir / name).unlink(missing_ok=True)  # (a build of an older ctxfst)
     shutil.rmtree(staging(config), ignore_errors=True)
 
 

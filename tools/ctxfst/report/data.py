@@ -34,7 +34,7 @@ def report_data(config, out: Path, lint: bool = True, with_world_state: bool = T
                 ) -> dict[str, Any]:
     """The report's data for the project's published build; links to sources are relative
     to `out`, the report's path."""
-    from ..artifacts.reader import ArtifactError, BuildArtifacts, read_plain_file
+    from ..artifacts.reader import ArtifactError, BuildArtifacts
 
     try:
         build = BuildArtifacts(config.build_dir, NEEDED, config.cache_dir)
@@ -59,7 +59,7 @@ def report_data(config, out: Path, lint: bool = True, with_world_state: bool = T
     import json
 
     try:
-        run_results = json.loads(read_plain_file(config.build_dir / "run_results.json")[0])
+        run_results = json.loads(build.read_extra("run_results.json"))
     except (OSError, ValueError):
         run_results = {}  # (a view of the build, not one of its checked artifacts)
     root_link = Path(os.path.relpath(config.root, out.resolve().parent)).as_posix()
