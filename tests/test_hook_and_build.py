@@ -289,3 +289,49 @@ def test_the_hook_takes_the_settings_and_edge_files_from_the_index(tmp_path, cli
     write(root, "content/x.edges.json", "[]")
     result = cli("validate", "--staged", cwd=root)
     assert result.code == 1 and "CTX601" in result.out
+
+
+PASSAGE_DOC = ('---\nchunks:\n  - id: note:p\n    context: "A passage kept in a file of its own"\n'
+               '    content_path: {path}\n    facts:\n      - {{namespace: doc, key: topic, '
+               'value: hono, evidence: "edge routing"}}\n---\n')
+
+
+def test_the_hook_reads_content_path_passages_from_the_index(tmp_path, cli):
+    """A passage that exists only in the work tree fails the commit; a staged passage
+    since deleted (or edited) in the work tree passes it; a staged link is followed as
+    the index holds it."""
+    root = make_project(tmp_path)
+    git(root, "init", "-q")
+    write(root, "content/a.md", PASSAGE_DOC.format(path="../passages/a.txt"))
+    git(root, "add", "-A")
+    write(root, "passages/a.txt", "Hono does edge routing.\n")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX309" in result.out, result.out  # not in the commit
+    assert cli("validate", cwd=root).code == 0  # the work tree has it
+    git(root, "add", "-A")
+    (root / "passages/a.txt").unlink()
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 0, result.out + result.err
+    # the staged passage lacks the evidence the document names; the work tree's has it
+    write(root, "passages/a.txt", "Something else.\n")
+    git(root, "add", "-A")
+    write(root, "passages/a.txt", "Hono does edge routing.\n")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX708" in result.out, result.out
+    # a staged link to the passage, resolved in the index; a folder is no passage
+    write(root, "passages/b.txt", "Hono does edge routing.\n")
+    (root / "passages/link.txt").symlink_to("b.txt")
+    write(root, "content/a.md", PASSAGE_DOC.format(path="../passages/link.txt"))
+    git(root, "add", "-A")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 0, result.out + result.err
+    write(root, "content/a.md", PASSAGE_DOC.format(path="../passages"))
+    git(root, "add", "-A")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX311" in result.out, result.out
+    # a link in the index that leaves the project
+    (root / "passages/out.txt").symlink_to("../../outside.txt")
+    write(root, "content/a.md", PASSAGE_DOC.format(path="../passages/out.txt"))
+    git(root, "add", "-A")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX308" in result.out, result.out

@@ -15,8 +15,8 @@ from .diagnostics import Diagnostic, ordered
 from .document.edges import EdgeFile, ExtraEdge
 from .document.kb import DocumentSet, Input, parse_inputs
 from .document.link import View
-from .document.rules import (Validation, check_document, check_extra_edges, link_documents,
-                             validation_of)
+from .document.rules import (WORK_TREE, PassageFiles, Validation, check_document,
+                             check_extra_edges, link_documents, validation_of)
 from .skills.model import ParsedSkill
 from .skills import SKILL_FILE
 from .skills.parse import parse_skill
@@ -30,6 +30,7 @@ PARSERS = {SKILL_FILE: parse_skill}  # the files that are no documents, by name
 class KnowledgeBase(DocumentSet):
     skills: list[ParsedSkill] = field(default_factory=list)
     skills_dir: Path | None = None  # checked folder by folder when set (project mode)
+    passage_files: PassageFiles = WORK_TREE  # where content_path files are read
 
     def all_files(self) -> list:
         return [*self.documents, *self.skills, *self.edge_files]
@@ -56,7 +57,7 @@ def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
     out: list[Diagnostic] = kb.parse_diagnostics() + linked.diagnostics
     names = skill_names(kb.skills)
     for doc in kb.documents:
-        out.extend(check_document(doc, linked.view, names, kb.root))
+        out.extend(check_document(doc, linked.view, names, kb.root, kb.passage_files))
     wide, edges = check_kb_wide(kb, linked.view, strict_spec)
     out.extend(wide)
     return validation_of(kb.documents, linked, ordered(out), edges)

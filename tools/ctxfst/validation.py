@@ -22,7 +22,9 @@ from .document.kb import Input, inputs_for
 from .files import display_path, inside, scan_project
 from .kb import KnowledgeBase, load_kb, validate
 from .silence import RuleSelection, apply as apply_selection
-from .document.source import Source
+from .document.model import path_problem
+from .document.rules import WORK_TREE, PassageFiles
+from .document.source import Source, load_text
 
 
 class UsageError(Exception):
@@ -53,6 +55,7 @@ class _Plan:
     cache_dir: Path | None = None  # a project's parse cache, when there is a project
     refused: list[Diagnostic] = field(default_factory=list)  # see project_inputs
     selection: RuleSelection = field(default_factory=RuleSelection)  # the project's [lint]
+    passage_files: PassageFiles = WORK_TREE  # where content_path files are read
 
 
 def _is_under(path: Path, folder: Path) -> bool:
@@ -124,7 +127,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
     for plan in plans:
         with collector_paused():  # a parsed KB is large, long-lived and acyclic
             kb = _load(plan, use_cache)
-            kb.skills_dir = plan.skills_dir
+            kb.skills_dir, kb.passage_files = plan.skills_dir, plan.passage_files
             found = check_kb(kb, with_lint, strict_spec) + plan.refused
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
@@ -143,8 +146,6 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
 
 
 def _text_of(source: Source | None) -> str | None:
-    from .document.source import load_text
-
     return load_text(source)[0] if source is not None else None
 
 
@@ -290,4 +291,75 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
     return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir,
-                       selection=config.lint)], lint, strict_spec, use_cache, select, ignore)
+                       selection=config.lint, passage_files=IndexPassages(top))],
+                lint, strict_spec, use_cache, select, ignore)
+
+
+class IndexPassages(PassageFiles):
+    """The files content_path names as the git index holds them: what the commit gets,
+    whatever the work tree holds. A path is resolved by its text (and by the links the
+    index holds), not through the work tree's links."""
+
+    MAX_LINKS = 40  # as the kernel's limit on links followed in one path
+
+    def __init__(self, top: Path) -> None:
+        self.top = top
+        self._entries: dict[str, tuple[bytes, str]] | None = None  # path -> (mode, blob)
+        self._folders: set[str] = set()
+        self._blobs: dict[str, bytes] = {}
+
+    def _index(self) -> dict[str, tuple[bytes, str]]:
+        if self._entries is None:
+            self._entries = {}
+            for line in _git(self.top, "ls-files", "-s", "-z").split(b"\0"):
+                if line:
+                    meta, name = line.split(b"\t", 1)
+                    mode, sha = meta.split()[:2]
+                    path = os.fsdecode(name)
+                    self._entries[path] = (mode, sha.decode())
+                    parts = path.split("/")
+                    self._folders.update("/".join(parts[:end]) for end in range(1, len(parts)))
+        return self._entries
+
+    def _relative(self, target: Path) -> str | None:
+        try:
+            return target.relative_to(self.top).as_posix()
+        except ValueError:
+            return None
+
+    def _blob(self, sha: str) -> bytes:
+        if sha not in self._blobs:
+            self._blobs[sha] = _git(self.top, "cat-file", "blob", sha)
+        return self._blobs[sha]
+
+    def target(self, doc, record) -> tuple[Path | None, str | None]:
+        problem = path_problem(record.content_path)
+        if problem is not None:
+            return None, problem
+        target = Path(os.path.normpath(Path(doc.fs_path).parent / record.content_path))
+        for _ in range(self.MAX_LINKS):
+            entry = self._index().get(self._relative(target) or "")
+            if entry is None or entry[0] != b"120000":
+                return target, None
+            link = os.fsdecode(self._blob(entry[1]))
+            target = Path(os.path.normpath(target.parent / link))
+        return None, "cannot be resolved: too many links"
+
+    def inside(self, root: Path, target: Path) -> bool:
+        return target.is_relative_to(root) and self._relative(target) is not None
+
+    def size(self, target: Path) -> int | None:
+        entry = self._index().get(self._relative(target) or "")
+        if entry is None or entry[0] not in (b"100644", b"100755"):
+            return None
+        return len(self._blob(entry[1]))
+
+    def exists(self, target: Path) -> bool:
+        relative = self._relative(target)
+        return relative is not None and (relative in self._index() or relative in self._folders)
+
+    def text(self, target: Path) -> str | None:
+        entry = self._index().get(self._relative(target) or "")
+        if entry is None:
+            return None
+        return load_text(Source(str(target), target, self._blob(entry[1])))[0]

@@ -62,12 +62,12 @@ def validation_of(documents: list[ParsedDocument], linked: Link,
 
 
 def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
-                   root: Path) -> list[Diagnostic]:
+                   root: Path, files: "PassageFiles | None" = None) -> list[Diagnostic]:
     """One document's rules against the knowledge base's view: what it declares twice,
     its passages, and every id it names (related_skills against names, the skills'
     names; None: no skills to resolve them against). A pure function of the document
-    (and its content_path files), the view and names: a build reuses it while they are
-    unchanged."""
+    (and its content_path files, as `files` shows them: the work tree's by default),
+    the view and names: a build reuses it while they are unchanged."""
     out: list[Diagnostic] = []
     view.start_document()
     seen_here: dict[str, int] = {}
@@ -79,7 +79,7 @@ def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
                            f"(first at {first.location()})"))
         else:
             seen_here[entity.id] = index
-    _check_body_sync(doc, root, out)
+    _check_body_sync(doc, root, out, files or WORK_TREE)
     refused = _refused_entity_ids(doc)
     for index, entity in doc.entities:
         _check_conditions(doc, ("entities", index), f"entity '{entity.id}'", entity, view,
@@ -197,7 +197,8 @@ def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out,
                                f"{found} entity; it must name a {' or '.join(allowed)}"))
 
 
-def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
+def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic],
+                     files: "PassageFiles") -> None:
     declared = {record.id: (index, record) for index, record in doc.chunks}
     raw_ids = set()
     raw_chunks = (doc.frontmatter or {}).get("chunks")
@@ -215,12 +216,12 @@ def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> 
                 out.append(_at(doc, base + ("content_path",), "CTX310",
                                f"chunk '{chunk_id}' has a body passage and a content_path; "
                                "keep one"))
-            _check_content_path(doc, root, base, record, out)
+            _check_content_path(doc, root, base, record, out, files)
         elif chunk_id not in doc.bodies:
             out.append(_at(doc, base + ("id",), "CTX302",
                            f"chunk '{chunk_id}' is declared but has no <Chunk id=\"{chunk_id}\">"
                            " passage in the body (or content_path)"))
-    _check_passage_evidence(doc, root, out)
+    _check_passage_evidence(doc, root, out, files)
 
 
 def content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
@@ -245,32 +246,50 @@ def passage_file(doc, record: ChunkRecord, root: Path) -> tuple[Path | None, str
     return target, problem
 
 
-def _file_size(target: Path, root: Path) -> int | None:
-    """The size of target when it is a regular file inside root, else None."""
-    if not inside(root, target):
-        return None
-    try:
-        info = target.stat()
-    except OSError:  # missing, a name too long for this file system, ...
-        return None
-    return info.st_size if stat.S_ISREG(info.st_mode) else None
+class PassageFiles:
+    """The files content_path names, as the rules see them: the work tree's. (The
+    pre-commit hook sees them as the git index holds them: validation.IndexPassages.)"""
+
+    def target(self, doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
+        return content_target(doc, record)
+
+    def inside(self, root: Path, target: Path) -> bool:
+        return inside(root, target)
+
+    def size(self, target: Path) -> int | None:
+        """The size of target when it is a regular file, else None."""
+        try:
+            info = target.stat()
+        except OSError:  # missing, a name too long for this file system, ...
+            return None
+        return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+    def exists(self, target: Path) -> bool:
+        return target.exists()
+
+    def text(self, target: Path) -> str | None:
+        return load_text(Source(str(target), target))[0]  # size-limited
 
 
-def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None:
+WORK_TREE = PassageFiles()
+
+
+def _check_content_path(doc, root: Path, base, record: ChunkRecord, out,
+                        files: PassageFiles) -> None:
     where = base + ("content_path",)
     if doc.fs_path is None:
         return
-    target, problem = content_target(doc, record)
+    target, problem = files.target(doc, record)
     root = root.resolve()
     if target is None:
         out.append(_at(doc, where, "CTX311",
                        f"content_path {short_repr(record.content_path)} {problem}"))
-    elif not inside(root, target):
+    elif not files.inside(root, target):
         out.append(_at(doc, where, "CTX308",
                        f"content_path '{record.content_path}' points outside the knowledge "
                        f"base root {root}"))
-    elif (size := _file_size(target, root)) is None:
-        if target.exists():  # a folder, FIFO, socket or device
+    elif (size := files.size(target)) is None:
+        if files.exists(target):  # a folder, FIFO, socket or device
             out.append(_at(doc, where, "CTX311", f"content_path '{record.content_path}' "
                            "names no regular file"))
         else:
@@ -281,7 +300,8 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out) -> None
                        f"a file over the {MAX_FILE_BYTES:,}-byte limit"))
 
 
-def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnostic]) -> None:
+def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnostic],
+                            files: PassageFiles) -> None:
     """`evidence:` of declared facts that parsing could not check because a passage lives
     in a content_path file (parsing sees one file; a KB-level check sees them all)."""
     from .facts import EvidenceSearch
@@ -292,9 +312,10 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
     for _, record in doc.chunks:
         if record.content_path is None:
             continue
-        target, _ = content_target(doc, record)
-        if target is not None and _file_size(target, root.resolve()) is not None:
-            text, _ = load_text(Source(str(target), target))  # size-limited
+        target, _ = files.target(doc, record)
+        if target is not None and files.inside(root.resolve(), target) \
+                and files.size(target) is not None:
+            text = files.text(target)
             if text is not None:
                 passages[record.id] = text
     chunk_ids = {("chunks", index): record.id for index, record in doc.chunks}
