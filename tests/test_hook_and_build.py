@@ -335,3 +335,38 @@ def test_the_hook_reads_content_path_passages_from_the_index(tmp_path, cli):
     git(root, "add", "-A")
     result = cli("validate", "--staged", cwd=root)
     assert result.code == 1 and "CTX308" in result.out, result.out
+
+
+SKILL_DOC = "---\nname: {name}\ndescription: A skill\n{fields}---\nDo it.\n"
+
+
+def test_the_hook_reads_skill_folders_and_scripts_from_the_index(tmp_path, cli):
+    """A skill folder whose SKILL.md is only in the work tree fails the commit, one
+    whose staged SKILL.md was deleted since passes it, and a staged script link that
+    leaves its folder fails it while the work tree's file is plain."""
+    root = make_project(tmp_path)
+    git(root, "init", "-q")
+    write(root, "content/a.md", VALID)
+    write(root, "skills/s/notes.txt", "notes\n")
+    git(root, "add", "-A")
+    write(root, "skills/s/SKILL.md", SKILL_DOC.format(name="s", fields=""))
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX410" in result.out, result.out
+    git(root, "add", "-A")
+    (root / "skills/s/SKILL.md").unlink()
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 0, result.out + result.err
+    assert "CTX410" in cli("validate", cwd=root).out  # the work tree's view differs
+    write(root, "skills/s/SKILL.md", SKILL_DOC.format(name="s", fields="script: run.py\n"))
+    (root / "skills/s/run.py").symlink_to("../../../outside.py")
+    git(root, "add", "-A")
+    (root / "skills/s/run.py").unlink()
+    write(root, "skills/s/run.py", "print('{}')\n")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX414" in result.out, result.out
+    assert "CTX414" not in cli("validate", cwd=root).out
+    # a skill folder staged as a link out of the project
+    (root / "skills/t").symlink_to(tmp_path.parent)
+    git(root, "add", "-A")
+    result = cli("validate", "--staged", cwd=root)
+    assert result.code == 1 and "CTX411" in result.out, result.out

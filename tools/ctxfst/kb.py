@@ -15,8 +15,9 @@ from .diagnostics import Diagnostic, ordered
 from .document.edges import EdgeFile, ExtraEdge
 from .document.kb import DocumentSet, Input, parse_inputs
 from .document.link import View
-from .document.rules import (WORK_TREE, PassageFiles, Validation, check_document,
-                             check_extra_edges, link_documents, validation_of)
+from .document.rules import (Validation, check_document, check_extra_edges, link_documents,
+                             validation_of)
+from .document.tree import WORK_TREE, TreeFiles
 from .skills.model import ParsedSkill
 from .skills import SKILL_FILE
 from .skills.parse import parse_skill
@@ -30,7 +31,7 @@ PARSERS = {SKILL_FILE: parse_skill}  # the files that are no documents, by name
 class KnowledgeBase(DocumentSet):
     skills: list[ParsedSkill] = field(default_factory=list)
     skills_dir: Path | None = None  # checked folder by folder when set (project mode)
-    passage_files: PassageFiles = WORK_TREE  # where content_path files are read
+    files: TreeFiles = WORK_TREE  # where passages and skill folders are read
 
     def all_files(self) -> list:
         return [*self.documents, *self.skills, *self.edge_files]
@@ -57,7 +58,7 @@ def validate(kb: KnowledgeBase, strict_spec: bool = False) -> Validation:
     out: list[Diagnostic] = kb.parse_diagnostics() + linked.diagnostics
     names = skill_names(kb.skills)
     for doc in kb.documents:
-        out.extend(check_document(doc, linked.view, names, kb.root, kb.passage_files))
+        out.extend(check_document(doc, linked.view, names, kb.root, kb.files))
     wide, edges = check_kb_wide(kb, linked.view, strict_spec)
     out.extend(wide)
     return validation_of(kb.documents, linked, ordered(out), edges)
@@ -67,7 +68,7 @@ def check_kb_wide(kb: KnowledgeBase, view: View, strict_spec: bool = False
                   ) -> tuple[list[Diagnostic], list[ExtraEdge]]:
     """The rules over what a knowledge base holds besides its documents (skills, their
     folders, extra-edge files), against the view; and the valid extra edges."""
-    out = check_skills(kb.skills, view, strict_spec, kb.skills_dir, kb.root)
+    out = check_skills(kb.skills, view, strict_spec, kb.skills_dir, kb.root, kb.files)
     # (the view answers for each end, not by listing every entity id: at 10,000
     # documents that is a pass over every declaration)
     nodes = ChainMap(view.types, dict.fromkeys(skill_nodes(kb.skills)),

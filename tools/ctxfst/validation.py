@@ -22,9 +22,8 @@ from .document.kb import Input, inputs_for
 from .files import display_path, inside, scan_project
 from .kb import KnowledgeBase, load_kb, validate
 from .silence import RuleSelection, apply as apply_selection
-from .document.model import path_problem
-from .document.rules import WORK_TREE, PassageFiles
 from .document.source import Source, load_text
+from .document.tree import WORK_TREE, TreeFiles
 
 
 class UsageError(Exception):
@@ -55,7 +54,7 @@ class _Plan:
     cache_dir: Path | None = None  # a project's parse cache, when there is a project
     refused: list[Diagnostic] = field(default_factory=list)  # see project_inputs
     selection: RuleSelection = field(default_factory=RuleSelection)  # the project's [lint]
-    passage_files: PassageFiles = WORK_TREE  # where content_path files are read
+    files: TreeFiles = WORK_TREE  # where passages and skill folders are read
 
 
 def _is_under(path: Path, folder: Path) -> bool:
@@ -127,7 +126,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
     for plan in plans:
         with collector_paused():  # a parsed KB is large, long-lived and acyclic
             kb = _load(plan, use_cache)
-            kb.skills_dir, kb.passage_files = plan.skills_dir, plan.passage_files
+            kb.skills_dir, kb.files = plan.skills_dir, plan.files
             found = check_kb(kb, with_lint, strict_spec) + plan.refused
         if plan.only is not None:
             found = [d for d in found if _resolved(d.path) in plan.only]
@@ -291,39 +290,47 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
     return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir,
-                       selection=config.lint, passage_files=IndexPassages(top))],
+                       selection=config.lint, files=IndexTree(top))],
                 lint, strict_spec, use_cache, select, ignore)
 
 
-class IndexPassages(PassageFiles):
-    """The files content_path names as the git index holds them: what the commit gets,
-    whatever the work tree holds. A path is resolved by its text (and by the links the
-    index holds), not through the work tree's links."""
+class IndexTree(TreeFiles):
+    """The files as the git index holds them: what the commit gets, whatever the work
+    tree holds. Links are the index's links (followed as the kernel would, within the
+    repository), never the work tree's."""
 
-    MAX_LINKS = 40  # as the kernel's limit on links followed in one path
+    MAX_LINKS = 40  # the kernel's limit on links followed in one path
 
     def __init__(self, top: Path) -> None:
         self.top = top
         self._entries: dict[str, tuple[bytes, str]] | None = None  # path -> (mode, blob)
-        self._folders: set[str] = set()
+        self._children: dict[str, set[str]] = {}  # folder ("" the top) -> its names
         self._blobs: dict[str, bytes] = {}
 
     def _index(self) -> dict[str, tuple[bytes, str]]:
         if self._entries is None:
             self._entries = {}
             for line in _git(self.top, "ls-files", "-s", "-z").split(b"\0"):
-                if line:
-                    meta, name = line.split(b"\t", 1)
-                    mode, sha = meta.split()[:2]
-                    path = os.fsdecode(name)
-                    self._entries[path] = (mode, sha.decode())
-                    parts = path.split("/")
-                    self._folders.update("/".join(parts[:end]) for end in range(1, len(parts)))
+                if not line:
+                    continue
+                meta, name = line.split(b"\t", 1)
+                mode, sha = meta.split()[:2]
+                path = os.fsdecode(name)
+                self._entries[path] = (mode, sha.decode())
+                parts = path.split("/")
+                for end in range(len(parts)):
+                    self._children.setdefault("/".join(parts[:end]), set()).add(parts[end])
         return self._entries
 
-    def _relative(self, target: Path) -> str | None:
+    def _entry(self, path: Path) -> tuple[bytes, str] | None:
+        relative = self._relative(path)
+        return None if relative is None else self._index().get(relative)
+
+    def _relative(self, path: Path) -> str | None:
+        if path == self.top:
+            return ""
         try:
-            return target.relative_to(self.top).as_posix()
+            return path.relative_to(self.top).as_posix()
         except ValueError:
             return None
 
@@ -332,34 +339,74 @@ class IndexPassages(PassageFiles):
             self._blobs[sha] = _git(self.top, "cat-file", "blob", sha)
         return self._blobs[sha]
 
-    def target(self, doc, record) -> tuple[Path | None, str | None]:
-        problem = path_problem(record.content_path)
-        if problem is not None:
-            return None, problem
-        target = Path(os.path.normpath(Path(doc.fs_path).parent / record.content_path))
-        for _ in range(self.MAX_LINKS):
-            entry = self._index().get(self._relative(target) or "")
+    def resolve(self, path: Path) -> Path:
+        resolved, pending, links = Path(path.anchor), list(path.parts[1:]), 0
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                resolved = resolved.parent
+                continue
+            entry = self._entry(resolved / part)
             if entry is None or entry[0] != b"120000":
-                return target, None
-            link = os.fsdecode(self._blob(entry[1]))
-            target = Path(os.path.normpath(target.parent / link))
-        return None, "cannot be resolved: too many links"
+                resolved = resolved / part
+                continue
+            links += 1
+            if links > self.MAX_LINKS:
+                raise RuntimeError(f"{path}: too many links")
+            target = Path(os.fsdecode(self._blob(entry[1])))
+            if target.is_absolute():
+                resolved = Path(target.anchor)
+            pending[:0] = target.parts[1:] if target.is_absolute() else target.parts
+        return resolved
 
-    def inside(self, root: Path, target: Path) -> bool:
-        return target.is_relative_to(root) and self._relative(target) is not None
+    def inside(self, root: Path, path: Path) -> bool:
+        try:
+            return self.resolve(path).is_relative_to(root)
+        except RuntimeError:
+            return False
 
-    def size(self, target: Path) -> int | None:
-        entry = self._index().get(self._relative(target) or "")
+    def size(self, path: Path) -> int | None:
+        try:
+            entry = self._entry(self.resolve(path))
+        except RuntimeError:
+            return None
         if entry is None or entry[0] not in (b"100644", b"100755"):
             return None
         return len(self._blob(entry[1]))
 
-    def exists(self, target: Path) -> bool:
-        relative = self._relative(target)
-        return relative is not None and (relative in self._index() or relative in self._folders)
+    def exists(self, path: Path) -> bool:
+        try:
+            resolved = self.resolve(path)
+        except RuntimeError:
+            return False
+        relative = self._relative(resolved)
+        return relative is not None and (relative in self._index()
+                                         or relative in self._children)
 
-    def text(self, target: Path) -> str | None:
-        entry = self._index().get(self._relative(target) or "")
+    def text(self, path: Path) -> str | None:
+        entry = self._entry(self.resolve(path))
         if entry is None:
             return None
-        return load_text(Source(str(target), target, self._blob(entry[1])))[0]
+        return load_text(Source(str(path), path, self._blob(entry[1])))[0]
+
+    def folders(self, folder: Path) -> list[tuple[str, bool]]:
+        relative = self._relative(self.resolve(folder))
+        if relative is None:
+            return []
+        self._index()
+        found = []
+        for name in sorted(self._children.get(relative, ())):
+            child = (f"{relative}/{name}" if relative else name)
+            entry = self._entries.get(child)
+            if entry is None:  # a folder of the index
+                found.append((name, False))
+            elif entry[0] == b"120000":  # a link: to a folder of the index, or outside
+                try:
+                    target = self._relative(self.resolve(folder / name))
+                except RuntimeError:
+                    continue
+                if target is None or target in self._children:
+                    found.append((name, True))
+        return found

@@ -3,7 +3,6 @@ ones run while parsing). ctxfst.kb.validate runs them with the skills' rules."""
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Container
@@ -14,7 +13,8 @@ from .edges import EdgeFile, ExtraEdge
 from .kb import CatalogEntry, Declaration, Place, merge_entities
 from .link import Link, View, link, summarize
 from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
-from .source import MAX_FILE_BYTES, Source, load_text
+from .source import MAX_FILE_BYTES
+from .tree import WORK_TREE, TreeFiles
 from .model import diagnostic_at as _at
 from .parse import short_repr
 from .yamlpos import Path as KeyPath
@@ -62,7 +62,7 @@ def validation_of(documents: list[ParsedDocument], linked: Link,
 
 
 def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
-                   root: Path, files: "PassageFiles | None" = None) -> list[Diagnostic]:
+                   root: Path, files: "TreeFiles | None" = None) -> list[Diagnostic]:
     """One document's rules against the knowledge base's view: what it declares twice,
     its passages, and every id it names (related_skills against names, the skills'
     names; None: no skills to resolve them against). A pure function of the document
@@ -198,7 +198,7 @@ def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out,
 
 
 def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic],
-                     files: "PassageFiles") -> None:
+                     files: TreeFiles) -> None:
     declared = {record.id: (index, record) for index, record in doc.chunks}
     raw_ids = set()
     raw_chunks = (doc.frontmatter or {}).get("chunks")
@@ -224,7 +224,8 @@ def _check_body_sync(doc: ParsedDocument, root: Path, out: list[Diagnostic],
     _check_passage_evidence(doc, root, out, files)
 
 
-def content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
+def content_target(doc, record: ChunkRecord, files: TreeFiles = WORK_TREE
+                   ) -> tuple[Path | None, str | None]:
     """The resolved file a chunk's content_path names, or why it names none. The one
     place that resolves content_path: validation, the compiler and facts use it (each
     still checks the target is inside the root: a file may change between them)."""
@@ -232,7 +233,8 @@ def content_target(doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
     if problem is not None:
         return None, problem
     try:
-        return (Path(doc.fs_path).resolve().parent / record.content_path).resolve(), None
+        folder = files.resolve(Path(doc.fs_path)).parent
+        return files.resolve(folder / record.content_path), None
     except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop
         return None, f"cannot be resolved: {error}"
 
@@ -246,40 +248,12 @@ def passage_file(doc, record: ChunkRecord, root: Path) -> tuple[Path | None, str
     return target, problem
 
 
-class PassageFiles:
-    """The files content_path names, as the rules see them: the work tree's. (The
-    pre-commit hook sees them as the git index holds them: validation.IndexPassages.)"""
-
-    def target(self, doc, record: ChunkRecord) -> tuple[Path | None, str | None]:
-        return content_target(doc, record)
-
-    def inside(self, root: Path, target: Path) -> bool:
-        return inside(root, target)
-
-    def size(self, target: Path) -> int | None:
-        """The size of target when it is a regular file, else None."""
-        try:
-            info = target.stat()
-        except OSError:  # missing, a name too long for this file system, ...
-            return None
-        return info.st_size if stat.S_ISREG(info.st_mode) else None
-
-    def exists(self, target: Path) -> bool:
-        return target.exists()
-
-    def text(self, target: Path) -> str | None:
-        return load_text(Source(str(target), target))[0]  # size-limited
-
-
-WORK_TREE = PassageFiles()
-
-
 def _check_content_path(doc, root: Path, base, record: ChunkRecord, out,
-                        files: PassageFiles) -> None:
+                        files: TreeFiles) -> None:
     where = base + ("content_path",)
     if doc.fs_path is None:
         return
-    target, problem = files.target(doc, record)
+    target, problem = content_target(doc, record, files)
     root = root.resolve()
     if target is None:
         out.append(_at(doc, where, "CTX311",
@@ -301,7 +275,7 @@ def _check_content_path(doc, root: Path, base, record: ChunkRecord, out,
 
 
 def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnostic],
-                            files: PassageFiles) -> None:
+                            files: TreeFiles) -> None:
     """`evidence:` of declared facts that parsing could not check because a passage lives
     in a content_path file (parsing sees one file; a KB-level check sees them all)."""
     from .facts import EvidenceSearch
@@ -312,7 +286,7 @@ def _check_passage_evidence(doc: ParsedDocument, root: Path, out: list[Diagnosti
     for _, record in doc.chunks:
         if record.content_path is None:
             continue
-        target, _ = files.target(doc, record)
+        target, _ = content_target(doc, record, files)
         if target is not None and files.inside(root.resolve(), target) \
                 and files.size(target) is not None:
             text = files.text(target)

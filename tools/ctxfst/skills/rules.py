@@ -9,6 +9,7 @@ from ..diagnostics import Diagnostic, diag
 from ..document.link import View
 from ..document.model import diagnostic_at as _at
 from ..document.model import strip_not
+from ..document.tree import WORK_TREE, TreeFiles
 from .index import skill_node_id
 from .model import SPEC_FIELDS, ParsedSkill
 from . import SKILL_FILE
@@ -43,13 +44,14 @@ def skill_node_names(skills: list[ParsedSkill]) -> dict[str, str]:
 
 
 def check_skills(skills: list[ParsedSkill], view: View, strict_spec: bool,
-                 skills_dir: Path | None, root: Path) -> list[Diagnostic]:
+                 skills_dir: Path | None, root: Path, files: TreeFiles = WORK_TREE
+                 ) -> list[Diagnostic]:
     """The skills' rules (they are few: always checked whole) against the view, and
-    skills_dir's folders when given."""
+    skills_dir's folders when given (their folders and scripts as `files` shows them)."""
     out: list[Diagnostic] = []
     if skills_dir is not None:
         shown = os.path.relpath(skills_dir) if skills_dir.is_absolute() else str(skills_dir)
-        out.extend(check_skill_dirs(skills_dir, root, Path(shown).as_posix()))
+        out.extend(check_skill_dirs(skills_dir, root, Path(shown).as_posix(), files))
     valid = [skill for skill in skills if skill.record is not None]
     names: dict[str, str] = {}
     produced: set[str] = set()
@@ -71,11 +73,12 @@ def check_skills(skills: list[ParsedSkill], view: View, strict_spec: bool,
                                    "metadata"))
     for skill in valid:
         _check_skill(skill, view, set(names), produced, out)
-        _check_script_target(skill, out)
+        _check_script_target(skill, out, files)
     return out
 
 
-def _check_script_target(skill: ParsedSkill, out: list[Diagnostic]) -> None:
+def _check_script_target(skill: ParsedSkill, out: list[Diagnostic], files: TreeFiles
+                         ) -> None:
     """A script that names a file inside its folder by its words (CTX414, parsing) must
     also stay inside it once links are followed: the command executor refuses one that
     leaves, so validation says so first."""
@@ -89,8 +92,8 @@ def _check_script_target(skill: ParsedSkill, out: list[Diagnostic]) -> None:
                                                       for d in skill.diagnostics):
         return
     try:
-        folder = Path(skill.fs_path).resolve().parent
-        target = (folder / value).resolve()
+        folder = files.resolve(Path(skill.fs_path)).parent
+        target = files.resolve(folder / value)
     except (OSError, ValueError, RuntimeError):
         return  # (an unusable path is CTX414 already)
     if folder not in target.parents:
@@ -137,24 +140,26 @@ def _check_skill(skill, view: View, names: set[str], produced: set[str], out) ->
                        "changes nothing"))
 
 
-def check_skill_dirs(skills_dir: Path, root: Path, shown: str) -> list[Diagnostic]:
+def check_skill_dirs(skills_dir: Path, root: Path, shown: str,
+                     files: TreeFiles = WORK_TREE) -> list[Diagnostic]:
     """Every folder of skills/ holds a SKILL.md; none links outside the knowledge base."""
     found: list[Diagnostic] = []
-    if not skills_dir.is_dir():
-        return found
     root = root.resolve()
-    for entry in sorted(os.scandir(skills_dir), key=lambda e: e.name):
-        if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=True):
+    for name, is_link in files.folders(skills_dir):
+        if name.startswith("."):
             continue
-        path = f"{shown}/{entry.name}"
-        if entry.is_symlink():
-            target = Path(entry.path).resolve()
+        path = f"{shown}/{name}"
+        if is_link:
+            try:
+                target = files.resolve(skills_dir / name)
+            except (OSError, RuntimeError):
+                continue  # (a loop: no folder, as the walk finds it)
             if target != root and root not in target.parents:
-                found.append(diag("CTX411", f"skill folder '{entry.name}' is a link to "
+                found.append(diag("CTX411", f"skill folder '{name}' is a link to "
                                   f"{target}, outside the knowledge base; it is not read",
                                   path))
                 continue
-        if not (Path(entry.path) / SKILL_FILE).is_file():
-            found.append(diag("CTX410", f"skill folder '{entry.name}' has no {SKILL_FILE}",
+        if files.size(skills_dir / name / SKILL_FILE) is None:
+            found.append(diag("CTX410", f"skill folder '{name}' has no {SKILL_FILE}",
                               path))
     return found
