@@ -9,6 +9,7 @@ import shutil
 import pytest
 import yaml
 
+from ctxfst.artifacts.reader import published_folder
 from ctxfst.pipeline.runner import run_build
 from ctxfst.compile.embed import get_embedder
 from ctxfst.retrieval.evaluate import evaluate, load_queries
@@ -66,7 +67,7 @@ def test_bad_queries_and_builds(built, tmp_path, cli, capsys):
             search(index, text, None, "lexical", 3)
     with pytest.raises(RetrievalError, match="made by hash-64.*configured model is minilm"):
         Index(built / "build", "minilm")
-    (built / "build/chunk_vectors.parquet").unlink()
+    (published_folder(built / "build") / "chunk_vectors.parquet").unlink()
     result = cli("query", "hono", cwd=built)
     assert result.code == 2 and "run `doit`" in result.err
     empty = make_project(tmp_path / "empty")
