@@ -728,27 +728,69 @@ def test_a_source_whose_tenant_cannot_be_decided_is_never_served(tmp_path):
         collect_sources(config.root, loaded, config.build)
 
 
-def test_state_file_outside_the_project_is_refused(tmp_path, cli):
+def test_a_state_path_typed_on_the_command_line_is_the_users(tmp_path, cli):
+    """--state may name a file outside the project (the person typed it); one written
+    inside the project must not leave it through a link there, nor land in the sources;
+    the default world state must stay inside."""
     kb = copy_example(tmp_path / "kb", "hash-16")
     assert cli("build", "--root", kb).code == 0
     goal = "goal:edge-api-learning-plan"
-    for state in ("../outside.json", str(tmp_path / "outside.json")):
+    for state in ("../agent/ws.json", str(tmp_path / "elsewhere.json")):
+        (tmp_path / "agent").mkdir(exist_ok=True)
         result = cli("state", "init", "--goal", goal, "--state", state, cwd=kb)
-        assert result.code == 2 and "CTX804" in result.err, result.err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kb"]
+        assert result.code == 0, result.err
+        assert cli("state", "show", "--state", state, cwd=kb).code == 0
+    assert (tmp_path / "agent/ws.json").is_file() and (tmp_path / "elsewhere.json").is_file()
     # A world state (or its event log) planted as a link out of the project.
     (kb / "mine.json.events.jsonl").symlink_to(tmp_path / "log.jsonl")
     result = cli("state", "init", "--goal", goal, "--state", "mine.json", cwd=kb)
-    assert result.code == 2 and "CTX804" in result.err
+    assert result.code == 2 and "CTX804" in result.err and "through a link" in result.err
     (kb / ".ctxfst/world-state.json").symlink_to(tmp_path / "state.json")
-    assert cli("state", "init", "--goal", goal, cwd=kb).code == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kb"]
-    assert cli("state", "init", "--goal", goal, "--state", "inside.json", cwd=kb).code == 2
+    result = cli("state", "init", "--goal", goal, cwd=kb)
+    assert result.code == 2 and "CTX804" in result.err
+    assert not (tmp_path / "log.jsonl").exists() and not (tmp_path / "state.json").exists()
     (kb / ".ctxfst/world-state.json").unlink()
+    result = cli("state", "init", "--goal", goal, "--state", "content/ws.json", cwd=kb)
+    assert result.code == 2 and "CTX810" in result.err, result.err
+    assert not (kb / "content/ws.json").exists()
     assert cli("state", "init", "--goal", goal, "--state", "inside.json", cwd=kb).code == 0
 
 
-def test_export_db_must_be_a_folder_inside_the_project(tmp_path, cli):
+def test_output_paths_typed_on_the_command_line_are_the_users(tmp_path, cli):
+    """report --out, export graph --out and export lancedb --db write where the person
+    said, in the project or out of it, but never out of it through a link in it, and
+    never over the sources."""
+    kb = copy_example(tmp_path / "kb", "hash-16")
+    assert cli("build", "--root", kb).code == 0
+    (tmp_path / "reports").mkdir()
+    report = cli("report", "--out", str(tmp_path / "reports/kb.html"), "--no-lint", cwd=kb)
+    assert report.code == 0, report.err
+    assert (tmp_path / "reports/kb.html").read_text().startswith("<!DOCTYPE html>")
+    graph = cli("export", "graph", "--format", "graphml", "--out", "../reports/kb.graphml",
+                cwd=kb)
+    assert graph.code == 0, graph.err
+    assert (tmp_path / "reports/kb.graphml").is_file()
+    (kb / "out").symlink_to(tmp_path / "reports")
+    before = sorted(os.listdir(tmp_path / "reports"))
+    for command in (("report", "--out", "out/r.html", "--no-lint"),
+                    ("export", "graph", "--format", "gexf", "--out", "out/g.gexf")):
+        result = cli(*command, cwd=kb)
+        assert result.code == 2 and "CTX804" in result.err, result.err
+    for command in (("report", "--out", "content/r.html", "--no-lint"),
+                    ("export", "graph", "--format", "gexf", "--out", "ctxfst.toml"),
+                    ("export", "graph", "--format", "gexf", "--out", "skills")):
+        result = cli(*command, cwd=kb)
+        assert result.code == 2 and "CTX810" in result.err, (command, result.err)
+    assert sorted(os.listdir(tmp_path / "reports")) == before
+    assert "[graph]" not in (kb / "ctxfst.toml").read_text()
+    # A settings path out of the project is still refused: the project is a stranger's.
+    write(kb, "ctxfst.toml", 'content_dir = "../reports"\nembedding_model = "hash-16"\n')
+    result = cli("report", "--out", str(tmp_path / "reports/again.html"), cwd=kb)
+    assert result.code == 2 and "CTX804" in result.err, result.err
+
+
+def test_an_export_db_is_a_folder_the_user_names_anywhere_but_over_the_sources(tmp_path,
+                                                                               cli):
     pytest.importorskip("lancedb")
     kb = copy_example(tmp_path / "kb", "hash-16")
     assert cli("build", "--root", kb).code == 0
@@ -757,10 +799,14 @@ def test_export_db_must_be_a_folder_inside_the_project(tmp_path, cli):
     assert result.code == 2 and "CTX808" in result.err and "is a file" in result.err
     assert (kb / "db.txt").read_text() == "a file\n"
     (kb / "lance").symlink_to(tmp_path)
-    for db in ("../lance", "lance"):
+    result = cli("export", "lancedb", "--db", "lance", cwd=kb)
+    assert result.code == 2 and "CTX804" in result.err, result.err
+    for db in (".", "content", "skills/extra"):
         result = cli("export", "lancedb", "--db", db, cwd=kb)
-        assert result.code == 2 and "CTX804" in result.err, result.err
+        assert result.code == 2 and "CTX810" in result.err, (db, result.err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kb"]
+    assert cli("export", "lancedb", "--db", "../data/career.lance", cwd=kb).code == 0
+    assert (tmp_path / "data/career.lance").is_dir()
     assert cli("export", "lancedb", "--db", "own-db", cwd=kb).code == 0
 
 

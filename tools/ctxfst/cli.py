@@ -635,9 +635,8 @@ def _retrieval(args: argparse.Namespace) -> int:
         if args.command == "export":
             from .retrieval.export import export_lancedb, lancedb_folder
 
-            counts = export_lancedb(build_dir, lancedb_folder(
-                config.root if config else Path.cwd().resolve(), args.db),
-                workspace.cache_dir, args.fts_tokenizer)
+            counts = export_lancedb(build_dir, lancedb_folder(config, args.db),
+                                    workspace.cache_dir, args.fts_tokenizer)
             _say(args, f"wrote {counts['chunks']} chunks (full-text index: "
                  f"{counts['fts_tokenizer']}), {counts['entities']} entities and "
                  f"{counts['skills']} skills to {args.db}")
@@ -733,14 +732,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
     from .artifacts.io import write_atomic
-    from .config import check_inside
+    from .config import typed_path
     from .retrieval.graph_export import export_graph
 
     data = export_graph(build_dir, args.format, config.cache_dir if config else None)
     if args.out is None:
         sys.stdout.write(data.decode("utf-8"))
         return EXIT_OK
-    target = check_inside(config.root if config else Path.cwd().resolve(), args.out, "--out")
+    target = typed_path(config, args.out, "--out")
     try:
         write_atomic(target, data)
     except OSError as error:  # a folder of that name, no such parent folder, read-only
@@ -752,7 +751,7 @@ def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
 def _report(args: argparse.Namespace) -> int:
     from .artifacts.freshness import stale_reason
     from .artifacts.io import write_atomic
-    from .config import check_inside
+    from .config import check_inside, typed_path
     from .report import DEFAULT_NAME, ReportError, make_report
     from .runtime.commands import RuntimeUsage, project
 
@@ -760,7 +759,8 @@ def _report(args: argparse.Namespace) -> int:
         config = project()
     except RuntimeUsage as error:
         raise _Usage(str(error)) from None
-    out = check_inside(config.root, args.out or config.build_dir / DEFAULT_NAME, "--out")
+    out = typed_path(config, args.out, "--out") if args.out else check_inside(
+        config.root, config.build_dir / DEFAULT_NAME, "the report")
     if not args.allow_stale:
         reason = stale_reason(config, config.build_dir)
         if reason:
@@ -773,7 +773,7 @@ def _report(args: argparse.Namespace) -> int:
         write_atomic(out, page)
     except OSError as error:
         raise _Usage(f"--out {args.out or out}: {error.strerror or error}") from None
-    _say(args, f"wrote {out.relative_to(config.root)} ({len(page):,} bytes)")
+    _say(args, f"wrote {os.path.relpath(out, config.root)} ({len(page):,} bytes)")
     return EXIT_OK
 
 

@@ -452,7 +452,8 @@ def setting_error(root: Path, code: str, message: str, *keys) -> ConfigError:
 
 
 def check_inside(root: Path, path: Path, what: str) -> Path:
-    """A path given on the command line, resolved; it must stay inside the project."""
+    """A path the project chose (a default, a setting), resolved; it must stay inside
+    the project, links followed."""
     try:
         resolved = path.resolve()
     except (OSError, ValueError) as error:
@@ -461,6 +462,35 @@ def check_inside(root: Path, path: Path, what: str) -> Path:
     if not resolved.is_relative_to(root):
         raise ConfigError(f"{what} {path} resolves to {resolved}, outside the project root "
                           f"{root}", code="CTX804")
+    return resolved
+
+
+def typed_path(config: "Config | None", path: Path, what: str, cwd: Path | None = None
+               ) -> Path:
+    """A path the user typed on the command line, resolved. It is theirs: it may lie
+    outside the project. One written inside the project must stay inside once links
+    are followed (a link in a stranger's checkout must not carry it out), and what a
+    command writes there never replaces a source: the content or skills folder, a file
+    in them, or the settings file (nor a folder holding them)."""
+    written = Path(os.path.abspath(cwd / path if cwd and not path.is_absolute() else path))
+    try:
+        resolved = written.resolve()
+    except (OSError, ValueError, RuntimeError) as error:
+        raise ConfigError(f"{what} {path}: not a usable path ({error})", code="CTX803") \
+            from None
+    if config is None:
+        return resolved
+    if written.is_relative_to(config.root) and not resolved.is_relative_to(config.root):
+        raise ConfigError(f"{what} {path} is inside the project but resolves to {resolved}, "
+                          "outside it (through a link)", code="CTX804")
+    protected = [*config.source_dirs, *([config.config_file] if config.config_file else [])]
+    for source in protected:
+        source = source.resolve()
+        if resolved == source or resolved.is_relative_to(source) \
+                or source.is_relative_to(resolved):
+            raise ConfigError(f"{what} {path} would write over the sources "
+                              f"({os.path.relpath(source, config.root)}); choose a path "
+                              "outside them", code="CTX810")
     return resolved
 
 

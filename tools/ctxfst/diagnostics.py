@@ -110,6 +110,7 @@ _RULES = [
     Rule("CTX807", Severity.ERROR, "tenant folder holds no source"),
     Rule("CTX808", Severity.ERROR, "output path is not a folder"),
     Rule("CTX809", Severity.ERROR, "input file links outside the project"),
+    Rule("CTX810", Severity.ERROR, "output path would write over the sources"),
     # Authoring (CTX9xx): `ctxfst chunk` drafting notes
     Rule("CTX901", Severity.ERROR, "note is CtxFST already"),
     Rule("CTX902", Severity.WARNING, "block over the token budget"),

@@ -110,12 +110,12 @@ def export_lancedb(build_dir: Path, db_path: Path, cache_dir: Path | None = None
             "skills": skill_table.num_rows, "fts_tokenizer": fts_tokenizer}
 
 
-def lancedb_folder(root: Path, db_path: Path) -> Path:
-    """The --db folder, links resolved: inside the project (a link in a stranger's
-    checkout must not lead the export to overwrite tables elsewhere) and not a file."""
-    from ..config import ConfigError, check_inside
+def lancedb_folder(config, db_path: Path) -> Path:
+    """The --db folder the user typed, links resolved (config.typed_path: anywhere, but
+    not out of the project through a link in it, nor over its sources), not a file."""
+    from ..config import ConfigError, typed_path
 
-    folder = check_inside(root, db_path, "--db")
+    folder = typed_path(config, db_path, "--db")
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"--db {db_path} is a file; a LanceDB database is a folder",
                           code="CTX808")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, check_inside, find_project
+from ..config import Config, check_inside, find_project, typed_path
 from .planner import Plan, alternatives, plan, validate_plan
 from .select import exhausted, select
 from .state import RESULTS, StateError, StateStore, WorldState
@@ -25,11 +25,16 @@ def project(cwd: Path | None = None) -> Config:
 
 
 def store_for(config: Config, state_path: Path | None) -> StateStore:
-    """The world state at state_path (default: .ctxfst/world-state.json); it, its event
-    log and its lock must resolve inside the project (a link could lead anywhere)."""
+    """The world state at state_path, as the user typed it (config.typed_path: anywhere,
+    but not out of the project through a link in it, nor over its sources), or at
+    .ctxfst/world-state.json, which must stay inside the project; its event log and lock
+    beside it alike."""
     store = StateStore(state_path or config.world_state)
     for path in (store.path, store.log, store.lock_path):
-        check_inside(config.root, path, "world-state file")
+        if state_path is None:
+            check_inside(config.root, path, "world-state file")
+        else:
+            typed_path(config, path, "--state")
     return store
 
 
