@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write LanceDB tables chunks (with a full-text index on text), entities "
                     "and skills from build/, replacing tables of those names.")
     lance.add_argument("--db", type=Path, required=True,
-                       help="LanceDB database folder, inside the project")
+                       help="LanceDB database folder (made or replaced)")
     lance.add_argument("--fts-tokenizer", choices=("icu", "simple", "ngram"), default="icu",
                        help="the full-text index's tokenizer: icu (words in every script, "
                             "Chinese too), simple (split on spaces), ngram (2- "
@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("--format", required=True, choices=("graphml", "gexf"),
                        help="graphml or gexf")
     graph.add_argument("--out", type=named_path, default=None,
-                       help="file to write, inside the project (default: standard output)")
+                       help="file to write (default: standard output)")
     _build_option(graph)
     _stale_option(graph)
     report = add_command(
@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "states and skills flagged, stage timings, artifacts, and validation and "
                     "lint findings. It opens from a file, with no network.")
     report.add_argument("--out", type=named_path, default=None,
-                        help="file to write, inside the project (default: build/report.html)")
+                        help="file to write (default: build/report.html)")
     report.add_argument("--no-lint", action="store_true",
                         help="leave out the findings (lint parses every source)")
     _stale_option(report)
