@@ -4,7 +4,8 @@ and SIMILAR kNN time and memory.
     .venv/bin/python benchmarks/build_speed.py [--docs 1000 10000] [--edits 5]
         [--overhead-docs 60] [--knn 25000 50000]
 
-Scale runs use the deterministic hash embedder (`hash-256`) in place of a model; the overhead run uses the real bundled all-MiniLM-L6-v2.
+Scale runs use the deterministic hash embedder (`hash-256`) in place of a model; the
+overhead run uses the real bundled all-MiniLM-L6-v2.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import time
 from pathlib import Path
 
 from ctxfst.mock import generate
-
 
 # Python's default: modules load from cached bytecode. (Some sandboxes set
 # PYTHONDONTWRITEBYTECODE; every build there compiles each module changed since its
@@ -188,7 +188,8 @@ def knn_scale(counts: list[int]) -> None:
         elapsed, before, after = proc.stdout.split()
         print(f"SIMILAR kNN, {count} entities x 384 dims, top 5: {float(elapsed):.1f} s, "
               f"peak RSS {int(after) / 1024:.0f} MB (vectors alone "
-              f"{count * 384 * 4 / 1e6:.0f} MB; kNN added {(int(after) - int(before)) / 1024:.0f} MB)")
+              f"{count * 384 * 4 / 1e6:.0f} MB; kNN added "
+              f"{(int(after) - int(before)) / 1024:.0f} MB)")
 
 
 def main() -> None:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ctxfst.compile.embed import chunk_text
-from ctxfst.compile.embed import get_embedder
+from ctxfst.compile.embed import chunk_text, get_embedder
 from ctxfst.document.parse import parse_document
 from ctxfst.document.source import Source
 from ctxfst.mock import mock_document
@@ -57,7 +56,7 @@ def evaluate(model: str, chunks: list[dict], queries: list[dict], texts: list[st
     chunk_vectors = embedder.encode([c["text"] for c in chunks], 32, False)
     query_vectors = embedder.encode_queries([q["query"] for q in queries])
     hits = relevant = 0
-    for query, vector in zip(queries, query_vectors):
+    for query, vector in zip(queries, query_vectors, strict=True):
         scores = chunk_vectors @ vector
         top = sorted(range(len(chunks)), key=lambda i: (-scores[i], chunks[i]["id"]))[:3]
         expected = set(query["expected_entities"])

@@ -67,7 +67,7 @@ def main() -> None:
                 workspace = Workspace.open(root)
                 queries = load_queries(yaml.safe_load(queries_file.read_text("utf-8")))
                 report = evaluate(workspace.index, queries, MODES, args.k, workspace.embed,
-                                  bridge_for=lambda text: workspace.bridge_for(
+                                  bridge_for=lambda text: workspace.bridge_for(  # noqa: B023 (called in this iteration)
                                       text, "use-multilingual"))
                 n = report["queries"]
                 for mode, m in report["modes"].items():

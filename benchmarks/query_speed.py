@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ctxfst.pipeline.runner import run_build
 from ctxfst.compile.embed import get_embedder
 from ctxfst.mock import generate
+from ctxfst.pipeline.runner import run_build
 from ctxfst.retrieval.search import Index, search
 
 QUERIES = ["latency of the queue worker", "Kubernetes rollout with retry budget",
@@ -47,18 +47,18 @@ def main() -> None:
         print(f"artifact load: {time.perf_counter() - started:.2f} s, "
               f"{len(index.chunk_ids):,} chunks, {len(index.entity_ids):,} entities")
         started = time.perf_counter()
-        index.bm25  # built on the first lexical query, then kept in the cache folder
+        _ = index.bm25  # built on the first lexical query, then kept in the cache folder
         print(f"lexical index built (first lexical query ever): "
               f"{time.perf_counter() - started:.2f} s")
         started = time.perf_counter()
-        Index(root / "build", "hash-256", cache).bm25
+        _ = Index(root / "build", "hash-256", cache).bm25
         print(f"artifact load + cached lexical index (a later process): "
               f"{time.perf_counter() - started:.2f} s")
         texts = [QUERIES[i % len(QUERIES)] for i in range(args.queries)]
         vectors = get_embedder("hash-256").encode(texts, 32, False)
         for mode in ("vector", "lexical", "graph", "hybrid"):
             times = []
-            for text, vector in zip(texts, vectors):
+            for text, vector in zip(texts, vectors, strict=True):
                 started = time.perf_counter()
                 search(index, text, vector, mode, 10, 2)
                 times.append(time.perf_counter() - started)

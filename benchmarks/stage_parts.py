@@ -18,8 +18,8 @@ import hashlib
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def _timed(runs: int, work: Callable[[], object]) -> tuple[float, float]:

@@ -66,7 +66,8 @@ def main() -> None:
             print(f"-- mock KB: {count} documents, {size / 1e6:.1f} MB, "
                   f"{count * 7} chunks")
             report(f"validate {count} documents", timed([*ctxfst, "validate"], work, args.runs))
-            report(f"lint {count} documents", timed([*ctxfst, "lint"], work, max(1, args.runs // 2)))
+            report(f"lint {count} documents",
+                   timed([*ctxfst, "lint"], work, max(1, args.runs // 2)))
             git(work, "init", "-q")
             git(work, "add", "-A")
             git(work, "commit", "-qm", "base", "--no-verify")

@@ -102,7 +102,7 @@ class Chromium:
             raise BrowserError(f"{method}: {data['error']}")
         return data.get("result", {})
 
-    def open(self, url: str, timeout: float = 60.0) -> "Page":
+    def open(self, url: str, timeout: float = 60.0) -> Page:
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget",
                             {"targetId": target, "flatten": True})["sessionId"]
@@ -132,7 +132,7 @@ class Chromium:
                 pass
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc) -> None:

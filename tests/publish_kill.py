@@ -7,11 +7,12 @@ forked publisher):
     publish_kill.py read ROOT KNOWN STOP          prints what the readers saw
 
 `publish` cycles build/.staging through the staged sets in SETS (folders holding a
-whole staged build each, but for an empty one: the set build/.staging holds), forks a publisher for each publication (recovering first,
-as every build does) and SIGKILLs it at a random moment inside publish(), until KILLS
-publications were cut short. `read` polls build/ until the file STOP appears, three ways:
-as ctxfst's readers do (BuildArtifacts), through build/current resolved once (as a script
-following docs/compiler.md does), and by fixed names alone (as LanceDB or duckdb would,
+whole staged build each, but for an empty one: the set build/.staging holds), forks a
+publisher for each publication (recovering first, as every build does) and SIGKILLs it
+at a random moment inside publish(), until KILLS publications were cut short. `read`
+polls build/ until the file STOP appears, three ways: as ctxfst's readers do
+(BuildArtifacts), through build/current resolved once (as a script following
+docs/compiler.md does), and by fixed names alone (as LanceDB or duckdb would,
 one file at a time); KNOWN is a JSON file of each artifact name's sha256 in every set.
 """
 

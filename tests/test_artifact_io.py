@@ -8,7 +8,8 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxfst.artifacts.io import indented_json, json_bytes
 

@@ -94,5 +94,5 @@ def test_the_documented_join_is_one_statement_and_right(built, monkeypatch):
          for c in chunks for e in c["entities"]),
         key=lambda row: (-row[3], row[0], row[2]))[:5]
     assert len(rows) == 5
-    for got, want in zip(rows, expected):
+    for got, want in zip(rows, expected, strict=True):
         assert got[:3] == want[:3] and got[3] == pytest.approx(want[3], abs=1e-5)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 import os
+import time
 import tracemalloc
 
 import pytest
@@ -92,7 +92,8 @@ def test_bad_input_is_located(tmp_path, cli, name, fmt):
 
 
 def test_crlf_and_bom_are_accepted(tmp_path, cli):
-    text = '---\nchunks:\n  - id: note:a\n    context: "A note"\n---\n<Chunk id="note:a">\nx\n</Chunk>\n'
+    text = ('---\nchunks:\n  - id: note:a\n    context: "A note"\n---\n'
+            '<Chunk id="note:a">\nx\n</Chunk>\n')
     crlf = write(tmp_path, "crlf.md", text.replace("\n", "\r\n").encode())
     bom = write(tmp_path, "bom.md", b"\xef\xbb\xbf" + text.replace("note:a", "note:b").encode())
     result = cli("validate", crlf, bom, "--format", "json")

@@ -15,9 +15,9 @@ import pytest
 from ctxfst.pipeline import beside
 from ctxfst.pipeline.table import RUN_ORDER
 
+from .conftest import REPO
 from .test_build import artifact_bytes, assert_consistent, build, example, ran
 from .test_facts import install_extractor
-from .conftest import REPO
 
 
 def _with_extractor(root: Path, spec: str) -> None:

@@ -14,17 +14,17 @@ import time
 from pathlib import Path
 
 import jsonschema
-import pytest
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from ctxfst.artifacts.layout import JOURNAL
-from ctxfst.pipeline.publish import recover
-from ctxfst.pipeline.table import ARTIFACTS
-from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
 from ctxfst.mock import generate
+from ctxfst.pipeline.publish import recover
+from ctxfst.pipeline.runner import run_build
+from ctxfst.pipeline.table import ARTIFACTS
 
 from .conftest import CH22, REPO, UPSTREAM, copy_example, counted_sha256, write
 
@@ -285,7 +285,8 @@ def test_incremental_build_equals_full_rebuild(tmp_path, capsys):
     edited.write_text(edited.read_text().replace("Goroutines made", "Goroutines kept"))
     (incremental / "content/deployment.zh-TW.ctxfst.md").unlink()
     (incremental / "content/backend-frameworks.ctxfst.md").write_text(
-        edited.read_text().replace("    dependencies: [skill:fastapi-services, reference:hono-on-workers]\n", ""))
+        edited.read_text().replace(
+            "    dependencies: [skill:fastapi-services, reference:hono-on-workers]\n", ""))
     code, out = build(incremental, capsys)
     assert code == 0, out
     full = tmp_path / "b"
@@ -523,7 +524,7 @@ def test_row_group_starts_taken_from_the_previous_layout_equal_those_of_every_id
             rng = random.Random(seed)
 
             def new_ids(count: int, used: set) -> list[str]:
-                ids = {"".join(rng.choice("abcdé") for _ in range(rng.randint(1, 4)))
+                ids = {"".join(rng.choice("abcdé") for _ in range(rng.randint(1, 4)))  # noqa: B023 (called in this iteration)
                        for _ in range(count)}
                 return sorted(ids - used)
 
@@ -922,6 +923,7 @@ def test_real_model_builds_upstream_fixtures_and_ch22(tmp_path, capsys):
     assert vectors.schema.metadata[b"ctxfst.dim"] == b"384"
     # the model ran where each project's embedding_device put it (auto: a GPU if any)
     import torch
+
     from ctxfst.compile.embed import get_embedder, torch_device
 
     assert get_embedder("minilm", "cpu")._load().device.type == "cpu"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from ctxfst.authoring.agreement import compare
 from ctxfst.document.kb import inputs_for
 from ctxfst.kb import load_kb
@@ -244,8 +245,7 @@ BLOCK = st.one_of(
                 max_size=14), st.sampled_from(["\n", "\r\n"]),
        st.integers(16, 120))
 def test_any_note_keeps_its_text_and_drafts_valid_ids(parts, newline, budget):
-    from ctxfst.authoring.chunk import (Catalog, Options, assign_ids, draft_note, read_note,
-                                       render)
+    from ctxfst.authoring.chunk import Catalog, Options, assign_ids, draft_note, read_note, render
     from ctxfst.document.ids import ID_PATTERN
     from ctxfst.document.parse import parse_text
 

@@ -12,7 +12,7 @@ import time
 import jsonschema
 import pytest
 
-from .conftest import JsonService, REPO, make_project, write
+from .conftest import REPO, JsonService, make_project, write
 
 KEY = "sk-test-secret-0123456789"
 DOC = """\

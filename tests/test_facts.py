@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -14,11 +15,11 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.pipeline.runner import run_build
 from ctxfst.config import find_project
 from ctxfst.facts.build import facts_bytes
 from ctxfst.facts.model import Fact, facts_schema, facts_table, runs_schema
 from ctxfst.facts.query import FactsError, Store, ask
+from ctxfst.pipeline.runner import run_build
 
 from .conftest import REPO, copy_example, counted_sha256, run_process, write
 
@@ -489,7 +490,8 @@ def test_store_refuses_artifacts_that_do_not_match_the_manifest(tmp_path, capsys
 
 
 def test_the_readme_facts_example_is_what_the_example_kb_answers(tmp_path, capsys, cli):
-    root = copy_example(tmp_path, "hash-16", '[facts]\ncomplete = { document = ["domain/topic"] }\n')
+    root = copy_example(tmp_path, "hash-16",
+                        '[facts]\ncomplete = { document = ["domain/topic"] }\n')
     build(root, capsys)
     readme = (REPO / "README.md").read_text()
     block = readme.split("## Facts", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
@@ -656,8 +658,8 @@ def test_changed_facts_are_spliced_into_the_previous_order():
 
 def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
     """A first build merges its candidates as Arrow columns (facts/columns.py); for any
-    mix of sources, repeats, ties and dates, cut into any streams, the file and each run's count of facts are
-    those the merge of Fact objects (Merge.apply over no facts) gives."""
+    mix of sources, repeats, ties and dates, cut into any streams, the file and each run's
+    count of facts are those the merge of Fact objects (Merge.apply over no facts) gives."""
     import random
 
     from ctxfst.facts.build import Merge, Source, _run_id
@@ -696,7 +698,7 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
         # dictionaries, which the merge combines)
         cut = sorted(rng.sample(range(len(sources) + 1), rng.randint(0, len(sources))))
         streams, supported = [], []
-        for begin, end in zip([0, *cut], [*cut, len(sources)]):
+        for begin, end in zip([0, *cut], [*cut, len(sources)], strict=True):
             stream, counts = candidate_batch([(s.path, _run_id(seq, s.path), found)
                                               for s, found in sources[begin:end]])
             streams.append(stream)
@@ -902,7 +904,7 @@ def test_a_heavy_fact_is_a_row_group_of_its_own_and_an_add_encodes_only_those_it
     # A heavy fact that loses evidence enough to be light again joins its neighbours.
     rows = facts(root)
     # (one whose evidence is an entry a source, after a light fact)
-    lightest, before_it = min(((row, previous) for previous, row in zip(rows, rows[1:])
+    lightest, before_it = min(((row, previous) for previous, row in itertools.pairwise(rows)
                                if row["evidence_count"] >= 4 > previous["evidence_count"]
                                and len({item["source_path"] for item in row["evidence"]})
                                == row["evidence_count"]),

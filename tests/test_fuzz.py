@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from ctxfst.diagnostics import RULES
 from ctxfst.document.parse import parse_document
-from ctxfst.document.yamlpos import SourceMap, load_yaml
 from ctxfst.document.source import Source
+from ctxfst.document.yamlpos import SourceMap, load_yaml
 from ctxfst.kb import KnowledgeBase, validate
 
 from .conftest import REPO
@@ -40,8 +40,9 @@ def test_random_bytes(data):
     check(data)
 
 
-_yamlish = st.text(alphabet=st.sampled_from(list("-:[]{}&*!|>'\"#%@` \n\t\r<>/=abcxyz01\u00e9\u4e2d")),
-                   max_size=400)
+_yamlish = st.text(
+    alphabet=st.sampled_from(list("-:[]{}&*!|>'\"#%@` \n\t\r<>/=abcxyz01\u00e9\u4e2d")),
+    max_size=400)
 
 
 @FUZZ
@@ -187,16 +188,14 @@ def test_marks_that_do_not_fit_the_value_or_the_text_are_not_used():
 # what validation let through is where NaN scores and 2**63 versions used to crash).
 
 import contextlib  # noqa: E402
-import os  # noqa: E402
 import datetime  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
-
-import yaml  # noqa: E402
 
 from ctxfst.pipeline.runner import run_build  # noqa: E402
 from ctxfst.validation import check_paths  # noqa: E402
@@ -239,7 +238,8 @@ def _paths(value, prefix=()):
     return found
 
 
-EXTREME_INTS = [0, -1, 1, 2**31 - 1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**20, -(2**63) - 1]
+EXTREME_INTS = [0, -1, 1, 2**31 - 1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**20,
+                -(2**63) - 1]
 EXTREME_FLOATS = [math.nan, math.inf, -math.inf, 1e308, 5e-324, -0.0, 3e9, 1e20]
 EXTREME_TEXT = ["", "a\nb", "\x1b[31mred", "a\u2028b", "\u202eevil", "x" * 5000, "é" * 300,
                 "../outside", "/abs/path", "a\x00b", "<Chunk id=\"x\">", "`" * 50,
@@ -322,7 +322,8 @@ def _project(root: Path) -> None:
     (root / "ctxfst.toml").write_text('embedding_model = "hash-32"\n', encoding="utf-8")
 
 
-@settings(max_examples=int(os.environ.get("CTXFST_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=int(os.environ.get("CTXFST_FUZZ_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=list(HealthCheck))
 @given(mutated_project())
 def test_field_mutations_are_located_errors_or_build(change):
     target, text = change

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +55,8 @@ def test_staged_check_sees_deletions_that_break_references(tmp_path, cli):
     git(tmp_path, "init", "-q")
     write(tmp_path, "content/catalog.md",
           "---\nentities:\n  - id: entity:a\n    name: A\n    type: concept\n---\n")
-    write(tmp_path, "content/uses.md", VALID.replace("context:", "entities: [entity:a]\n    context:"))
+    write(tmp_path, "content/uses.md",
+          VALID.replace("context:", "entities: [entity:a]\n    context:"))
     git(tmp_path, "add", "-A")
     assert cli("validate", "--staged", cwd=tmp_path).code == 0
     git(tmp_path, "rm", "-q", "--cached", "content/catalog.md")

@@ -45,9 +45,9 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from ctxfst.facts.model import Fact, facts_table
-from ctxfst.pipeline.table import ARTIFACTS
-from ctxfst.pipeline.runner import run_build
 from ctxfst.mock import generate, mock_document
+from ctxfst.pipeline.runner import run_build
+from ctxfst.pipeline.table import ARTIFACTS
 
 from .conftest import copy_example
 from .test_build import PUBLISHED, assert_consistent, project

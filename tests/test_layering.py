@@ -7,6 +7,7 @@ on both; artifacts/ (reading and writing build files) knows no stage.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,76 @@ def imports_of(folder: str) -> dict[str, set[str]]:
     return {str(path.relative_to(REPO)): imports(
         path.read_text(encoding="utf-8"),
         list(path.relative_to(PACKAGE.parent).parts[:-1])) for path in files}
+
+
+def module_name(path: Path) -> str:
+    """ctxfst.pipeline.stages for tools/ctxfst/pipeline/stages.py (a package's
+    __init__.py is the package)."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports (anywhere in it:
+    an import inside a function is an edge too; `from x import y` is an edge to x, and
+    to x.y when that is a module)."""
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(path): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = imports(path.read_text(encoding="utf-8"), package)
+        graph[name] = {other for other in found if other in modules and other != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's import cycles: its strongly connected components of more than one
+    module (Tarjan's algorithm, iterative), each sorted, largest first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for other in edges:
+                if other not in index:
+                    index[other] = low[other] = counter
+                    counter += 1
+                    stack.append(other)
+                    on_stack.add(other)
+                    work.append((other, iter(sorted(graph.get(other, ())))))
+                    advanced = True
+                    break
+                if other in on_stack:
+                    low[node] = min(low[node], index[other])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found, key=lambda c: (-len(c), c))
 
 
 def offending(folder: str, banned: tuple[str, ...]) -> dict[str, list[str]]:

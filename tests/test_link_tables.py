@@ -10,8 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from .conftest import write
-from .test_build import (_declaring_document, _diagnostic_lines, build, entities_yaml,
-                         project)
+from .test_build import _declaring_document, _diagnostic_lines, build, entities_yaml, project
 
 NAMES = ("chunks.json", "entity-profiles.json", "entities.parquet")
 
@@ -69,11 +68,10 @@ def test_a_document_walked_twice_keeps_its_place(tmp_path, capsys):
 def test_damaged_declaration_of_an_unchanged_document(tmp_path, capsys):
     """A kept declaration row that no longer reads back, of a document the edit does not
     touch: the build recomputes (no traceback) and its artifacts are a clean build's."""
-    from .test_build import example, artifact_bytes, ARTIFACTS
+    from .test_build import example
 
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
-    before = artifact_bytes(root)
     with sqlite3.connect(root / ".ctxfst/cache/units.sqlite") as db:
         path, key = db.execute("SELECT path, dump FROM link_entities WHERE path != ? "
                                "LIMIT 1", ("content/backend-frameworks.ctxfst.md",)).fetchone()
@@ -85,6 +83,15 @@ def test_damaged_declaration_of_an_unchanged_document(tmp_path, capsys):
     edit.write_text(text.replace("Goroutines made", "Goroutines kept"))
     code, out = build(root, capsys)
     assert code == 0 and "Traceback" not in out, out
+    clean = tmp_path / "clean"
+    shutil.copytree(root / "content", clean / "content")
+    shutil.copytree(root / "skills", clean / "skills")
+    project(clean)
+    assert build(clean, capsys)[0] == 0
+    for name in ("chunks.parquet", "entities.parquet", "entity-profiles.json",
+                 "entity-graph.json", "chunk_vectors.parquet"):
+        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes(), \
+            name
 
 
 def test_damaged_catalog_row_and_declaration(tmp_path, capsys):
@@ -156,7 +163,9 @@ def test_a_unit_store_that_cannot_be_saved_gives_no_stale_catalog(tmp_path, caps
 
 def test_renames_nested_folders_and_the_skills_folder_keep_the_order(tmp_path, capsys, cli):
     root = project(tmp_path / "kb")
-    X = lambda al: ("entity:x", "X", "concept", al)
+    def X(al):  # an entity row, as the documents write it
+        return ("entity:x", "X", "concept", al)
+
     write(root, "content/a.ctxfst.md", _declaring_document("a", [X(["ex"])], ["entity:x"]))
     write(root, "content/sub/a.ctxfst.md", _declaring_document("sa", [X(["sub"])], []))
     write(root, "content/sub-b.ctxfst.md", _declaring_document("sb", [X(["dash"])], []))
@@ -170,19 +179,20 @@ def test_renames_nested_folders_and_the_skills_folder_keep_the_order(tmp_path, c
         def go(r):
             (r / src).rename(r / dst)
         return go
+    y_concept, y_state = ("entity:y", "Y", "concept", []), ("state:y", "Y", "state", [])
     _steps(tmp_path, capsys, cli, root, [
         ("", rename("content/a.ctxfst.md", "content/z.ctxfst.md")),
         ("skills/s/notes.ctxfst.md", _declaring_document("sk", [X(["skill", "more"]),
             ("state:y", "Y", "state", [])], [])),
-        ("content/sub/b.ctxfst.md", _declaring_document("sbb", [("entity:y", "Y", "concept", [])], [])),
+        ("content/sub/b.ctxfst.md", _declaring_document("sbb", [y_concept], [])),
         ("", rename("content/sub/b.ctxfst.md", "content/zz.ctxfst.md")),
         ("content/zz.ctxfst.md", None),
         ("", rename("content/z.ctxfst.md", "content/a.ctxfst.md")),
         ("content/sub/a.ctxfst.md", _declaring_document("sa", [X(["sub", "two"])], [])),
         ("content/sub/a.ctxfst.md", None),
         ("content/é.ctxfst.md", _declaring_document("e", [X(["e"])], ["goal:y"])),
-        ("content/sub/b.ctxfst.md", _declaring_document("sbb", [("state:y", "Y", "state", [])], [])),
-        ("content/sub-b.ctxfst.md", _declaring_document("sb", [X(["dash"]), ("entity:y", "Y", "concept", [])], [])),
+        ("content/sub/b.ctxfst.md", _declaring_document("sbb", [y_state], [])),
+        ("content/sub-b.ctxfst.md", _declaring_document("sb", [X(["dash"]), y_concept], [])),
         ("content/sub/b.ctxfst.md", None),
         ("content/é.ctxfst.md", _declaring_document("e", [X(["e"])], [])),
     ])
@@ -251,11 +261,14 @@ def test_a_skills_folder_sorting_first_links_and_type_changes_keep_the_order(tmp
     root = tmp_path / "kb"
     write(root, "ctxfst.toml", 'content_dir = "zdocs"\nskills_dir = "askills"\n'
           'embedding_model = "hash-64"\n')
-    X = lambda al, t="concept", n="X": ("entity:x", n, t, al)
+    def X(al, t="concept", n="X"):
+        return ("entity:x", n, t, al)
+
     write(root, "askills/s/SKILL.md", "---\nname: s\ndescription: A skill.\n---\nBody.\n")
     write(root, "askills/s/notes.ctxfst.md", _declaring_document("sk", [X(["skill"])], []))
     write(root, "zdocs/b.ctxfst.md", _declaring_document("b", [X(["b"])], ["entity:x"]))
-    write(root, "zdocs/sub/t.ctxfst.md", _declaring_document("t", [("state:y", "Y", "state", [])], []))
+    y_state, y_goal = ("state:y", "Y", "state", []), ("state:y", "Y", "goal", [])
+    write(root, "zdocs/sub/t.ctxfst.md", _declaring_document("t", [y_state], []))
     code, out = build(root, capsys)
     assert code == 0, out
     def link(src, dst):
@@ -277,8 +290,9 @@ def test_a_skills_folder_sorting_first_links_and_type_changes_keep_the_order(tmp
     _steps(tmp_path, capsys, cli, root, [
         ("zdocs/a.ctxfst.md", _declaring_document("a", [X(["a"])], [])),  # content first now
         ("zdocs/c.ctxfst.md", cond("c", ["state:y", "goal:x"])),
-        ("zdocs/sub/t.ctxfst.md", _declaring_document("t", [("state:y", "Y", "goal", [])], [])),
-        ("zdocs/sub/t.ctxfst.md", _declaring_document("t", [("state:y", "Y", "state", []), ("goal:x", "G", "goal", [])], [])),
+        ("zdocs/sub/t.ctxfst.md", _declaring_document("t", [y_goal], [])),
+        ("zdocs/sub/t.ctxfst.md",
+         _declaring_document("t", [y_state, ("goal:x", "G", "goal", [])], [])),
         ("zdocs/c.ctxfst.md", cond("c", ["state:y"])),
         ("zdocs/a.ctxfst.md", None),
         ("", link("zdocs/l.ctxfst.md", "sub/t.ctxfst.md")),

@@ -26,7 +26,7 @@ def test_tokens_are_the_words_the_token_pattern_defines_on_any_text():
     import re
     import unicodedata
 
-    from ctxfst.document.text import CJK, _STOPWORDS
+    from ctxfst.document.text import _STOPWORDS, CJK
 
     word = re.compile(rf"[a-z0-9][a-z0-9+#]*(?:[._-][a-z0-9+#]+)*|[{CJK}]+")
 
@@ -99,7 +99,7 @@ Many things.
 <Chunk id="note:repeat">
 Kubernetes rolling updates with readiness probes and fast rollback, described.
 </Chunk>
-"""
+"""  # noqa: E501 (a chunk's long entities list, as a person writes it)
 
 
 def test_each_lint_rule(tmp_path, cli):

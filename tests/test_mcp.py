@@ -90,7 +90,7 @@ def test_arguments_are_checked_as_strictly_as_the_http_api(project):
     ])
     *bad, good = results
     for result, argument in zip(bad, ("topk", "top_k", "top_k", "allow_stale",
-                                      "min_confidence")):
+                                      "min_confidence"), strict=True):
         assert result.is_error and argument in result.content[0].text, result.content
         assert "bad_request" in result.content[0].text
     assert len(payload(good)["results"]) == 2

@@ -8,12 +8,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.artifacts.io import (parquet_bytes, parquet_groups_bytes,
-                                 parquet_groups_bytes_threaded)
-from ctxfst.artifacts.parquet_splice import (SpliceError, content_group_starts, group_spans,
-                                              read_parts,
-                                             record_of, relative_starts, splice,
-                                             splice_recorded)
+from ctxfst.artifacts.io import parquet_bytes, parquet_groups_bytes, parquet_groups_bytes_threaded
+from ctxfst.artifacts.parquet_splice import (
+    SpliceError,
+    content_group_starts,
+    group_spans,
+    read_parts,
+    record_of,
+    relative_starts,
+    splice,
+    splice_recorded,
+)
 
 
 def table(rows: list[tuple[str, str, list[str]]]):

@@ -85,10 +85,11 @@ def test_unsolvable_goals_are_explained():
 
 
 def test_upstream_chain(tmp_path, capsys):
+    import shutil
+
     from ctxfst.pipeline.runner import run_build
 
     from .conftest import UPSTREAM, make_project
-    import shutil
 
     make_project(tmp_path)
     (tmp_path / "ctxfst.toml").write_text('embedding_model = "hash-32"\n')

@@ -352,7 +352,8 @@ def test_rows_24_and_45_to_52_distances_walk_operational_relations(tmp_path, cli
                ("entity:done", "COMPLETED", "entity:real"),
                # mixed: SIMILAR straight to the goal (3), or LEADS_TO twice (2): Dijkstra, 2
                ("entity:mixed", "SIMILAR", "entity:goal"),
-               ("entity:mixed", "LEADS_TO", "entity:hop"), ("entity:hop", "LEADS_TO", "entity:goal"))
+               ("entity:mixed", "LEADS_TO", "entity:hop"),
+               ("entity:hop", "LEADS_TO", "entity:goal"))
     assert run_build(root, []) == 0
     capsys.readouterr()
     cli("state", "init", "--goal", "entity:goal", "--seed", "entity:start", cwd=root)

@@ -332,7 +332,7 @@ def test_source_links_stay_relative_when_a_folder_looks_like_a_scheme(tmp_path, 
         entities:
           - {id: entity:hono, name: Hono, type: framework}
         chunks:
-          - {id: a:one, context: "About Hono on the edge, for the link test", entities: [entity:hono]}
+          - {id: a:one, context: "About Hono, for the link test", entities: [entity:hono]}
         ---
         <Chunk id="a:one">
         Hono.
@@ -437,7 +437,7 @@ def test_a_query_as_mermaid_dot_and_html(built_example, cli):
     mentions = {c["id"]: set(c.get("entities", [])) for c in chunk_rows["chunks"]}
     graph = _graph(built_example)
     ids_by_name = {node["name"]: node["id"] for node in graph["nodes"]}
-    for chunk, hit in zip(chunks, explained["results"]):
+    for chunk, hit in zip(chunks, explained["results"], strict=True):
         into = {labels[a] for a, b in edges if b == named[chunk]}
         assert into and all(ids_by_name[name] in mentions[hit["chunk_id"]] for name in into)
     assert "SIMILAR" in dot.out and "dir=none" in dot.out  # undirected edges, drawn so

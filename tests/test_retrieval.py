@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from ctxfst.artifacts.reader import published_folder
-from ctxfst.pipeline.runner import run_build
 from ctxfst.compile.embed import get_embedder
-from ctxfst.retrieval.evaluate import evaluate, load_queries
+from ctxfst.pipeline.runner import run_build
+from ctxfst.retrieval.evaluate import load_queries
 from ctxfst.retrieval.search import Index, RetrievalError, search
 
 from .conftest import CH22, copy_example, make_project, run_process, write
@@ -454,8 +454,8 @@ def test_damaged_vectors_and_bad_arguments_are_clear_errors(built, cli):
 
 
 def test_stale_check_with_a_relative_build_dir_and_a_link_out_of_the_project(built, cli):
-    outside = write(built.parent / f"{built.name}-elsewhere", "outside.md", "---\nentities:\n  - id: entity:out\n"
-                    "    name: Out\n    type: concept\n---\n")
+    outside = write(built.parent / f"{built.name}-elsewhere", "outside.md",
+                    "---\nentities:\n  - id: entity:out\n    name: Out\n    type: concept\n---\n")
     (built / "content" / "linked.md").symlink_to(outside)
     for args in ([], ["--build", "build"], ["--build", "./build"]):
         result = cli("query", "Hono", *args, cwd=built)

@@ -87,7 +87,8 @@ def test_field_rules_are_located_at_the_value(tmp_path, cli, field, value, code)
 
 
 def test_entity_type_enum_and_required_fields(tmp_path, cli):
-    entities = "entities:\n  - id: entity:a\n    name: A\n    type: gadget\n  - id: entity:b\n    type: tool\n"
+    entities = ("entities:\n  - id: entity:a\n    name: A\n    type: gadget\n"
+                "  - id: entity:b\n    type: tool\n")
     path = write(tmp_path, "a.md", doc(chunk("note:a"), body("note:a"), entities=entities))
     _, found = diagnostics(cli, path)
     assert [(d["code"], d["line"]) for d in found] == [("CTX103", 5), ("CTX101", 6)]
@@ -198,7 +199,8 @@ def test_content_path_rules(tmp_path, cli):
 
 def test_conflicting_entity_declarations_name_both_places(tmp_path, cli):
     make_project(tmp_path)
-    write(tmp_path, "content/a.md", doc(chunk("note:a", entities="[entity:python]"), body("note:a")))
+    write(tmp_path, "content/a.md",
+          doc(chunk("note:a", entities="[entity:python]"), body("note:a")))
     write(tmp_path, "content/b.md", doc(
         chunk("note:b"), body("note:b"),
         entities="entities:\n  - id: entity:python\n    name: Python\n    type: tool\n"))
@@ -252,7 +254,8 @@ def test_skill_rules(tmp_path, cli):
         Apply.
         """)
     write(tmp_path, "skills/wrong-dir/SKILL.md", "---\nname: other-name\ndescription: x\n---\n")
-    write(tmp_path, "skills/bad/SKILL.md", "---\nname: Bad--Name\ndescription: x\ncost: huge\n---\n")
+    write(tmp_path, "skills/bad/SKILL.md",
+          "---\nname: Bad--Name\ndescription: x\ncost: huge\n---\n")
     write(tmp_path, "skills/nodesc/SKILL.md", "---\nname: nodesc\n---\n")
     _, found = diagnostics(cli, cwd=tmp_path)
     got = sorted((d["path"].split("/")[1], d["code"]) for d in found)

@@ -739,13 +739,14 @@ def test_plan_as_an_html_page(kb, cli):
     labels, edges = _dot_statements(cli("plan", "--format", "dot", cwd=kb).out)
     assert data["kind"] == "plan" and data["nodes"]["name"] == list(labels.values())
     names = list(labels)
-    assert sorted(zip(data["edges"]["s"], data["edges"]["t"])) == sorted(
+    assert sorted(zip(data["edges"]["s"], data["edges"]["t"], strict=True)) == sorted(
         (names.index(a), names.index(b)) for a, b in edges)
-    kinds = dict(zip(data["nodes"]["name"], (data["types"][t] for t in data["nodes"]["type"])))
+    kinds = dict(zip(data["nodes"]["name"],
+                     (data["types"][t] for t in data["nodes"]["type"]), strict=True))
     assert kinds["1. inventory-skills (cost 1)"] == "skill" and kinds[GOAL] == "goal"
     assert set(data["relations"]) == {"NEEDS", "ADDS"}
     # top to bottom: each step below the states it needs
-    y = dict(zip(data["nodes"]["name"], data["nodes"]["y"]))
+    y = dict(zip(data["nodes"]["name"], data["nodes"]["y"], strict=True))
     assert y["state:has-resume"] < y["1. inventory-skills (cost 1)"] < \
         y["state:has-skill-inventory"] < y["2. analyze-gaps (cost 2)"]
     assert cli("plan", "--format", "html", cwd=kb).out == page.out

@@ -32,20 +32,19 @@ import pytest
 import yaml
 
 import ctxfst
-from ctxfst.artifacts.reader import published_folder
 from ctxfst.artifacts.cache import ParseCache
-from ctxfst.pipeline.runner import run_build
+from ctxfst.artifacts.reader import published_folder
 from ctxfst.config import find_project
 from ctxfst.document.lint import lint
 from ctxfst.document.parse import parse_text
 from ctxfst.document.source import MAX_FILE_BYTES
 from ctxfst.files import display_path
 from ctxfst.kb import KnowledgeBase, load_kb, validate
+from ctxfst.pipeline.runner import run_build
 from ctxfst.retrieval.search import Index, search
 from ctxfst.validation import project_inputs
 
 from .conftest import add_skill_script, copy_example, make_project, reseal, run_process, write
-
 
 # ======================================================================================
 # Hole 1: caches under .ctxfst/ hold plain data, checked on read. A hostile or damaged
@@ -365,7 +364,7 @@ def test_hostile_embedding_rows_are_embedded_again(tmp_path, capsys):
         lambda dim, blob: (32, blob[:128]),  # another dimension than the model's
     ]
     with _vectors(root) as db:
-        for change, (sha, dim, blob) in zip(damage, rows):
+        for change, (sha, dim, blob) in zip(damage, rows[:len(damage)], strict=True):
             db.execute("UPDATE vectors SET dim = ?, vector = ? WHERE text_sha = ?",
                        (*change(dim, blob), sha))
     _build(root, capsys, "clean")
@@ -710,12 +709,11 @@ def test_a_tenant_folder_without_sources_stops_the_build(tmp_path, cli):
 
 
 def test_a_source_whose_tenant_cannot_be_decided_is_never_served(tmp_path):
-    from ctxfst.config import BuildSettings
-    from ctxfst.kb import load_kb
+    from ctxfst.config import BuildSettings, find_project
     from ctxfst.facts.build import collect_sources, document_tenant
     from ctxfst.facts.extractors import ExtractionError
+    from ctxfst.kb import load_kb
     from ctxfst.validation import project_inputs
-    from ctxfst.config import find_project
 
     kb = make_project(tmp_path)
     write(kb, "content/a.md", doc("note:a", extra="", text="x").replace(
@@ -2056,8 +2054,8 @@ def test_a_fifo_edge_file_or_passage_is_named_not_skipped(tmp_path):
     write(root, "content/p.ctxfst.md", """\
         ---
         chunks:
-          - {id: p:fifo, context: "A passage read from a FIFO, which is no file", content_path: passage.md}
-          - {id: p:dir, context: "A passage read from a folder, which is no file", content_path: folder.md}
+          - {id: p:fifo, context: "A passage read from a FIFO", content_path: passage.md}
+          - {id: p:dir, context: "A passage read from a folder", content_path: folder.md}
         ---
         """)
     result = _no_hang("validate", cwd=root)

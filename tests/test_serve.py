@@ -302,7 +302,7 @@ def test_workers_share_the_port_balance_connections_and_stop_together(project):
         assert {re.search(r"worker (\d):", line).group(1) for line in before
                 if "serving the build" in line} == {"1", "2"}
         answers, pids, connections = set(), [], []
-        for number in range(4):  # kept open, as an agent's client keeps its connection
+        for _ in range(4):  # kept open, as an agent's client keeps its connection
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             connections.append(connection)
             connection.request("POST", "/query", json.dumps({"text": "Hono", "top_k": 2}),

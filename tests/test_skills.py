@@ -10,8 +10,8 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.pipeline.runner import run_build
 from ctxfst.document.source import Source
+from ctxfst.pipeline.runner import run_build
 from ctxfst.skills.index import index_entry, to_prompt
 from ctxfst.skills.migrate import migrate_text
 from ctxfst.skills.parse import parse_skill

@@ -9,8 +9,14 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .cli_help import (HelpFormatter, add_command, add_verbosity, format_option, named_path,
-                       verbosity)
+from .cli_help import (
+    HelpFormatter,
+    add_command,
+    add_verbosity,
+    format_option,
+    named_path,
+    verbosity,
+)
 from .completion import SHELLS
 from .retrieval import MODES
 
@@ -641,7 +647,7 @@ def _retrieval(args: argparse.Namespace) -> int:
                  f"{counts['fts_tokenizer']}), {counts['entities']} entities and "
                  f"{counts['skills']} skills to {args.db}")
             return EXIT_OK
-        workspace.index  # a missing or damaged build is reported before the model loads
+        _ = workspace.index  # a missing or damaged build is reported before the model loads
         skill_graph = workspace.skill_graph(args.skill_graph)
         if args.command == "query":
             started = time.perf_counter()
@@ -973,8 +979,8 @@ def _skills(args: argparse.Namespace) -> int:
         return EXIT_FAILED if failed or (args.check and changed) else EXIT_OK
     from .document.kb import Input
     from .document.source import Source
-    from .kb import load_kb
     from .files import display_path
+    from .kb import load_kb
     from .skills.index import build_index, to_prompt
 
     kb = load_kb(Path.cwd(), [Input(Source(display_path(p), p), True) for p in files])

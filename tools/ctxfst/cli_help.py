@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 class HelpFormatter(argparse.HelpFormatter):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 import gc
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

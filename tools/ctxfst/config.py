@@ -465,7 +465,7 @@ def check_inside(root: Path, path: Path, what: str) -> Path:
     return resolved
 
 
-def typed_path(config: "Config | None", path: Path, what: str, cwd: Path | None = None
+def typed_path(config: Config | None, path: Path, what: str, cwd: Path | None = None
                ) -> Path:
     """A path the user typed on the command line, resolved. It is theirs: it may lie
     outside the project. One written inside the project must stay inside once links

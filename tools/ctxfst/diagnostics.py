@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from enum import Enum
-from typing import Iterable
+from enum import StrEnum
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
@@ -263,7 +263,8 @@ def summary_line(summary: dict) -> str:
 
 
 # json.dumps escapes C0 itself; with ensure_ascii=False (readable non-ASCII text) it keeps
-# DEL, C1, U+2028/U+2029 and the bidi controls raw: they become \u escapes, which decode to the same text.
+# DEL, C1, U+2028/U+2029 and the bidi controls raw: they become \u escapes, which decode
+# to the same text.
 _JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 
 

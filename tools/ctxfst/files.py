@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Collection
+from typing import Any
 
 # Folders never searched for documents.
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".ctxfst", "build",

@@ -15,14 +15,18 @@ from .diagnostics import Diagnostic, ordered
 from .document.edges import EdgeFile, ExtraEdge
 from .document.kb import DocumentSet, Input, parse_inputs
 from .document.link import View
-from .document.rules import (Validation, check_document, check_extra_edges, link_documents,
-                             validation_of)
+from .document.rules import (
+    Validation,
+    check_document,
+    check_extra_edges,
+    link_documents,
+    validation_of,
+)
 from .document.tree import WORK_TREE, TreeFiles
-from .skills.model import ParsedSkill
 from .skills import SKILL_FILE
+from .skills.model import ParsedSkill
 from .skills.parse import parse_skill
-from .skills.rules import (check_skills, skill_names, skill_node_names, skill_nodes,
-                           skill_states)
+from .skills.rules import check_skills, skill_names, skill_node_names, skill_nodes, skill_states
 
 PARSERS = {SKILL_FILE: parse_skill}  # the files that are no documents, by name
 

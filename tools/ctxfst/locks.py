@@ -8,8 +8,8 @@ import datetime as _dt
 import fcntl
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from .artifacts.io import open_no_follow
 
@@ -65,7 +65,7 @@ def exclusive(path: Path, timeout: float | None, busy: Callable[[str], str],
                 time.sleep(0.01 if deadline is not None else 0.1)
         handle.seek(0)
         handle.truncate()
-        since = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        since = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         handle.write(f"pid {os.getpid()} since {since}")
         handle.flush()
         if not reentrant:

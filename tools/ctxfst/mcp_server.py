@@ -9,7 +9,8 @@ The `mcp` SDK is an extra (`pip install 'ctxfst[mcp]'`), imported only by this c
 # (No `from __future__ import annotations`: the SDK reads the tools' annotations, which
 # name types made inside build_server.)
 import inspect
-from typing import Annotated, Any, Callable, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
 from .serve import BRIDGE_MODELS, MAX_HOPS, MAX_TEXT_CHARS, MAX_TOP_K, BadRequest, Service

@@ -45,7 +45,8 @@ _WORDS = ("latency throughput deploy rollout cache index query schema migration 
           "queue worker handler endpoint contract test benchmark profile trace metric log "
           "alert budget incident review design tradeoff cost memory cpu network storage "
           "consistency replica partition shard lock transaction batch stream event").split()
-_ZH = "延遲 吞吐量 部署 快取 索引 查詢 結構 遷移 重試 佇列 處理 端點 測試 效能 追蹤 指標 日誌 告警 設計 取捨 成本 記憶體 網路 儲存".split()
+_ZH = ("延遲 吞吐量 部署 快取 索引 查詢 結構 遷移 重試 佇列 處理 端點 "
+       "測試 效能 追蹤 指標 日誌 告警 設計 取捨 成本 記憶體 網路 儲存").split()
 
 
 _SYLLABLES = "ka ro mi su te na lo vi pe da zu ri ko ma ne ti ba go".split()

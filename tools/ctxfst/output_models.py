@@ -4,7 +4,7 @@ against them). Only ctxfst.schemas imports this module: the commands build plain
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,9 +51,9 @@ class QueryHit(Closed):
 
 class QuerySeed(Open):
     name: str
-    entity: Optional[str] = None
-    score: Optional[float] = None
-    by: Optional[str] = Field(None, description="what matched: name, vector, chunk ...")
+    entity: str | None = None
+    score: float | None = None
+    by: str | None = Field(None, description="what matched: name, vector, chunk ...")
 
 
 class QueryExpanded(Open):
@@ -135,21 +135,21 @@ class PlanOutput(Closed):
     solved: bool
     algorithm: Literal["astar", "ucs", "greedy"]
     expanded: int = Field(ge=0, description="search states expanded")
-    steps: Optional[list[str]] = None
-    cost: Optional[float] = None
-    validated: Optional[bool] = None
-    explanation: Optional[list[PlanStep]] = Field(None, description="with --explain")
-    alternatives: Optional[list[PlanAlternative]] = Field(None, description="with --explain")
-    unreachable: Optional[list[str]] = Field(None, description="unsolved: goal facts no "
+    steps: list[str] | None = None
+    cost: float | None = None
+    validated: bool | None = None
+    explanation: list[PlanStep] | None = Field(None, description="with --explain")
+    alternatives: list[PlanAlternative] | None = Field(None, description="with --explain")
+    unreachable: list[str] | None = Field(None, description="unsolved: goal facts no "
                                              "skill sequence reaches")
-    reason: Optional[str] = None
+    reason: str | None = None
 
 
 class SelectCandidate(Closed):
     skill: str
     cost: float
-    distance: Optional[float] = Field(description="to the goal in the graph; null: none")
-    via: Optional[str] = Field(description="the relation its shortest way to the goal "
+    distance: float | None = Field(description="to the goal in the graph; null: none")
+    via: str | None = Field(description="the relation its shortest way to the goal "
                                            "starts with (REQUIRES, LEADS_TO, SIMILAR); null "
                                            "when its effect is the goal or there is none")
     applicable: bool
@@ -162,7 +162,7 @@ class SelectOutput(Closed):
     schema_version: Version
     goal: str
     goal_reached: bool
-    selected: Optional[str]
+    selected: str | None
     candidates: list[SelectCandidate]
 
 
@@ -170,7 +170,7 @@ class CompletedSkill(Open):
     skill: str
     result: Literal[RESULTS]  # type: ignore[valid-type]
     timestamp: str
-    summary: Optional[str] = None
+    summary: str | None = None
 
 
 class Subgraph(Open):
@@ -222,7 +222,7 @@ class RunOutput(Closed):
     stop_reason: Literal[STOP_REASONS]  # type: ignore[valid-type]
     steps: list[RunStep]
     state: WorldStateOutput
-    pending_skill: Optional[str] = Field(
+    pending_skill: str | None = Field(
         default=None, description="with pending_needs_confirmation: the interrupted skill")
 
 
@@ -249,7 +249,7 @@ class Fact(Open):
     value_norm: str
     value_type: str
     confidence: float = Field(ge=0, le=1)
-    freshness_at: Optional[str]
+    freshness_at: str | None
     is_active: bool
     evidence_count: int = Field(ge=0)
     evidence: list[FactEvidence]
@@ -264,9 +264,9 @@ class FactDetail(Fact):
     created_run_id: str
     created_build_seq: int
     updated_build_seq: int
-    invalidated_run_id: Optional[str]
-    invalidated_build_seq: Optional[int]
-    invalidation_reason: Optional[str]
+    invalidated_run_id: str | None
+    invalidated_build_seq: int | None
+    invalidation_reason: str | None
 
 
 class FactsAskOutput(Closed):
@@ -279,7 +279,7 @@ class FactsAskOutput(Closed):
     min_confidence: float
     build_seq: int
     answer: Literal["yes", "no", "unknown"]
-    count: Optional[int]
+    count: int | None
     count_exact: bool
     facts_matched: int = Field(ge=0)
     below_threshold: int = Field(ge=0)
@@ -338,10 +338,10 @@ class ServeHealthOutput(Closed):
 
     schema_version: Version
     status: Literal["ok", "no_build"]
-    build: Optional[ServedBuild] = Field(description="the build answers come from")
-    stale: Optional[str] = Field(description="why the sources differ from the build, at "
+    build: ServedBuild | None = Field(description="the build answers come from")
+    stale: str | None = Field(description="why the sources differ from the build, at "
                                              "the last check; null when they do not")
-    load_error: Optional[str] = Field(description="why the newest build could not be loaded "
+    load_error: str | None = Field(description="why the newest build could not be loaded "
                                                   "(the one before is served)")
     pid: int = Field(description="the process that answered (with --workers, one of "
                                  "several, each with its own loaded build)")
@@ -404,9 +404,9 @@ class ContextAnswer(Closed):
     chunk_id: str
     cached: bool = Field(description="answered from .ctxfst/cache/ (no request)")
     prompt_chars: int = Field(ge=0, description="the size of what is (or would be) asked")
-    context: Optional[str] = Field(description="the context written; null with --dry-run "
+    context: str | None = Field(description="the context written; null with --dry-run "
                                                "or when the request failed")
-    error: Optional[str] = Field(description="why the request failed, after its retries")
+    error: str | None = Field(description="why the request failed, after its retries")
 
 
 class ContextualizeOutput(Closed):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 PARALLEL_THRESHOLD = 200  # fewer items than this: forking costs more than it saves
 

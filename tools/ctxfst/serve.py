@@ -24,11 +24,12 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
 
@@ -118,8 +119,7 @@ class Service:
     def load(self) -> bool:
         """Load the build now published, unless it is the one served or the one that
         failed to load last. True when the served build changed."""
-        from .artifacts.reader import (ArtifactError, parse_json, published_folder,
-                                       read_plain_file)
+        from .artifacts.reader import ArtifactError, parse_json, published_folder, read_plain_file
         from .facts.query import FALLBACK_COLUMNS, FactsError, Store
         from .retrieval.search import RetrievalError
         from .runtime.world import WorldError, load_world
@@ -143,7 +143,7 @@ class Service:
             index = workspace.index  # every artifact read and checked against the manifest
             workspace.embed(["warm up"])  # the model loads now, not in the first request
             if index.chunk_ids:  # built or read now, not by the first requests
-                index.bm25
+                _ = index.bm25
                 index.preload_hits()
             facts = Store.load(workspace.build_dir)  # (freshness: see check_stale)
             facts.chunks(FALLBACK_COLUMNS)

@@ -10,9 +10,9 @@ import difflib
 import fnmatch
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .diagnostics import RULES, Diagnostic, Severity, diag
 
@@ -38,7 +38,7 @@ class RuleSelection:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, prefixes)
 
     def with_options(self, select: Iterable[str] | None, ignore: Iterable[str] | None
-                     ) -> "RuleSelection":
+                     ) -> RuleSelection:
         """The command line's --select (replaces the setting) and --ignore (adds to it)."""
         return RuleSelection(
             tuple(check_prefixes(select, "--select: ", silenceable_only=False))

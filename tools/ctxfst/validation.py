@@ -19,11 +19,12 @@ from .collector import collector_paused
 from .config import Config, config_from_text, find_project
 from .diagnostics import Diagnostic, Severity, ordered, summarize
 from .document.kb import Input, inputs_for
-from .files import display_path, inside, scan_project
-from .kb import KnowledgeBase, load_kb, validate
-from .silence import RuleSelection, apply as apply_selection
 from .document.source import Source, load_text
 from .document.tree import WORK_TREE, TreeFiles
+from .files import display_path, inside, scan_project
+from .kb import KnowledgeBase, load_kb, validate
+from .silence import RuleSelection
+from .silence import apply as apply_selection
 
 
 class UsageError(Exception):
@@ -133,7 +134,7 @@ def _run(plans: list[_Plan], with_lint: bool, strict_spec: bool = False,
         sources = {item.source.path: item.source for item in plan.inputs}
         before = set(found)
         found = ordered(apply_selection(found, plan.selection.with_options(select, ignore),
-                                        plan.root, lambda path: _text_of(sources.get(path))))
+                                        plan.root, lambda path: _text_of(sources.get(path))))  # noqa: B023 (called in this iteration)
         if plan.only is not None:
             report.files += sum(1 for item in (*kb.documents, *kb.skills)
                                 if _resolved(item.path) in plan.only)

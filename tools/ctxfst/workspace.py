@@ -33,7 +33,7 @@ class Workspace:
     _embed_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def open(cls, cwd: Path, build: Path | None = None) -> "Workspace":
+    def open(cls, cwd: Path, build: Path | None = None) -> Workspace:
         """The project at or above cwd (its build folder, or `build`); RetrievalError
         when there is neither."""
         config = find_project(cwd)

@@ -15,8 +15,14 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     """Source files (and the settings file) added, removed or edited since the build (by
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
     so a query on a large knowledge base hashes only files touched since."""
-    from ..files import (RACY_NS, ProjectRelative, inside, plain_relative, project_relative,
-                         scan_project)
+    from ..files import (
+        RACY_NS,
+        ProjectRelative,
+        inside,
+        plain_relative,
+        project_relative,
+        scan_project,
+    )
 
     recorded = {i["path"]: i for i in manifest.get("inputs", [])}
     root = config.root.resolve()

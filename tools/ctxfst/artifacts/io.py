@@ -11,10 +11,10 @@ import re
 import secrets
 import stat
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
-
+from typing import Any
 
 _written: list[dict[str, dict[str, Any]]] = []  # open recording_writes() scopes
 # Every file this process wrote inside a scope: path -> (identity, sha256).

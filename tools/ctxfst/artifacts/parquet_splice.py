@@ -23,8 +23,9 @@ import base64
 import hashlib
 import struct
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 MAGIC = b"PAR1"
 
@@ -545,7 +546,7 @@ def capped_starts(natural: list[int], rows: int, target: int) -> list[int]:
 
 def group_ranges(starts: list[int], rows: int) -> list[tuple[int, int]]:
     """(start, end) of each row group, from the groups' first rows."""
-    return list(zip(starts, [*starts[1:], rows]))
+    return list(zip(starts, [*starts[1:], rows], strict=True))
 
 
 def relative_starts(ranges: list[tuple[int, int]]) -> list[int]:
@@ -603,7 +604,7 @@ def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
         entries = record["groups"]
         groups = groups_from_records(previous, [entry["part"] for entry in entries])
         old = {}
-        for entry, group in zip(entries, groups):
+        for entry, group in zip(entries, groups, strict=True):
             first, digest, sha256 = entry["first"], entry["digest"], entry.get("sha256")
             if type(first) is not str or type(digest) is not str:
                 raise SpliceError("a row group record that is not one")
@@ -626,7 +627,7 @@ def file_record(groups: list[Group], keys: list[str], starts: list[int], encodin
         {"first": keys[start], "digest": keys_digest(keys[start:end]), "sha256": sha256,
          "part": group_record(group)}
         for group, sha256, (start, end) in zip(groups, shas,
-                                               group_ranges(starts, len(keys)))]}
+                                               group_ranges(starts, len(keys)), strict=True)]}
 
 
 def record_of(data: bytes, keys: list[str], starts: list[int]) -> dict:
@@ -665,7 +666,7 @@ def _splice(old: dict[str, tuple[Group, str, str | None]], encoding: str, keys: 
     groups = [choice[0] if choice is not None else next(made) for choice in chosen]
     shas = [choice[1] if choice is not None and choice[1] is not None else
             hashlib.sha256(group_bytes(group)).hexdigest()
-            for choice, group in zip(chosen, groups)]
+            for choice, group in zip(chosen, groups, strict=True)]
     pieces, placed = assemble_pieces(groups, fresh.footer, piece)
     return pieces, [Group(b"", *fields) for fields in placed], fresh_encoding, shas
 

@@ -74,8 +74,9 @@ class DigestCache:
     data-only JSON file whose entries are checked when used (a malformed one is a miss,
     and is not written back once its file is hashed again), so a reader
     hashes only files changed since it last did. Sources (which editors write at any time)
-    pass racy_ns=RACY_NS; artifacts, written under the build lock, need not. Without a path it remembers nothing; a
-    cache that cannot be written only makes later checks slower."""
+    pass racy_ns=RACY_NS; artifacts, written under the build lock, need not. Without a
+    path it remembers nothing; a cache that cannot be written only makes later checks
+    slower."""
 
     def __init__(self, path: Path | None, racy_ns: int = 0) -> None:
         from .cache import caches_disabled
@@ -349,10 +350,11 @@ class BuildArtifacts:
         return self.parquet_file(name, columns, nullable).read(read_columns)
 
     def parquet_file(self, name: str, columns: dict[str, Any],
-                     nullable: frozenset[str] = frozenset()) -> "CheckedParquet":
+                     nullable: frozenset[str] = frozenset()) -> CheckedParquet:
         """The artifact opened for reading some columns or row groups at a time (a query
         materialises only its hits); each read is checked as parquet() checks a table."""
         import pyarrow.parquet as pq
+
         from .arrays import arrow_reader
 
         data = self.read(name)

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from .arrays import arrow_reader, from_numpy
-from .layout import VECTOR_ID_COLUMNS as ID_COLUMNS, VECTORS_SCHEMA
+from .layout import VECTOR_ID_COLUMNS as ID_COLUMNS
+from .layout import VECTORS_SCHEMA
 
 
 def read_vectors(path: Path, data: bytes | None = None) -> tuple[list[str], np.ndarray, str]:

@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import itertools
 import json
 import math
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
-from . import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from ..diagnostics import Diagnostic, diag
 from ..document.mentions import NameFinder
 from ..document.model import Entity, Frontmatter
 from ..document.text import normalize, script_mix
+from . import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 from .markdown import Block, blocks, chunk_marker_line, split_lines
 from .yamledit import flow_list, scalar_text
 
@@ -251,7 +253,7 @@ def _units(section_blocks: list[Block]) -> list[tuple[int, int]]:
     for block in section_blocks:
         if block.kind == "list" and len(block.items) > 1:
             edges = [*block.items, block.end]
-            out.extend(zip(edges, edges[1:]))
+            out.extend(itertools.pairwise(edges))
         else:
             out.append((block.start, block.end))
     return out
@@ -355,7 +357,7 @@ def entity_candidates(lines: list[str], first_line: int, catalog: Catalog,
         if number in skip:
             continue
         text = re.sub(r"`[^`]*`", " ", _LINK.sub(r"\1", line))
-        for name, start in _latin_names(text, sentence_starts):
+        for name, _start in _latin_names(text, sentence_starts):
             _count(found, name, first_line + number + 1)
         for match in _BRACKETED.finditer(text):
             _count(found, match.group(1).strip(), first_line + number + 1)
@@ -508,7 +510,7 @@ def assign_ids(drafts: list[Draft], notes: list[Note], taken: set[str],
     run share (or the knowledge base has) is qualified by its note's name, and any id
     still taken is numbered."""
     planned: list[tuple[DraftChunk, str, int, str]] = []  # chunk, topic, part, note slug
-    for draft, note in zip(drafts, notes):
+    for draft, note in zip(drafts, notes, strict=True):
         note_slug = slug(Path(note.source).stem.split(".")[0]) or heading_slug(draft.title)
         topic, part = slug(draft.title) or heading_slug(draft.title), 0
         for chunk in draft.chunks:

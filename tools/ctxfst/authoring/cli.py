@@ -130,9 +130,9 @@ def _jobs(text: str) -> int:
 
 def run_contextualize(args: argparse.Namespace) -> int:
     from ..config import find_project
+    from ..remote import HttpSettings
     from ..validation import UsageError
     from .contextualize import contextualize, load_documents
-    from ..remote import HttpSettings
     from .providers import make_provider
 
     for path in args.paths:

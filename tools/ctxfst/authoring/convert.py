@@ -9,8 +9,17 @@ from typing import Any
 
 from ..diagnostics import Diagnostic, Severity, diag, ordered
 from ..files import display_path, walk
-from .chunk import (Catalog, ChunkError, Draft, Note, Options, assign_ids, draft_note,
-                    read_note, render)
+from .chunk import (
+    Catalog,
+    ChunkError,
+    Draft,
+    Note,
+    Options,
+    assign_ids,
+    draft_note,
+    read_note,
+    render,
+)
 
 CTXFST_SUFFIX = ".ctxfst.md"
 
@@ -162,7 +171,7 @@ def convert(paths: list[Path], out: Path, options: Options, force: bool = False,
             result.diagnostics.append(diag(
                 "CTX903", f"{display_path(target)} exists; --force replaces it", shown))
     assign_ids(drafts, notes, taken, options.category)
-    for draft, note in zip(drafts, notes):
+    for draft, note in zip(drafts, notes, strict=True):
         draft.text = render(draft, note)
         result.diagnostics.extend(draft.diagnostics)
     result.drafts = drafts

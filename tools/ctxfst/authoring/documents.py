@@ -4,9 +4,9 @@ kept, atomically)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from ..artifacts.io import write_atomic
 from ..document.model import ParsedDocument

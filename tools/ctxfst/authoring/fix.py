@@ -18,9 +18,10 @@ from __future__ import annotations
 import difflib
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..diagnostics import Diagnostic, diag
 from ..document.ids import ID_PATTERN

@@ -155,8 +155,9 @@ class FrontmatterEditor:
         rendered = ", ".join
         if key not in self.data:
             last = self._closing_line()
-            lines = [f"{key}:"] + [f"  - {{{rendered(f'{k}: {scalar_text(v)}' for k, v in item.items())}}}"
-                                   for item in items]
+            lines = [f"{key}:"] + [
+                "  - {" + rendered(f"{k}: {scalar_text(v)}" for k, v in item.items()) + "}"
+                for item in items]
             self._edits.append((last - 1, 0, None, self.newline.join(lines)))
             self.data[key] = list(items)
             return
@@ -254,7 +255,7 @@ def reorder_items(raw: str, doc, key: str, order: list[int]) -> str:
     end = editor._block_end(editor.source.keys[(key,)][0] - 1) + 1
     if starts != sorted(starts):
         raise EditRefused(f"{key} items are not in the order they are written")
-    spans = [lines[start:stop] for start, stop in zip(starts, [*starts[1:], end])]
+    spans = [lines[start:stop] for start, stop in zip(starts, [*starts[1:], end], strict=True)]
     for index, span in enumerate(spans):  # the last line of each item ends a line
         if span and not span[-1].endswith(("\n", "\r")):
             spans[index] = [*span[:-1], span[-1] + editor.newline]

@@ -343,8 +343,9 @@ class OpenAICompatibleEmbedder:
     def _vectors(self, answer: dict, count: int) -> np.ndarray:
         data = answer.get("data")
         if not isinstance(data, list) or len(data) != count:
-            raise ValueError(f"the embedding server answered {len(data) if isinstance(data, list) else 'no'} "
-                             f"vectors for {count} texts")
+            answered = len(data) if isinstance(data, list) else "no"
+            raise ValueError(f"the embedding server answered {answered} vectors for {count} "
+                             "texts")
         by_index: dict[int, Any] = {}
         for position, item in enumerate(data):
             index = item.get("index", position) if isinstance(item, dict) else None
@@ -490,7 +491,7 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
     stats = stats if stats is not None else EmbedStats()
     embedder = get_embedder(spec, device)
     keys = text_keys(texts) if keys is None else keys
-    unique = dict(zip(keys, texts))
+    unique = dict(zip(keys, texts, strict=True))
     stats.texts += len(texts)
     stats.unique += len(unique)
     reused = {key: known[key] for key in unique if key in known} if known else {}

@@ -4,7 +4,8 @@ conditions, and extra edges; written in upstream's entity-graph.json shape."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 

@@ -59,7 +59,7 @@ class MiniLM:
             layer = f"encoder.layer.{number}."
 
             def dense(value: np.ndarray, name: str) -> np.ndarray:
-                return value @ w[layer + name + ".weight"].T + w[layer + name + ".bias"]
+                return value @ w[layer + name + ".weight"].T + w[layer + name + ".bias"]  # noqa: B023 (called in this iteration)
 
             def split(value: np.ndarray) -> np.ndarray:  # (tokens, hidden) -> (heads, tokens, size)
                 return value.reshape(len(ids), self.heads, size).transpose(1, 0, 2)

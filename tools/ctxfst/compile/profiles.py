@@ -7,6 +7,7 @@ prefixes (name:, type:, aliases, tags, context, content, related).
 from __future__ import annotations
 
 import heapq
+import itertools
 import re
 from collections import Counter
 from itertools import chain
@@ -180,7 +181,7 @@ def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int,
     while True:
         within = np.flatnonzero(place < reach[owners])
         new = [row for row in _distinct(ranked[within]).tolist() if row not in text]
-        text.update(zip(new, _texts(chunks, new, groups_read)))
+        text.update(zip(new, _texts(chunks, new, groups_read), strict=True))
         has = np.array([(bool(text[row][1]), bool(text[row][2]))
                         for row in ranked[within].tolist()], bool).reshape(-1, 2)
         contexts, contents = (np.bincount(owners[within[has[:, part]]], minlength=count)
@@ -221,7 +222,7 @@ def _texts(chunks, rows: list[int], groups_read: set[int] | None = None
     read_starts = np.cumsum(sizes[read]) - sizes[read]
     local = read_starts[np.searchsorted(read, groups)] + rows - starts[groups]
     local = from_numpy(local, pa.int64())
-    return list(zip(*(column.take(local).to_pylist() for column in table.columns)))
+    return list(zip(*(column.take(local).to_pylist() for column in table.columns), strict=True))
 
 
 def _co_mentioned(rows: np.ndarray, ents: np.ndarray, count: int) -> list[list[int]]:
@@ -274,7 +275,7 @@ def _inverse(permutation: np.ndarray) -> np.ndarray:
 def _split(values: list, counts: np.ndarray) -> list[list]:
     """values cut into consecutive lists of the given lengths."""
     ends = np.cumsum(counts).tolist()
-    return [values[start:end] for start, end in zip([0] + ends, ends)]
+    return [values[start:end] for start, end in itertools.pairwise([0, *ends])]
 
 
 def representation(profile: dict[str, Any]) -> str:

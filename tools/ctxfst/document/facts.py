@@ -144,7 +144,7 @@ def canonical_date(value: Any) -> str:
         raise ValueError(f"{value!r} is not an ISO 8601 date such as 2026-03-12")
     if moment.tzinfo is not None:
         try:
-            moment = moment.astimezone(_dt.timezone.utc)
+            moment = moment.astimezone(_dt.UTC)
         except OverflowError:  # 9999-12-31T23:59-01:00 is past the last representable UTC
             raise ValueError(f"{value!r} is out of range in UTC") from None
         return moment.replace(tzinfo=None).isoformat() + "Z"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..diagnostics import Diagnostic
 from ..files import display_path, walk
@@ -155,7 +156,7 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
     fresh: dict[str, bytes] = {}
     parsed = forked_map(partial(_parse_to_row, parsers=parsers),
                         [(prepared[i], wanted.get(keys[i]) if keys[i] else None) for i in todo])
-    for index, value in zip(todo, parsed):
+    for index, value in zip(todo, parsed, strict=True):
         key = keys[index]
         if isinstance(value, bytes):  # a row (the syntax pass: typing happens after this)
             fresh[key] = value

@@ -16,10 +16,10 @@ document when only its summary is at hand: only for errors, which stop a build).
 from __future__ import annotations
 
 import difflib
-
 import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from ..artifacts.io import compact_json
 from ..diagnostics import Diagnostic, diag
@@ -46,7 +46,7 @@ class Summary:
         return self.keys
 
     def dumps(self) -> dict[str, dict]:
-        return {key: item[4] for item, key in zip(self.entities, self.dump_keys())}
+        return {key: item[4] for item, key in zip(self.entities, self.dump_keys(), strict=True)}
 
 
 _LISTS = ("aliases", "preconditions", "postconditions", "related_skills")

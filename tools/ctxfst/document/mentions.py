@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from functools import lru_cache
 from itertools import chain, repeat
-from typing import Iterable
 
 from .text import CJK
 

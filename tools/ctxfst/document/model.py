@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
@@ -32,7 +32,7 @@ CostLevel = Literal["low", "medium", "high"]
 # that does not fit is a validation error, never a failed build.
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
-Cost = Union[CostLevel, Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]]
+Cost = CostLevel | Annotated[float, Field(gt=0, strict=True, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(pattern=ID_PATTERN, min_length=1, max_length=256)]
 StringList = list[Annotated[str, Field(strict=True)]]
 

@@ -3,9 +3,9 @@ ones run while parsing). ctxfst.kb.validate runs them with the skills' rules."""
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Container
 
 from ..diagnostics import Diagnostic, diag
 from ..files import inside
@@ -13,10 +13,10 @@ from .edges import EdgeFile, ExtraEdge
 from .kb import CatalogEntry, Declaration, Place, merge_entities
 from .link import Link, View, link, summarize
 from .model import ChunkRecord, ParsedDocument, path_problem, strip_not
-from .source import MAX_FILE_BYTES
-from .tree import WORK_TREE, TreeFiles
 from .model import diagnostic_at as _at
 from .parse import short_repr
+from .source import MAX_FILE_BYTES
+from .tree import WORK_TREE, TreeFiles
 from .yamlpos import Path as KeyPath
 
 # Which entity types each condition field may name.
@@ -62,7 +62,7 @@ def validation_of(documents: list[ParsedDocument], linked: Link,
 
 
 def check_document(doc: ParsedDocument, view: View, names: set[str] | None,
-                   root: Path, files: "TreeFiles | None" = None) -> list[Diagnostic]:
+                   root: Path, files: TreeFiles | None = None) -> list[Diagnostic]:
     """One document's rules against the knowledge base's view: what it declares twice,
     its passages, and every id it names (related_skills against names, the skills'
     names; None: no skills to resolve them against). A pure function of the document

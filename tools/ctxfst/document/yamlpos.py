@@ -68,7 +68,7 @@ class SourceMap:
 
     @classmethod
     def deferred(cls, text: str, path: str, line_offset: int, marks: str | None = None,
-                 value: Any = None) -> "SourceMap":
+                 value: Any = None) -> SourceMap:
         smap = cls()
         smap._pending = (text, path, line_offset)
         if marks is not None:

@@ -18,35 +18,75 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import os
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..artifacts.io import (
+    compact_json,
+    json_bytes,
+    parquet_bytes,
+    parquet_groups_bytes_threaded,
+    read_regular,
+    write_atomic,
+    write_pieces,
+)
+from ..artifacts.layout import DELTA_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
+from ..artifacts.parquet_splice import (
+    Group,
+    SpliceError,
+    content_group_starts,
+    encoding_of,
+    group_ranges,
+    read_parts,
+    replace_runs,
+    starts_group,
+)
 from ..collector import return_free_memory
 from ..document.facts import canonical_date, tenant_problem
 from ..document.ids import DEFAULT_TENANT
 from ..document.rules import passage_file
-from ..artifacts.io import read_regular
+from ..document.source import MAX_FILE_BYTES, decode_text, load_text
+from ..document.source import Source as DocumentSource
 from ..files import project_relative
 from ..parallel import PARALLEL_THRESHOLD, forked_map
-from ..document.source import MAX_FILE_BYTES, Source as DocumentSource, decode_text, load_text
-from .extractors import (Catalog, ExtractionError, SourceView, extract, extract_version,
-                         load_extractors)
-from ..artifacts.io import (compact_json, json_bytes, parquet_bytes,
-                            parquet_groups_bytes_threaded, write_atomic, write_pieces)
-from ..artifacts.layout import DELTA_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
-from ..artifacts.parquet_splice import (Group, SpliceError, content_group_starts, encoding_of,
-                                        group_ranges, read_parts, replace_runs, starts_group)
 from .columns import FreshFacts, candidate_batch
-from .memo import (RECORD, SOURCE, LedgerMemo, digests_by_source, group_keys, read_digests,
-                   spans_digest)
-from .model import (FACTS_SCHEMA_VERSION, SORT_COLUMNS, Candidate, Evidence, Fact,
-                    fact_sort_key, facts_schema, facts_table, rows_table, runs_schema,
-                    runs_table, table_metadata)
+from .extractors import (
+    Catalog,
+    ExtractionError,
+    SourceView,
+    extract,
+    extract_version,
+    load_extractors,
+)
+from .memo import (
+    RECORD,
+    SOURCE,
+    LedgerMemo,
+    digests_by_source,
+    group_keys,
+    read_digests,
+    spans_digest,
+)
+from .model import (
+    FACTS_SCHEMA_VERSION,
+    SORT_COLUMNS,
+    Candidate,
+    Evidence,
+    Fact,
+    fact_sort_key,
+    facts_schema,
+    facts_table,
+    rows_table,
+    runs_schema,
+    runs_table,
+    table_metadata,
+)
+
 _BATCH = 32  # sources per task of a first build's extraction (one Arrow stream each)
 _ASCENDING = [(name, "ascending") for name in SORT_COLUMNS]  # Arrow's sort of the rows
 
@@ -244,6 +284,7 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
                               "remove the folder to rebuild the facts from scratch")
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from ..artifacts.arrays import arrow_reader
 
     ledger = _Ledger()
@@ -612,7 +653,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         type_together(batch)  # (in the worker: the parent need not hold them all)
         outcomes = [extract_one(item) for item in batch]
         ok = [(source.path, _run_id(seq, source.path), result[0])
-              for (source, _), (status, result) in zip(batch, outcomes) if status == "ok"]
+              for (source, _), (status, result) in zip(batch, outcomes, strict=True)
+              if status == "ok"]
         stream, supported = candidate_batch(ok)
         counts = iter(supported)
         return [(status, (next(counts), compact_json(result[1])) if status == "ok" else result)
@@ -635,7 +677,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         checked.let_go_typed()  # (extracted: the merge that follows is the peak)
         return_free_memory()
     failed: list[str] = []
-    for (source, trigger), (status, result) in zip(work, outcomes):
+    for (source, trigger), (status, result) in zip(work, outcomes, strict=True):
         if status == "changed":  # its fingerprint would describe bytes never validated
             raise SourceChanged(result)
         if status == "ok":
@@ -874,6 +916,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
     from ..artifacts.arrays import arrow_reader
 
     memo = ledger.memo
@@ -914,7 +957,8 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     if region is not None and (region.num_rows != sum(sizes) or any(
             region.column("fact_id")[offset + first_rows[group] - first_rows[begin]].as_py()
             != memo.keys[group].fact_id
-            for (begin, end), offset in zip(runs, offsets) for group in range(begin, end))):
+            for (begin, end), offset in zip(runs, offsets, strict=True)
+            for group in range(begin, end))):
         raise _MemoDoesNotFit
     touched: list[int] = []
     if region is not None and changed:
@@ -932,7 +976,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         group = memo.group_of(tuple(row[name] for name in SORT_COLUMNS))
         by_run[bisect.bisect_right(begins, group) - 1].append(row)
     merged, starts, keys = [], [], []
-    for offset, size, run_rows in zip(offsets, sizes, by_run):
+    for offset, size, run_rows in zip(offsets, sizes, by_run, strict=True):
         in_run = [row - offset for row in touched if offset <= row < offset + size]
         table = merge_sorted(region.slice(offset, size), in_run,
                              rows_table(run_rows, merge.seq, merge.version))
@@ -947,11 +991,12 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     try:
         facts_file, placed = replace_runs(
             memo.groups, memo.encoding,
-            [(begin, end, len(run_keys)) for (begin, end), run_keys in zip(runs, keys)], fresh)
+            [(begin, end, len(run_keys))
+             for (begin, end), run_keys in zip(runs, keys, strict=True)], fresh)
     except SpliceError:
         raise _MemoDoesNotFit from None
     new_keys, at = [], 0
-    for (begin, end), run_keys in zip(runs, keys):
+    for (begin, end), run_keys in zip(runs, keys, strict=True):
         new_keys.extend(memo.keys[at:begin])
         new_keys.extend(run_keys)
         at = end

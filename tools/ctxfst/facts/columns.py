@@ -16,7 +16,8 @@ sort compares integers.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .model import SORT_COLUMNS, Candidate, facts_schema, rows_table, table_metadata
 
@@ -88,7 +89,7 @@ def _sortable(table):
 
     return pa.table({name: column.combine_chunks().indices
                      if pa.types.is_dictionary(column.type) else column
-                     for name, column in zip(table.column_names, table.columns)})
+                     for name, column in zip(table.column_names, table.columns, strict=True)})
 
 
 def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
@@ -117,9 +118,10 @@ def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
         supported.append(len({fid for fid, _ in candidates}))
     schema = candidate_schema()
     # (rows turned into columns in one C pass: an append per value cost a fifth of this)
-    columns = list(zip(*rows)) if rows else [() for _ in schema]
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
     batch = pa.RecordBatch.from_arrays(
-        [_array(column, field) for column, field in zip(columns, schema)], schema=schema)
+        [_array(column, field) for column, field in zip(columns, schema, strict=True)],
+        schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(batch)

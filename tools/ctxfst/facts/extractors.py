@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 from ..document.facts import VALUE_TYPES, canonical_date
 from ..document.ids import NAME_HINT, NAME_PATTERN
@@ -35,7 +36,7 @@ class Extractor(Protocol):
     name: str
     version: str
 
-    def extract(self, view: "SourceView") -> Iterable[Candidate]: ...
+    def extract(self, view: SourceView) -> Iterable[Candidate]: ...
 
 
 # A YAML scalar as written: quoted, or plain up to a flow delimiter, comment or line end.
@@ -51,7 +52,7 @@ class Catalog:
     finder: NameFinder = field(default_factory=lambda: NameFinder(()))
 
     @classmethod
-    def build(cls, labels: dict[str, list[str]]) -> "Catalog":
+    def build(cls, labels: dict[str, list[str]]) -> Catalog:
         catalog = cls()
         for entity_id in sorted(labels):
             for label in labels[entity_id]:
@@ -127,7 +128,7 @@ class SourceView:
         line = max(1, min(line, len(self._lines)))
         return self._lines[line - 1] + column - 1
 
-    def at(self, path: tuple, needle: str, source_type: str, source_id: str, rule: "Rule",
+    def at(self, path: tuple, needle: str, source_type: str, source_id: str, rule: Rule,
            freshness: str | None = None, confidence: float | None = None) -> Evidence:
         """Evidence for a frontmatter value: needle as written at (or just after) path."""
         pos = self.record.source_map.value(path)
@@ -147,7 +148,7 @@ class SourceView:
                              freshness if freshness is not None else self.freshness,
                              confidence)
 
-    def in_passage(self, chunk_id: str, start: int, end: int, rule: "Rule",
+    def in_passage(self, chunk_id: str, start: int, end: int, rule: Rule,
                    freshness: str | None, confidence: float | None = None) -> Evidence:
         """Evidence for text[start:end] of a chunk's passage (offsets within the passage)."""
         path, base, passage = self.passages[chunk_id]

@@ -24,13 +24,19 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any
 
 from ..artifacts.io import is_sha256
-from ..artifacts.parquet_splice import (Group, SpliceError, group_ranges, group_record,
-                                        groups_from_records)
+from ..artifacts.parquet_splice import (
+    Group,
+    SpliceError,
+    group_ranges,
+    group_record,
+    groups_from_records,
+)
 from .model import SORT_COLUMNS, Evidence
 
 RECORD = "facts_file"
@@ -93,7 +99,8 @@ def group_keys(table, starts: list[int], heavy: int) -> list[GroupKeys]:
     return [GroupKeys(tuple(first[name] for name in SORT_COLUMNS), first["fact_id"],
                       end - start, pc.sum(active.slice(start, end - start)).as_py() or 0,
                       first["evidence_count"] >= heavy)
-            for first, (start, end) in zip(firsts, group_ranges(starts, table.num_rows))]
+            for first, (start, end) in zip(firsts, group_ranges(starts, table.num_rows),
+                                           strict=True)]
 
 
 @dataclass
@@ -119,7 +126,7 @@ class LedgerMemo:
         try:
             keys = []
             groups = groups_from_records(facts, [entry["part"] for entry in value["groups"]])
-            for entry, group in zip(value["groups"], groups):
+            for entry, group in zip(value["groups"], groups, strict=True):
                 first, fact_id, rows, active, alone = (
                     entry[n] for n in ("first", "id", "rows", "active", "heavy"))
                 if not (isinstance(first, list) and len(first) == len(SORT_COLUMNS) and
@@ -140,7 +147,7 @@ class LedgerMemo:
                 "group_rows": self.group_rows, "heavy": self.heavy, "encoding": self.encoding,
                 "groups": [{"first": list(k.first), "id": k.fact_id, "rows": k.rows,
                             "active": k.active, "heavy": k.heavy, "part": group_record(g)}
-                           for k, g in zip(self.keys, self.groups)]}
+                           for k, g in zip(self.keys, self.groups, strict=True)]}
 
     @cached_property
     def _firsts(self) -> list[tuple[str, ...]]:

@@ -57,7 +57,7 @@ class Evidence(NamedTuple):
                 self.extractor)
 
     def as_row(self) -> dict[str, Any]:
-        return dict(zip(self._fields, self))  # in the order of the evidence struct
+        return dict(zip(self._fields, self, strict=True))  # in the order of the evidence struct
 
     def without_run_id(self) -> tuple:
         """Its fields but the run id, as a plain tuple: a span read again by a later run
@@ -138,7 +138,7 @@ class Fact:
         }
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Fact":
+    def from_row(cls, row: dict[str, Any]) -> Fact:
         return cls(row["fact_id"], row["tenant_id"], row["entity_type"], row["entity_id"],
                    row["fact_namespace"], row["fact_key"], row["fact_value_norm"],
                    row["value_type"],

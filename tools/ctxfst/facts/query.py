@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..artifacts.layout import FACTS_FILE, RUNS_FILE
 from ..document.facts import canonical_date, canonical_number, tenant_problem
 from ..document.text import normalize
-from ..artifacts.layout import FACTS_FILE, RUNS_FILE
 
 OPS = ("exists", "count", "list")
 DEFAULT_LIMIT = 20
@@ -89,7 +89,7 @@ class Store:
     _chunk_tables: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, build_dir: Path, project=None) -> "Store":
+    def load(cls, build_dir: Path, project=None) -> Store:
         """The facts artifacts, checked against the build's manifest and for the columns
         the queries use; with `project` (a Config), also against its sources."""
         from ..artifacts.reader import ArtifactError, BuildArtifacts
@@ -128,8 +128,7 @@ class Store:
     def chunks(self, columns: list[str]):
         """These columns of chunks.parquet (checked like every artifact: every build has
         one, so a missing or damaged one is an error, not an empty fallback)."""
-        from ..artifacts.reader import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
-                                        chunk_columns)
+        from ..artifacts.reader import CHUNK_NULLABLE, ArtifactError, BuildArtifacts, chunk_columns
 
         key = tuple(columns)
         if key not in self._chunk_tables:

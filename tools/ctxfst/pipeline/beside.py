@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..artifacts.io import digests_written, remember_written
 
@@ -189,7 +189,7 @@ def abandon_all(grace: float = 5.0) -> None:
     for name, child in list(_running.items()):
         _signal_group(child.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        _finish(child, lambda pid: _exited(pid) or time.monotonic() >= deadline)
+        _finish(child, lambda pid: _exited(pid) or time.monotonic() >= deadline)  # noqa: B023 (called in this iteration)
         del _running[name]
 
 

@@ -15,13 +15,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
 from json.encoder import encode_basestring
-from collections.abc import Mapping
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ..artifacts.io import compact_json
-from ..document.link import (Declaration, Link, Position, Summary, View, declared, dump_ok,
-                             find_cycles, merged_declaration, tail, _strings)
+from ..document.link import (
+    Declaration,
+    Link,
+    Position,
+    Summary,
+    View,
+    _strings,
+    declared,
+    dump_ok,
+    find_cycles,
+    merged_declaration,
+    tail,
+)
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS link_entities (path TEXT NOT NULL, pos INTEGER NOT NULL,
@@ -84,7 +95,8 @@ class LinkIndex:
             "INSERT INTO link_entities VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(path, pos, place, item[0], item[1], item[2], item[3], tail(item[1]), key)
              for path, place, summary in written
-             for pos, (item, key) in enumerate(zip(summary.entities, summary.dump_keys()))])
+             for pos, (item, key) in enumerate(zip(summary.entities, summary.dump_keys(),
+                                                   strict=True))])
         dumps = {key: dump for _, _, summary in written for key, dump in summary.dumps().items()}
         self.db.executemany("INSERT OR IGNORE INTO link_dumps VALUES (?, ?)",
                             [(key, compact_json(dump)) for key, dump in sorted(dumps.items())])

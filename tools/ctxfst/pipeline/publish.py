@@ -24,12 +24,31 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..artifacts.io import (copy_atomic, file_identity, link_atomic, read_bytes_no_follow,
-                            read_json, strict_json, sync_folder, write_json)
-from ..artifacts.layout import (CURRENT, JOURNAL, LEDGER_FILES, MANIFEST, PUBLISHED,
-                                RUN_RESULTS, VERSION_ID_HEX, fixed_name_target,
-                                is_version_target, ledger_copy_name, result_path, staged,
-                                version_target)
+from ..artifacts.io import (
+    copy_atomic,
+    file_identity,
+    link_atomic,
+    read_bytes_no_follow,
+    read_json,
+    strict_json,
+    sync_folder,
+    write_json,
+)
+from ..artifacts.layout import (
+    CURRENT,
+    JOURNAL,
+    LEDGER_FILES,
+    MANIFEST,
+    PUBLISHED,
+    RUN_RESULTS,
+    VERSION_ID_HEX,
+    fixed_name_target,
+    is_version_target,
+    ledger_copy_name,
+    result_path,
+    staged,
+    version_target,
+)
 from ..config import Config
 
 MAX_JOURNAL_BYTES = 1 << 20

@@ -20,14 +20,30 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..artifacts.io import (
+    copy_atomic,
+    file_identity,
+    note_written,
+    read_json,
+    recording_writes,
+    sha256_file,
+    sha256_file_and_size,
+    write_atomic,
+    write_json,
+    written_so_far,
+)
+from ..artifacts.layout import (
+    LEDGER_FILES,
+    MANIFEST,
+    MANIFEST_VERSION,
+    ledger_copy_name,
+    result_path,
+    staged,
+    staging,
+)
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
 from ..document.source import MAX_FILE_BYTES
-from ..artifacts.io import (copy_atomic, file_identity, note_written,
-                            read_json, recording_writes, sha256_file,
-                            sha256_file_and_size, write_atomic, write_json, written_so_far)
-from ..artifacts.layout import (LEDGER_FILES, MANIFEST, MANIFEST_VERSION,
-                                ledger_copy_name, result_path, staged, staging)
 from .publish import publish, written_entry
 
 
@@ -74,7 +90,8 @@ class _Counts(dict):
 
 def _shown(config: Config, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     """The diagnostics the project's [lint] settings and noqa comments leave shown."""
-    from ..silence import apply as apply_selection, project_text_reader
+    from ..silence import apply as apply_selection
+    from ..silence import project_text_reader
 
     return apply_selection(diagnostics, config.lint, config.root,
                            project_text_reader(config.root))
@@ -165,8 +182,8 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     raise BuildFailed on any error. With reuse, a later stage gets what an earlier one
     validated while no input has changed (the validate stage itself always checks: it
     opens a run)."""
-    from ..validation import project_inputs
     from ..artifacts.cache import ParseCache
+    from ..validation import project_inputs
     from .units import check_incrementally
 
     key = (config.root, config.build.digest())
@@ -249,9 +266,9 @@ _digests: dict[tuple, Any] = {}  # one DigestCache per project in a process (its
 def input_digests(config: Config):
     """The build's input digests (DigestCache of Config.build_input_digests), loaded once
     per build process."""
-    from ..files import RACY_NS
     from ..artifacts.cache import caches_disabled
     from ..artifacts.reader import DigestCache
+    from ..files import RACY_NS
 
     # (entries are checked against each file's identity when used, whoever made them)
     key = (config.build_input_digests, caches_disabled())
@@ -298,8 +315,8 @@ def validate_sources(config: Config) -> tuple[list[str], str]:
     (inputs_state), and what the walk refused, so that the stage runs and reports it.
     content_path files the last build read outside the walk (outside content/, or not
     Markdown) are inputs as well."""
-    from ..files import inside, plain_relative, scan_project
     from ..artifacts.cache import recorded_passages
+    from ..files import inside, plain_relative, scan_project
 
     scan = scan_project(config)
     sources = list(scan.paths)
@@ -474,11 +491,11 @@ def skill_sources(config: Config) -> tuple[list[str], str]:
 
 
 def stage_skills(config: Config) -> None:
-    from ..kb import load_kb
-    from ..skills.index import build_index, skills_table
-    from ..skills import SKILL_FILE
-    from ..validation import project_inputs
     from ..artifacts.io import write_parquet
+    from ..kb import load_kb
+    from ..skills import SKILL_FILE
+    from ..skills.index import build_index, skills_table
+    from ..validation import project_inputs
 
     started = time.perf_counter()
     inputs = [item for item in project_inputs(config)
@@ -504,13 +521,18 @@ def stage_profiles(config: Config) -> None:
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from ..artifacts.arrays import arrow_reader
 
-    from ..compile.profiles import (MENTION_COLUMNS, TEXT_COLUMNS, build_profiles,
-                                    entities_table, profiles_document)
+    from ..artifacts.arrays import arrow_reader
     from ..artifacts.io import read_regular, write_parquet
     from ..artifacts.parquet_splice import SpliceError, column_digests
     from ..artifacts.reader import parse_json
+    from ..compile.profiles import (
+        MENTION_COLUMNS,
+        TEXT_COLUMNS,
+        build_profiles,
+        entities_table,
+        profiles_document,
+    )
     from .units import PUBLISHED
 
     started = time.perf_counter()
@@ -588,11 +610,12 @@ def embedding_cache(config: Config):
 
 
 def stage_embed(config: Config) -> None:
+    import pyarrow.parquet as pq
+
     from ..artifacts.io import write_pieces
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts, skill_text
     from .units import PUBLISHED
-    import pyarrow.parquet as pq
 
     started = time.perf_counter()
     # The profiles' ids and texts, from entities.parquet: entity-profiles.json holds the
@@ -658,16 +681,28 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
     are written), or None. `published`: the unit store's PUBLISHED record (the previous
     file need not be hashed while it is as published). The chunks groups are found as
     _chunk_groups says."""
-    import pyarrow as pa
     import numpy as np
+    import pyarrow as pa
 
     from ..artifacts.io import parquet_bytes
-    from ..artifacts.parquet_splice import (Group, assemble_pieces, copied_from, group_bytes,
-                                            group_record, read_parts)
     from ..artifacts.layout import VECTORS_SCHEMA
+    from ..artifacts.parquet_splice import (
+        Group,
+        assemble_pieces,
+        copied_from,
+        group_bytes,
+        group_record,
+        read_parts,
+    )
     from ..artifacts.vectors import vectors_table
-    from ..compile.embed import cache_id_of, chunk_text, embed_texts, get_embedder, \
-        model_id_of, text_keys
+    from ..compile.embed import (
+        cache_id_of,
+        chunk_text,
+        embed_texts,
+        get_embedder,
+        model_id_of,
+        text_keys,
+    )
 
     settings = config.build
     model_id = model_id_of(settings.embedding_model)
@@ -698,7 +733,8 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
                     group_texts = [
                         chunk_text({"context": context or "", "content": content})
                         for context, content in zip(table.column("context").to_pylist(),
-                                                    table.column("content").to_pylist())]
+                                                    table.column("content").to_pylist(),
+                                                    strict=True)]
                     made[digest] = text_keys(group_texts)
                     texts.extend(group_texts)
             keys = [key for digest in digests if digest in made for key in made[digest]]
@@ -744,8 +780,8 @@ def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, 
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from ..artifacts.arrays import arrow_reader
 
+    from ..artifacts.arrays import arrow_reader
     from ..artifacts.io import open_no_follow, read_regular
     from ..artifacts.parquet_splice import SpliceError, group_spans
     from .units import compiled_groups, vouched
@@ -789,6 +825,7 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from ..artifacts.arrays import arrow_reader
 
     if found is None or not wanted:
@@ -851,7 +888,7 @@ def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
     if groups is None or len(groups) != len(state["groups"]):
         os.close(found[1])
         return nothing
-    return dict(zip(state["groups"], groups)), state["dim"], found
+    return dict(zip(state["groups"], groups, strict=True)), state["dim"], found
 
 
 def _read_vectors(path: Path):
@@ -864,9 +901,17 @@ def _read_vectors(path: Path):
 
 
 def stage_graph(config: Config) -> None:
-    from ..compile.graph import (condition_edges, edges_table, extra_edge, graph_document,
-                                 graph_node, merge_edges, similar_edges, skill_state_nodes)
     from ..artifacts.io import write_parquet
+    from ..compile.graph import (
+        condition_edges,
+        edges_table,
+        extra_edge,
+        graph_document,
+        graph_node,
+        merge_edges,
+        similar_edges,
+        skill_state_nodes,
+    )
 
     started = time.perf_counter()
     profiles_doc = read_json(staged(config, "entity-profiles.json"))
@@ -925,7 +970,7 @@ def stage_facts(config: Config) -> None:
     from .units import LEDGER_STAMP, PUBLISHED, read_as_published
 
     started = time.perf_counter()
-    wall = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
     checked = _load_validated(config)
     store = unit_store(config)  # the memo of the facts ledger (facts/memo.py)
     published = store.value(PUBLISHED)
@@ -946,7 +991,7 @@ def stage_facts(config: Config) -> None:
         print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "
               "their previous facts are kept (see semantic_fact_extraction_runs.parquet)",
               file=sys.stderr)
-    finished = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    finished = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
     # Wall-clock times live here, not in the facts artifacts (they carry build_seq).
     rows = {"artifact_rows": outcome.artifact_rows} if outcome.artifact_rows else {}
     _record(config, "facts", started, started_at=wall, finished_at=finished,

@@ -11,12 +11,18 @@ the function that writes it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from ..artifacts.layout import (LEDGER_FILES, MANIFEST, RUN_RESULTS, VECTORS_SCHEMA,
-                                ledger_copy_name, result_name)
+from ..artifacts.layout import (
+    LEDGER_FILES,
+    MANIFEST,
+    RUN_RESULTS,
+    VECTORS_SCHEMA,
+    ledger_copy_name,
+    result_name,
+)
 from . import stages
 
 SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version today

@@ -25,10 +25,19 @@ from ..collector import collector_paused, return_free_memory
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
-from .doit_state import IdentityChecker
-from .stages import (QUIET, BuildFailed, begin_run, describe, end_run, racy_state,
-                     run_stage, settled_state, states_match)
 from . import beside
+from .doit_state import IdentityChecker
+from .stages import (
+    QUIET,
+    BuildFailed,
+    begin_run,
+    describe,
+    end_run,
+    racy_state,
+    run_stage,
+    settled_state,
+    states_match,
+)
 from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
 
 

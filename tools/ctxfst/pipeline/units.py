@@ -22,23 +22,24 @@ import json
 import os
 import sqlite3
 import time
-from json.encoder import encode_basestring
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 import numpy as np
 
 from .. import __version__
-from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
-from ..files import changed_lately
-from ..document.link import Summary, link, summarize
-from ..document.model import ParsedDocument
 from ..artifacts.arrays import arrow_reader
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import (Span, compact_json, digest_written, file_stamp, is_sha256,
-                             write_pieces)
-from .link_index import TABLES as LINK_TABLES, LinkIndex
+from ..artifacts.io import Span, compact_json, digest_written, file_stamp, is_sha256, write_pieces
+from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
+from ..document.link import Summary, link, summarize
+from ..document.model import ParsedDocument
+from ..files import changed_lately
+from .link_index import TABLES as LINK_TABLES
+from .link_index import LinkIndex
 
 UNIT_FORMAT = "6"  # 3: declarations keyed by their text; 4: units and link step as tables;
 # 5: each unit keeps the stamp (unit_stamp) of the file it was checked from
@@ -239,8 +240,8 @@ class UnitStore:
         transaction save() commits."""
         self.db.executemany("DELETE FROM unit_docs WHERE path = ?",
                             [(path,) for path in removed])
-        self.db.executemany("INSERT OR REPLACE INTO unit_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [unit.as_row() for unit in units])
+        self.db.executemany("INSERT OR REPLACE INTO unit_docs VALUES "
+                            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [unit.as_row() for unit in units])
         self.index.replace([(unit.path, unit.place, unit.summary if unit.ctxfst else None)
                             for unit in units] + [(path, b"", None) for path in removed],
                            known)
@@ -416,11 +417,11 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     volatile says the document's unit has content_path passages, checked every build)."""
     from ..document.kb import Input
     from ..document.rules import check_document
-    from ..kb import check_kb_wide, load_kb
-    from ..skills.rules import skill_names
     from ..document.source import Source
     from ..files import ProjectRelative
+    from ..kb import check_kb_wide, load_kb
     from ..skills import SKILL_FILE
+    from ..skills.rules import skill_names
 
     root = config.root
     regular_files = regular_files or {}
@@ -623,7 +624,7 @@ def _redeclared(changed: list[str], removed: list[str], previous: dict[str, Docu
         if summary is None:
             return []
         return [(item[0], item[1], key) for item, key in
-                zip(summary.entities, summary.dump_keys())]
+                zip(summary.entities, summary.dump_keys(), strict=True)]
 
     found: set[str] = set()
     for path in [*changed, *removed]:
@@ -721,10 +722,10 @@ def _kept_rows(blob: bytes | None, summary: Summary) -> list[tuple[str, bytes]] 
     texts = blob.split(b"\n") if blob else []
     if len(texts) != len(summary.chunks):
         return None
-    for text, chunk in zip(texts, summary.chunks):
+    for text, chunk in zip(texts, summary.chunks, strict=True):
         if not text.startswith(_row_start(chunk[1])):
             return None
-    return [(chunk[1], text) for chunk, text in zip(summary.chunks, texts)]
+    return [(chunk[1], text) for chunk, text in zip(summary.chunks, texts, strict=True)]
 
 
 def _row_start(chunk_id: str) -> bytes:
@@ -1161,12 +1162,18 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     no usable previous file. The bytes are the same either way. As the pieces to write
     end to end, and the file's layout (parquet_splice.file_record), for the next build
     to splice it by."""
-    from ..artifacts.io import parquet_groups_bytes
     import pyarrow as pa
 
-    from ..artifacts.parquet_splice import (SpliceError, capped_starts, copied_from,
-                                            group_bytes, group_ranges, record_of,
-                                            splice_recorded)
+    from ..artifacts.io import parquet_groups_bytes
+    from ..artifacts.parquet_splice import (
+        SpliceError,
+        capped_starts,
+        copied_from,
+        group_bytes,
+        group_ranges,
+        record_of,
+        splice_recorded,
+    )
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
@@ -1257,7 +1264,7 @@ class _CopiedRows:
             at += self.starts[group + 1] - self.starts[group]
         picked = self.file.read_row_groups(groups).take(
             [read_from[group] + row - self.starts[group]
-             for row, group in zip(old_rows, group_of)])
+             for row, group in zip(old_rows, group_of, strict=True)])
         # (read back, a list's item is named "element": cast to the schema written)
         both = pa.concat_tables([picked.cast(made.schema), made])
         place = {index: n for n, index in enumerate([*taken, *made_at])}

@@ -11,7 +11,7 @@ Small diagrams (a query's subgraph, a plan) are laid out in columns instead.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

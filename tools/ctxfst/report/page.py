@@ -12,7 +12,7 @@ import base64
 import hashlib
 import html
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ TABS = {"report": (("graph", "Graph"), ("world", "World model"), ("build", "Buil
         "query": (("graph", "Query"),), "plan": (("graph", "Plan"),)}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
@@ -81,4 +81,4 @@ def render_page(data: dict[str, Any], summary: str = "") -> bytes:
 <script>{script}</script>
 </body>
 </html>
-""".encode("utf-8")
+""".encode()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
     entities = {c["chunk_id"]: set(c["entities"]) for c in index.chunks}
     report: dict[str, Any] = {"k": k, "queries": len(queries), "modes": {}, "per_query": []}
     rows = {mode: [] for mode in modes}
-    for query, vector in zip(queries, vectors):
+    for query, vector in zip(queries, vectors, strict=True):
         expected = set(query.get("expected_entities", []))
         wanted_chunks = set(query.get("expected_chunks", []))
         # Graded queries: their grades say which chunks are relevant, and how much.
@@ -77,7 +78,7 @@ def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: i
                                "rr": 1 / first if first else 0.0,
                                "ndcg": dcg / ideal if ideal else 0.0})
             detail["results"][mode] = [{"chunk_id": c, "relevant": ok}
-                                       for c, ok in zip(ids, relevant)]
+                                       for c, ok in zip(ids, relevant, strict=True)]
         report["per_query"].append(detail)
     for mode, items in rows.items():
         n = len(items)

@@ -32,8 +32,13 @@ def export_lancedb(build_dir: Path, db_path: Path, cache_dir: Path | None = None
                              "'ctxfst[lancedb]'") from None
     import pyarrow as pa
 
-    from ..artifacts.reader import (CHUNK_NULLABLE, ArtifactError, BuildArtifacts,
-                                    chunk_columns, entity_columns)
+    from ..artifacts.reader import (
+        CHUNK_NULLABLE,
+        ArtifactError,
+        BuildArtifacts,
+        chunk_columns,
+        entity_columns,
+    )
 
     vector_files = ("chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet")
     try:  # every artifact checked against the manifest, then for the columns used

@@ -43,7 +43,7 @@ class BM25:
         self.rows, self.weights, self.size = rows, weights, size
 
     @classmethod
-    def build(cls, documents: list[list[str]]) -> "BM25":
+    def build(cls, documents: list[list[str]]) -> BM25:
         vocabulary: dict[str, int] = {}
         term_ids: list[int] = []
         doc_rows: list[int] = []
@@ -68,8 +68,9 @@ class BM25:
                    len(documents))
 
     def save(self, path: Path) -> None:
-        from ..artifacts.io import write_atomic
         import io
+
+        from ..artifacts.io import write_atomic
 
         buffer = io.BytesIO()
         np.savez(buffer, terms=np.array(self.terms, dtype=str), idf=self.idf,
@@ -78,7 +79,7 @@ class BM25:
         write_atomic(path, buffer.getvalue())
 
     @classmethod
-    def load(cls, path: Path, size: int) -> "BM25":
+    def load(cls, path: Path, size: int) -> BM25:
         """A saved index for `size` documents; ValueError when the file is not one that
         save() wrote: the cache folder may come with a stranger's knowledge base."""
         import zipfile

@@ -118,8 +118,13 @@ class Index:
             raise RetrievalError(str(error)) from None
 
     def _load(self, expected_model: str | None) -> None:
-        from ..artifacts.reader import (CHUNK_NULLABLE, REBUILD, ArtifactError, chunk_columns,
-                                        entity_columns)
+        from ..artifacts.reader import (
+            CHUNK_NULLABLE,
+            REBUILD,
+            ArtifactError,
+            chunk_columns,
+            entity_columns,
+        )
 
         build, build_dir = self.artifacts, self.build_dir
         # Only ids and entity links are read up front; a hit's text is read from its row
@@ -224,7 +229,7 @@ class Index:
         return {name: table.column(name)[row - starts[group]].as_py() for name in HIT_COLUMNS}
 
     @property
-    def bm25(self) -> "BM25":
+    def bm25(self) -> BM25:
         """Built on first use (vector and graph queries never pay for it) and, with a
         cache folder, kept there keyed by the chunks artifact's hash for later processes."""
         if self._lexical is None:

@@ -12,7 +12,6 @@ from .state import RESULTS, StateError, StateStore, WorldState
 from .world import World, WorldError, load_world
 
 
-
 class RuntimeUsage(Exception):
     """A runtime command that cannot run as asked; the message says why."""
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..artifacts.io import read_bytes_no_follow, strict_json, write_json
 from ..files import inside
@@ -32,7 +33,7 @@ REFERENCE_REASONS = {"goal_reached": "goal_reached", "no_candidates": "no_candid
                      "pending_needs_confirmation": "pending_needs_confirmation"}
 
 
-def reference_result(result: "RunResult") -> dict[str, Any]:
+def reference_result(result: RunResult) -> dict[str, Any]:
     """The run in the reference's LoopResult shape (its `agent_loop.py -o` file)."""
     return {"iterations": len(result.steps), "goal_reached": result.state.reached,
             "terminated_reason": REFERENCE_REASONS[result.reason],
@@ -283,8 +284,8 @@ def _run(world: World, store: StateStore, executor: Executor, max_steps: int = 2
         active = frozenset(state.active_states)
 
         def planned(skipped: frozenset[str]) -> Any:
-            return plan(world.problem, active, frozenset({state.goal}),
-                        banned=banned | skipped, max_depth=max_depth)
+            return plan(world.problem, active, frozenset({state.goal}),  # noqa: B023 (called in this iteration)
+                        banned=banned | skipped, max_depth=max_depth)  # noqa: B023 (called in this iteration)
 
         found = planned(frozenset(critique.skipped) if critique else frozenset())
         if explain is not None and critique is None:  # (a critique shows its plans itself)

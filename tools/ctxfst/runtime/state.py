@@ -16,12 +16,18 @@ import functools
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from ..artifacts.io import (json_bytes, open_no_follow, read_bytes_no_follow, strict_json,
-                           write_atomic)
+from ..artifacts.io import (
+    json_bytes,
+    open_no_follow,
+    read_bytes_no_follow,
+    strict_json,
+    write_atomic,
+)
 from ..locks import LockBusy, exclusive
 
 STATE_SCHEMA_VERSION = "1.0.0"
@@ -74,7 +80,7 @@ def check_schema_version(data: dict[str, Any], path: Path) -> None:
 
 
 def now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
 
 
 @dataclass
@@ -98,7 +104,7 @@ class WorldState:
                 "created_at": self.created_at, "updated_at": self.updated_at}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "WorldState":
+    def from_json(cls, data: dict[str, Any]) -> WorldState:
         try:
             return cls(session_id=data["session_id"], lineage=data["lineage"],
                        goal=data["goal"], active_states=list(data["active_states"]),

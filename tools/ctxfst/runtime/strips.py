@@ -7,8 +7,9 @@ the delete effects, which keeps the heuristics admissible (h_max) and informativ
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 State = frozenset
 

@@ -7,12 +7,18 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..diagnostics import Diagnostic, diag
-from ..document.parse import load_frontmatter, short_repr, validate_record, wrong_type
 from ..document.model import path_problem
+from ..document.parse import load_frontmatter, short_repr, validate_record, wrong_type
 from ..document.source import Source, load_text
 from ..document.yamlpos import SourceMap
-from .model import (LIST_FIELDS, SKILL_NAME_PATTERN, WORLD_MODEL_FIELDS, ParsedSkill,
-                    SkillRecord, split_words)
+from .model import (
+    LIST_FIELDS,
+    SKILL_NAME_PATTERN,
+    WORLD_MODEL_FIELDS,
+    ParsedSkill,
+    SkillRecord,
+    split_words,
+)
 
 _NAME = re.compile(SKILL_NAME_PATTERN)
 

@@ -10,9 +10,9 @@ from ..document.link import View
 from ..document.model import diagnostic_at as _at
 from ..document.model import strip_not
 from ..document.tree import WORK_TREE, TreeFiles
+from . import SKILL_FILE
 from .index import skill_node_id
 from .model import SPEC_FIELDS, ParsedSkill
-from . import SKILL_FILE
 
 
 def skill_names(skills: list[ParsedSkill]) -> set[str] | None:
