@@ -77,7 +77,8 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
     import os
     from unittest import mock
 
-    from ctxfst.artifacts.io import Span, file_stamp, recording_writes, write_pieces
+    from ctxfst.artifacts.io import Span, recording_writes, write_pieces
+    from ctxfst.files import file_stamp
 
     folder = tmp_path_factory.mktemp("pieces")
     source_bytes = bytes(range(256)) * 1 + b"tail"  # 260 bytes: spans may run past it
@@ -115,7 +116,8 @@ def test_spans_of_a_file_written_in_place_since_it_was_read_are_written_from_mem
     import os
     import time
 
-    from ctxfst.artifacts.io import Span, file_stamp, write_pieces
+    from ctxfst.artifacts.io import Span, write_pieces
+    from ctxfst.files import file_stamp
 
     source = tmp_path / "source"
     source.write_bytes(b"0123456789" * 1000)

@@ -21,6 +21,7 @@ import pytest
 
 from ctxfst.artifacts.layout import JOURNAL
 from ctxfst.config import find_project
+from ctxfst.files import file_stamp
 from ctxfst.mock import generate
 from ctxfst.pipeline.publish import recover
 from ctxfst.pipeline.runner import run_build
@@ -750,7 +751,7 @@ def test_staged_vectors_planted_in_the_build_folder_are_not_reused(tmp_path, cap
                                                                     monkeypatch):
     """What the staged vectors were made from is recorded in the unit store (bound to
     its own file), not in build/: vectors planted there are embedded again."""
-    from ctxfst.artifacts.io import parquet_bytes
+    from ctxfst.artifacts.parquet import parquet_bytes
     from ctxfst.artifacts.vectors import read_vectors, vectors_table
     from ctxfst.pipeline import units
 
@@ -1153,7 +1154,7 @@ def test_source_digests_are_remembered_by_identity_but_not_while_racy(tmp_path):
     assert DigestCache(cache_file, RACY_NS).get("doc.md", path.stat()) is None
     cache.put("other.md", info, "c" * 64)
     cache.save()
-    assert DigestCache(cache_file, RACY_NS).entries == {"other.md": [*cache.identity(info),
+    assert DigestCache(cache_file, RACY_NS).entries == {"other.md": [*file_stamp(info),
                                                                      "c" * 64]}
 
 
@@ -1169,7 +1170,7 @@ def test_a_foreign_digest_cache_entry_is_a_miss_and_is_not_written_back(tmp_path
     os.utime(path, ns=(old, old))
     time.sleep(RACY_NS / 1e9 * 1.5)
     info = path.stat()
-    identity = DigestCache.identity(info)
+    identity = list(file_stamp(info))
     assert identity[0] == 1
     nested: list = []
     for _ in range(400):

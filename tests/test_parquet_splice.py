@@ -8,7 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.artifacts.io import parquet_bytes, parquet_groups_bytes, parquet_groups_bytes_threaded
+from ctxfst.artifacts.parquet import (
+    parquet_bytes,
+    parquet_groups_bytes,
+    parquet_groups_bytes_threaded,
+)
 from ctxfst.artifacts.parquet_splice import (
     SpliceError,
     content_group_starts,

@@ -18,6 +18,18 @@ class UnreadableFolder(Exception):
     """A folder that cannot be listed: its files would silently go unchecked."""
 
 
+def file_identity(info: os.stat_result) -> list[int]:
+    """What replacing a file changes: its size, mtime and inode. (Linking it elsewhere
+    moves only its ctime: a stage's record of a file it wrote keeps this.)"""
+    return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+
+def file_stamp(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What any change to a file changes, as git's index keeps it: size, mtime, ctime and
+    inode (utime() moves ctime: an edit that puts size and mtime back is seen)."""
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+
+
 def inside(root: Path, path) -> bool:
     """Whether path, links resolved, is the (resolved) project root or below it. A path
     the OS cannot even name (a NUL byte) is not inside anything."""
@@ -81,8 +93,7 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
             seen.add(real)
         try:
             info = os.stat(current)  # before listing: a later change moves its mtime
-            result.folders.append((str(current), info.st_mtime_ns, info.st_ctime_ns,
-                                   info.st_ino))
+            result.folders.append((str(current), *file_stamp(info)))
             with os.scandir(current) as listing:
                 entries = list(listing)
         except OSError as error:
@@ -149,27 +160,26 @@ def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: b
     return found
 
 
-def _unchanged(folders: list[tuple[str, int, int, int]]) -> bool:
-    """Whether every folder still has the (path, mtime, ctime, inode) it was listed with
+def _unchanged(folders: list[tuple]) -> bool:
+    """Whether every folder still has the file_stamp it was listed with (path, *stamp)
     (an unchanged folder has the same entries)."""
-    return all(_folder_identity(path) == identity for path, *identity in folders)
+    return all(_folder_stamp(path) == tuple(stamp) for path, *stamp in folders)
 
 
-def _settled(folders: list[tuple[str, int, int, int]]) -> bool:
+def _settled(folders: list[tuple]) -> bool:
     """Whether no folder changed within a clock tick of now (else a listing of it is not
     remembered: it could change again and keep its mtime)."""
     import time
 
     now = time.time_ns()
-    return all(now - max(mtime, ctime) > RACY_NS for _, mtime, ctime, _ in folders)
+    return all(now - max(mtime, ctime) > RACY_NS for _, _, mtime, ctime, _ in folders)
 
 
-def _folder_identity(path: str) -> list[int] | None:
+def _folder_stamp(path: str) -> tuple[int, int, int, int] | None:
     try:
-        info = os.stat(path)
+        return file_stamp(os.stat(path))
     except OSError:
         return None
-    return [info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
 def _link_out(path: Path):
@@ -382,9 +392,9 @@ def _remembered(key: tuple, root: Path, search) -> tuple[list[Path], list]:
 
 def _real_folders(folder: Path, files: list[tuple[str, str, bool]] | None = None,
                   wanted: Callable[[str], Any] | None = None
-                  ) -> list[tuple[str, int, int, int]]:
+                  ) -> list[tuple]:
     """Every folder a "**" glob lists below folder (folder links are not followed), with
-    its mtime, ctime and inode, in a stable order; with files, the other entries of
+    its file_stamp (path, *stamp), in a stable order; with files, the other entries of
     those folders (whose names `wanted` accepts, when given) are added to it as (path,
     name, whether it is a link)."""
     found, pending = [], [str(folder)]
@@ -400,9 +410,9 @@ def _real_folders(folder: Path, files: list[tuple[str, str, bool]] | None = None
                     elif files is not None and (wanted is None or wanted(entry.name)):
                         files.append((entry.path, entry.name, entry.is_symlink()))
         except OSError:
-            found.append((current, -1, -1, -1))  # unreadable or gone: never the same
+            found.append((current, -1, -1, -1, -1))  # unreadable or gone: never the same
             continue
-        found.append((current, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+        found.append((current, *file_stamp(info)))
         pending.extend(sorted(children, reverse=True))
     return found
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import OUTPUT_SCHEMA_VERSION
+from .files import file_stamp
 
 DEFAULT_PORT = 8765
 MAX_BODY_BYTES = 64 * 1024
@@ -68,17 +69,11 @@ class Generation:
     stale: str | None = None             # why the sources differ from this build, if they do
 
 
-def _identity(info: os.stat_result) -> tuple[int, ...]:
-    from .artifacts.reader import DigestCache
-
-    return tuple(DigestCache.identity(info))
-
-
 def _manifest_identity(build_dir: Path) -> tuple[int, ...] | None:
     from .artifacts.reader import published_folder
 
     try:
-        return _identity(os.stat(published_folder(build_dir) / "manifest.json"))
+        return file_stamp(os.stat(published_folder(build_dir) / "manifest.json"))
     except (OSError, ValueError):
         return None
 
@@ -135,7 +130,7 @@ class Service:
         except ValueError as error:
             self.load_error = f"{error}: run `doit clean`, then `doit`"
             return False
-        identity = _identity(info)
+        identity = file_stamp(info)
         if not self._is_new(identity):
             return False
         try:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import file_identity, file_stamp
+
 _written: list[dict[str, dict[str, Any]]] = []  # open recording_writes() scopes
 # Every file this process wrote inside a scope: path -> (identity, sha256).
 _digests: dict[str, tuple[list[int], str]] = {}
@@ -37,10 +39,6 @@ def recording_writes():
 def written_so_far() -> dict[str, dict[str, Any]]:
     """What the innermost recording_writes() scope has seen written ({} outside one)."""
     return _written[-1] if _written else {}
-
-
-def file_identity(info: os.stat_result) -> list[int]:
-    return [info.st_size, info.st_mtime_ns, info.st_ino]
 
 
 def write_atomic(path: Path, data: bytes, sha256: str | None = None
@@ -113,11 +111,6 @@ class Span:
     offset: int  # where they lie in that file
     data: memoryview  # the same bytes, for the digest (and written where no copy can be)
     stamp: tuple = ()  # file_stamp() of the file when `data` was read from it
-
-
-def file_stamp(info: os.stat_result) -> tuple[int, int, int, int]:
-    """What changes when a file is written in place: size, mtime, ctime, inode."""
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
 
 
 def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str:
@@ -577,68 +570,6 @@ def _place(before: str) -> str:
     """line:column of the character after `before`."""
     line = before.count("\n") + 1
     return f"{line}:{len(before) - (before.rfind(chr(10)) + 1) + 1}"
-
-
-def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None = None
-                  ) -> bytes:
-    """Parquet with fixed writer options, so equal tables give equal bytes. dictionary:
-    False for columns of unique values (ids, vectors), where it only costs time.
-    group_starts: the first row of each row group (else one group), for files updated by
-    splicing their row groups (artifacts/parquet_splice.py)."""
-    from .parquet_splice import group_ranges
-
-    starts = [0] if group_starts is None else group_starts
-    return parquet_groups_bytes(table.schema, (
-        table.slice(start, end - start) for start, end in group_ranges(starts, table.num_rows)),
-        dictionary)
-
-
-def parquet_groups_bytes(schema, groups: Iterable[Any], dictionary: bool = True) -> bytes:
-    """parquet_bytes() of the tables `groups` put end to end, each one row group, made
-    one at a time (a file larger than memory allows as one table)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression="zstd", compression_level=3,
-                          use_dictionary=dictionary, write_statistics=True,
-                          data_page_version="2.0", version="2.6", store_schema=True) as out:
-        for group in groups:
-            out.write_table(group, row_group_size=max(1, group.num_rows))
-    return sink.getvalue().to_pybytes()
-
-
-def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any],
-                                  dictionary: bool = True) -> bytes:
-    """parquet_groups_bytes() of the tables group(0) .. group(count - 1), a run of them
-    encoded in each of a few threads (Arrow encodes, and group should make its table,
-    without holding the GIL; threads, not forked workers, so no process holds a second
-    copy of the caller's memory) and the runs' row groups put together
-    (parquet_splice): the same bytes, in a fraction of the time where cores are free."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ..parallel import worker_count
-    from .parquet_splice import SpliceError, assemble, read_parts
-
-    def encoded(numbers: range) -> bytes:
-        return parquet_groups_bytes(schema, (group(number) for number in numbers), dictionary)
-
-    workers = worker_count()
-    share = -(-count // workers) if count else 1
-    runs = [range(start, min(start + share, count)) for start in range(0, count, share)]
-    if len(runs) < 2:
-        return encoded(range(count))
-    with ThreadPoolExecutor(workers) as pool:
-        parts = list(pool.map(encoded, runs))
-    try:
-        read = [read_parts(part) for part in parts]
-        return assemble([found for part in read for found in part.groups], read[-1].footer)
-    except SpliceError:  # a footer this toolchain cannot put together: encoded at once
-        return encoded(range(count))
-
-
-def write_parquet(path: Path, table, dictionary: bool = True) -> None:
-    write_atomic(path, parquet_bytes(table, dictionary))
 
 
 def sha256_file(path: Path) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import struct
 import zlib
 from collections.abc import Callable, Iterable
@@ -378,7 +379,7 @@ def group_bytes(group: Group) -> memoryview:
 
 def copied_from(data: bytes, handle: int, stamp: tuple) -> Callable[[Group], Any]:
     """assemble_pieces' piece for a file spliced from a previous one (its bytes `data`,
-    open as `handle`, with artifacts.io.file_stamp `stamp`): that file's row groups as
+    open as `handle`, with files.file_stamp `stamp`): that file's row groups as
     spans of it, which artifacts.io.write_pieces has the kernel copy; others as views."""
     from .io import Span
 
@@ -546,7 +547,7 @@ def capped_starts(natural: list[int], rows: int, target: int) -> list[int]:
 
 def group_ranges(starts: list[int], rows: int) -> list[tuple[int, int]]:
     """(start, end) of each row group, from the groups' first rows."""
-    return list(zip(starts, [*starts[1:], rows], strict=True))
+    return list(itertools.pairwise([*starts, rows]))
 
 
 def relative_starts(ranges: list[tuple[int, int]]) -> list[int]:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..files import changed_lately
+from ..files import changed_lately, file_stamp
 from .io import FileTooLarge, is_sha256, read_regular
 from .layout import CURRENT, MANIFEST, PUBLISHED, is_version_target
 
@@ -70,7 +70,7 @@ def parse_json(data: bytes) -> Any:
 
 
 class DigestCache:
-    """sha256 of files remembered by their identity (size, mtime, inode, ctime), in one
+    """sha256 of files remembered by their file_stamp (size, mtime, ctime, inode), in one
     data-only JSON file whose entries are checked when used (a malformed one is a miss,
     and is not written back once its file is hashed again), so a reader
     hashes only files changed since it last did. Sources (which editors write at any time)
@@ -94,18 +94,14 @@ class DigestCache:
         self._loaded = dict(self.entries)
         self._checked: set[str] = set()  # keys whose entry is known well-formed
 
-    @staticmethod
-    def identity(info: os.stat_result) -> list[int]:
-        return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_ctime_ns]
-
     def get(self, key: str, info: os.stat_result) -> str | None:
         entry = self.entries.get(key)
         if type(entry) is list and len(entry) == 5 and entry[0] == info.st_size \
-                and entry[1] == info.st_mtime_ns and entry[2] == info.st_ino \
-                and entry[3] == info.st_ctime_ns and (key in self._checked
-                                                      or _valid_entry(entry)):
+                and entry[1] == info.st_mtime_ns and entry[2] == info.st_ctime_ns \
+                and entry[3] == info.st_ino and (key in self._checked
+                                                 or _valid_entry(entry)):
             self._checked.add(key)
-            return entry[4]  # (identity(), compared without making a list per file)
+            return entry[4]  # (file_stamp(), compared without making a tuple per file)
         return None
 
     def put(self, key: str, info: os.stat_result, digest: str) -> None:
@@ -114,7 +110,7 @@ class DigestCache:
         if changed_lately(info, time.time_ns(), self.racy_ns):
             self.entries.pop(key, None)
             return
-        self.entries[key] = [*self.identity(info), digest]
+        self.entries[key] = [*file_stamp(info), digest]
         self._checked.add(key)
 
     def sha256(self, key: str, path: Path) -> str:
@@ -134,7 +130,7 @@ class DigestCache:
         if digest is not None:
             return digest, info.st_size
         digest, size = sha256_file_and_size(path, limit)
-        if self.identity(os.stat(path)) == self.identity(info):
+        if file_stamp(os.stat(path)) == file_stamp(info):
             self.put(key, info, digest)
         return digest, size
 

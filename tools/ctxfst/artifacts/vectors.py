@@ -163,6 +163,6 @@ def vectors_table(ids: list[str], matrix: np.ndarray, model_id: str, artifact: s
 def write_vectors(path: Path, ids: list[str], matrix: np.ndarray, model_id: str,
                   artifact: str) -> None:
     """Write a vectors artifact atomically (no dictionary: ids and vectors are unique)."""
-    from .io import write_parquet
+    from .parquet import write_parquet
 
     write_parquet(path, vectors_table(ids, matrix, model_id, artifact), dictionary=False)

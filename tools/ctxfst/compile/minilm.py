@@ -21,7 +21,7 @@ class MiniLM:
     model.safetensors: data, never pickles)."""
 
     def __init__(self, folder: Path) -> None:
-        from .embed import _extra
+        from .extras import require_extra
 
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
@@ -29,12 +29,12 @@ class MiniLM:
         self.layers = int(config["num_hidden_layers"])
         self.heads = int(config["num_attention_heads"])
         self.eps = float(config["layer_norm_eps"])
-        tokenizers = _extra("tokenizers", "embed")
+        tokenizers = require_extra("tokenizers", "embed")
         self.tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.unknown = getattr(self.tokenizer.model, "unk_token", None)  # (WordPiece's)
-        self.weights = _extra("safetensors.numpy", "embed").load_file(
+        self.weights = require_extra("safetensors.numpy", "embed").load_file(
             str(folder / "model.safetensors"))
         hidden = int(config["hidden_size"])
         if self.weights["embeddings.word_embeddings.weight"].shape[1] != hidden \

@@ -26,16 +26,9 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
-from ..artifacts.io import (
-    compact_json,
-    json_bytes,
-    parquet_bytes,
-    parquet_groups_bytes_threaded,
-    read_regular,
-    write_atomic,
-    write_pieces,
-)
+from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
 from ..artifacts.layout import DELTA_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
+from ..artifacts.parquet import parquet_bytes, parquet_groups_bytes_threaded
 from ..artifacts.parquet_splice import (
     Group,
     SpliceError,

@@ -21,6 +21,7 @@ from doit.dependency import FileChangedChecker, get_file_md5
 from ..artifacts.io import digest_written, sha256_file
 from ..artifacts.layout import STAGING
 from ..document.source import MAX_FILE_BYTES
+from ..files import file_stamp
 
 MAX_ROW_BYTES = 256 * 1024 * 1024  # a 1,000,000-file knowledge base needs about 200 MB
 _OBJECTS = [("index", "sqlite_autoindex_doit_1"), ("table", "doit")]
@@ -116,7 +117,7 @@ class IdentityChecker(FileChangedChecker):
         # A file changed a moment ago may change again within one clock tick and keep its
         # identity (git's "racily clean" entries): its hash is marked, so the next run
         # compares its content even when its identity is unchanged.
-        racy = time.time_ns() - max(info.st_mtime_ns, identity[3]) < RACY_NS
+        racy = time.time_ns() - max(info.st_mtime_ns, identity[2]) < RACY_NS  # (ctime)
         # A staged file a stage of this process wrote has its sha256 already (150 MB to
         # hash again at 10,000 documents); staged files are only ever replaced, never
         # edited in place (see _identity).
@@ -148,7 +149,10 @@ _STAGED = f"{os.sep}{STAGING}{os.sep}"
 
 
 def _identity(path, info: os.stat_result) -> list[int]:
-    # A staged file is only ever replaced (a new file renamed into place), never edited,
-    # and publishing links it into build/, which moves its ctime: that is left out.
-    ctime = 0 if _STAGED in str(path) else info.st_ctime_ns
-    return [info.st_size, info.st_mtime_ns, info.st_ino, ctime]
+    """file_stamp(), but a staged file's ctime is left out: it is only ever replaced (a
+    new file renamed into place), never edited, and publishing links it, which moves
+    its ctime."""
+    stamp = list(file_stamp(info))
+    if _STAGED in str(path):
+        stamp[2] = 0
+    return stamp

@@ -26,7 +26,6 @@ from typing import Any
 from .. import __version__
 from ..artifacts.io import (
     copy_atomic,
-    file_identity,
     link_atomic,
     read_bytes_no_follow,
     read_json,
@@ -50,6 +49,7 @@ from ..artifacts.layout import (
     version_target,
 )
 from ..config import Config
+from ..files import file_identity
 
 MAX_JOURNAL_BYTES = 1 << 20
 RETAIN_SECONDS = 60  # how long a folder that stopped being current stays, at least

@@ -22,7 +22,6 @@ from typing import Any
 from .. import __version__
 from ..artifacts.io import (
     copy_atomic,
-    file_identity,
     note_written,
     read_json,
     recording_writes,
@@ -44,6 +43,7 @@ from ..artifacts.layout import (
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
 from ..document.source import MAX_FILE_BYTES
+from ..files import file_identity, file_stamp
 from .publish import publish, written_entry
 
 
@@ -156,7 +156,7 @@ def _identity(path, info: os.stat_result | None = None) -> tuple[int, int, int, 
         info = _stat(path)
         if info is None:
             return None
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+    return file_stamp(info)
 
 
 def _stat(path) -> os.stat_result | None:
@@ -491,7 +491,7 @@ def skill_sources(config: Config) -> tuple[list[str], str]:
 
 
 def stage_skills(config: Config) -> None:
-    from ..artifacts.io import write_parquet
+    from ..artifacts.parquet import write_parquet
     from ..kb import load_kb
     from ..skills import SKILL_FILE
     from ..skills.index import build_index, skills_table
@@ -523,7 +523,8 @@ def stage_profiles(config: Config) -> None:
     import pyarrow.parquet as pq
 
     from ..artifacts.arrays import arrow_reader
-    from ..artifacts.io import read_regular, write_parquet
+    from ..artifacts.io import read_regular
+    from ..artifacts.parquet import write_parquet
     from ..artifacts.parquet_splice import SpliceError, column_digests
     from ..artifacts.reader import parse_json
     from ..compile.profiles import (
@@ -684,8 +685,8 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
     import numpy as np
     import pyarrow as pa
 
-    from ..artifacts.io import parquet_bytes
     from ..artifacts.layout import VECTORS_SCHEMA
+    from ..artifacts.parquet import parquet_bytes
     from ..artifacts.parquet_splice import (
         Group,
         assemble_pieces,
@@ -901,7 +902,7 @@ def _read_vectors(path: Path):
 
 
 def stage_graph(config: Config) -> None:
-    from ..artifacts.io import write_parquet
+    from ..artifacts.parquet import write_parquet
     from ..compile.graph import (
         condition_edges,
         edges_table,

@@ -33,11 +33,11 @@ import numpy as np
 from .. import __version__
 from ..artifacts.arrays import arrow_reader
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import Span, compact_json, digest_written, file_stamp, is_sha256, write_pieces
+from ..artifacts.io import Span, compact_json, digest_written, is_sha256, write_pieces
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
-from ..files import changed_lately
+from ..files import changed_lately, file_stamp
 from .link_index import TABLES as LINK_TABLES
 from .link_index import LinkIndex
 
@@ -1164,7 +1164,7 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     to splice it by."""
     import pyarrow as pa
 
-    from ..artifacts.io import parquet_groups_bytes
+    from ..artifacts.parquet import parquet_groups_bytes
     from ..artifacts.parquet_splice import (
         SpliceError,
         capped_starts,
