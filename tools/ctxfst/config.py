@@ -326,7 +326,7 @@ class Config:
 
     @property
     def unit_store(self) -> Path:
-        """The compilation units (build/units.py)."""
+        """The compilation units (pipeline/units.py)."""
         return self.cache_dir / "units.sqlite"
 
     @property

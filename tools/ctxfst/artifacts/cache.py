@@ -174,7 +174,7 @@ class ParseCache:
 
 
 def recorded_passages(store_path: Path) -> list[str]:
-    """The content_path files the last build recorded in the unit store (build/units),
+    """The content_path files the last build recorded in the unit store (pipeline/units),
     read with a light import: doit loads the task graph on every run. [] when unknown."""
     if caches_disabled() or not store_path.is_file():
         return []

@@ -595,7 +595,3 @@ def is_sha256(value: Any) -> bool:
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()

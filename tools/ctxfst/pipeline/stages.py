@@ -178,7 +178,7 @@ def unit_store(config: Config):
 
 
 def _load_validated(config: Config, counts: dict | None = None, reuse: bool = True):
-    """Validate the knowledge base, typing only the documents that changed (build/units);
+    """Validate the knowledge base, typing only the documents that changed (pipeline/units);
     raise BuildFailed on any error. With reuse, a later stage gets what an earlier one
     validated while no input has changed (the validate stage itself always checks: it
     opens a run)."""

@@ -85,11 +85,6 @@ def h_max(problem: Problem, state: State, goal: frozenset[str]) -> float:
     return max((cost.get(fact, INF) for fact in goal), default=0.0)
 
 
-def h_ff(problem: Problem, state: State, goal: frozenset[str]) -> float:
-    """Cost of a relaxed plan extracted from h_add's cheapest supporters."""
-    return relaxed_plan(problem, state, goal)[0]
-
-
 def relaxed_plan(problem: Problem, state: State, goal: frozenset[str]
                  ) -> tuple[float, set[int]]:
     """(h_FF, the relaxed plan's operators): its cost, and the helpful candidates."""
