@@ -97,7 +97,7 @@ def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_tim
     the facts process is ended (no process is left behind), its result file is missing,
     and the next build runs facts again, to what a build that never stopped makes."""
     from ctxfst.pipeline import units
-    from ctxfst.pipeline.stages import BuildFailed
+    from ctxfst.pipeline.errors import BuildFailed
 
     marker = tmp_path / "extracted"
     install_extractor(tmp_path, monkeypatch, "slow_here", f"""
@@ -246,7 +246,7 @@ def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatc
     stops meanwhile ends them with it (they would hold the build lock for ever), and the
     next build does not wait."""
     from ctxfst.pipeline import units
-    from ctxfst.pipeline.stages import BuildFailed
+    from ctxfst.pipeline.errors import BuildFailed
 
     pids = tmp_path / "pids"
     pids.mkdir()

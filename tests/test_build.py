@@ -1686,7 +1686,7 @@ def test_an_edited_passage_file_anywhere_is_rebuilt(tmp_path, capsys):
 def test_readers_see_an_edited_passage_outside_content(tmp_path, capsys):
     root = _passages_project(tmp_path)
     assert build(root, capsys)[0] == 0
-    from ctxfst.artifacts.freshness import stale_reason
+    from ctxfst.freshness import stale_reason
 
     config = find_project(root)
     assert stale_reason(config, root / "build") is None

@@ -17,7 +17,7 @@ import pytest
 
 from ctxfst import cli_help, rule_docs
 from ctxfst.cli import build_parser, main
-from ctxfst.cli_help import HelpFormatter, default_text, options, subcommands, walk
+from ctxfst.cli_args import HelpFormatter, default_text, options, subcommands, walk
 from ctxfst.diagnostics import RULES
 
 from .conftest import REPO, copy_example, write

@@ -138,3 +138,40 @@ def test_the_checker_sees_relative_and_function_level_imports():
 def test_layers_import_only_below_them(folder, banned):
     assert offending(folder, banned) == {}
 
+
+
+# The ground floor: what everything else stands on. It imports nothing above it.
+GROUND = ("ctxfst.version", "ctxfst.diagnostics", "ctxfst.files", "ctxfst.parallel",
+          "ctxfst.collector", "ctxfst.rule_selection", "ctxfst.remote", "ctxfst.locks",
+          "ctxfst.artifacts")
+
+
+def on_the_ground_floor(module: str) -> bool:
+    return any(module == floor or module.startswith(floor + ".") for floor in GROUND)
+
+
+def test_the_ground_floor_imports_only_the_ground_floor():
+    graph = module_graph()
+    assert {module: sorted(other for other in imported if not on_the_ground_floor(other))
+            for module, imported in graph.items() if on_the_ground_floor(module)
+            and not all(on_the_ground_floor(other) for other in imported)} == {}
+
+
+def test_the_cycle_finder_finds_cycles_and_only_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(),
+             "f": {"g"}, "g": {"f"}}
+    assert cycles(graph) == [["a", "b", "c"], ["f", "g"]]
+
+
+def test_no_module_of_the_package_is_in_an_import_cycle():
+    """Imports inside functions count: a lazy import back up is still a loop."""
+    assert cycles(module_graph()) == []
+
+
+def test_every_stage_of_the_table_names_functions_of_the_stages_module():
+    from ctxfst.pipeline import stages
+    from ctxfst.pipeline.table import STAGE_TABLE
+
+    for stage in STAGE_TABLE:
+        assert callable(getattr(stages, stage.run, None)), stage.name
+        assert not stage.sources or callable(getattr(stages, stage.sources, None)), stage.name

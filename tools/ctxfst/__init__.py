@@ -1,3 +1,5 @@
 """ctxfst: a make-style compiler, validator and linter for CtxFST knowledge bases."""
 
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["__version__"]

@@ -8,8 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
-from .cli_help import (
+from .cli_args import (
     HelpFormatter,
     add_command,
     add_verbosity,
@@ -19,6 +18,7 @@ from .cli_help import (
 )
 from .completion import SHELLS
 from .retrieval import MODES
+from .version import __version__
 
 # One policy for every command (docs/cli.md): 0 done (an answer, even an empty one),
 # 1 findings or work that did not succeed, 2 it cannot run as asked (arguments, settings,
@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _codes(silenceable_only: bool):
     def parse(text: str) -> list[str]:
-        from .silence import RuleSettingError, check_prefixes
+        from .rule_selection import RuleSettingError, check_prefixes
 
         try:
             return check_prefixes([c for c in text.split(",") if c.strip()],
@@ -755,9 +755,9 @@ def _export_graph(args: argparse.Namespace, build_dir: Path, config) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .artifacts.freshness import stale_reason
     from .artifacts.io import write_atomic
     from .config import check_inside, typed_path
+    from .freshness import stale_reason
     from .report import DEFAULT_NAME, ReportError, make_report
     from .runtime.commands import RuntimeUsage, project
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .cli_help import named_path, options, subcommands, summaries, walk
+from .cli_args import named_path, options, subcommands, summaries, walk
 
 SHELLS = ("bash", "zsh", "fish")
 

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from .document.ids import DEFAULT_TENANT, NAME_PATTERN, TENANT_PATTERN
 from .files import display_path, inside
-from .silence import RuleSelection, RuleSettingError, check_prefixes
+from .rule_selection import RuleSelection, RuleSettingError, check_prefixes
 
 CONFIG_FILE = "ctxfst.toml"
 TOOL_DIR = ".ctxfst"
@@ -281,7 +281,8 @@ class Config:
     # Where models run: it does not shape the artifacts (not a BuildSettings), so a
     # change re-embeds nothing; the cache keeps a text's vector once it is made.
     embedding_device: str = "auto"
-    # [lint]: which warnings and infos are shown (silence.py); the artifacts never change.
+    # [lint]: which warnings and infos are shown (rule_selection.py); the artifacts never
+    # change.
     lint: RuleSelection = field(default_factory=RuleSelection)
     # report = true: the build also writes build/report.html (a view of the artifacts)
     report: bool = False
@@ -332,7 +333,7 @@ class Config:
     @property
     def input_digests(self) -> Path:
         """sha256 of the sources by file identity (size, mtime, inode, ctime), like git's
-        index: the readers' freshness check (artifacts/freshness.py)."""
+        index: the readers' freshness check (freshness.py)."""
         return self.cache_dir / "inputs.json"
 
     @property

@@ -29,8 +29,8 @@ def build_server(service: Service):
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import ConfigDict, Field, ValidationError, create_model
 
-    from . import __version__
     from .retrieval import MODES
+    from .version import __version__
 
     strict: dict[str, Any] = {}  # tool name -> its arguments' strict model
 

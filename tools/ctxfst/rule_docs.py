@@ -64,7 +64,7 @@ class UnknownRule(Exception):
 def explain(code: str | None) -> list[dict]:
     """The rules a code or a prefix names (all of them for None), in code order; an
     unknown one raises UnknownRule with a did-you-mean."""
-    from .silence import did_you_mean
+    from .rule_selection import did_you_mean
 
     wanted = (code or "").strip().upper()
     docs = load()

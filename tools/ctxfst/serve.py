@@ -163,7 +163,7 @@ class Service:
     def check_stale(self, generation: Generation | None = None) -> None:
         """Compare the sources with the manifest of the build served (not with whatever
         the build folder holds now: a newer build may have failed to load)."""
-        from .artifacts.freshness import changed_inputs, stale_message
+        from .freshness import changed_inputs, stale_message
 
         generation = generation or self.current
         workspace = generation.workspace if generation else None

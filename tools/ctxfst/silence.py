@@ -1,106 +1,23 @@
-"""Which warnings and infos a project wants to see: the [lint] settings (select, ignore,
-per_file_ignores, as ruff has them) and inline `ctxfst: noqa` comments on a chunk or an
-entity. Errors are never silenced: the build refuses what they report, so hiding one
-would only hide why."""
+"""Silencing: the diagnostics a project's rule selection (rule_selection.py) and its
+inline `ctxfst: noqa` comments on a chunk or an entity hide. Errors are never silenced:
+the build refuses what they report, so hiding one would only hide why."""
 
 from __future__ import annotations
 
 import bisect
-import difflib
-import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .diagnostics import RULES, Diagnostic, Severity, diag
+from .rule_selection import SILENCEABLE, RuleSelection, did_you_mean
 
 # `# ctxfst: noqa CTX502, CTX503` in YAML, `<!-- ctxfst: noqa CTX511 -->` in a body; no
 # codes: every warning and info of that record.
 _NOQA = re.compile(r"(?:#|<!--)\s*ctxfst:\s*noqa(?![\w-])(?:[:\s]\s*"
                    r"(?P<codes>[A-Za-z]+\w*(?:[\s,]+[A-Za-z]+\w*)*))?")
-_CODE_PREFIX = re.compile(r"CTX[0-9]{0,3}")
-_SILENCEABLE = tuple(sorted(code for code, rule in RULES.items()
-                            if rule.severity is not Severity.ERROR))
-
-
-class RuleSettingError(ValueError):
-    """A [lint] entry that is no code, or names only errors where they cannot go."""
-
-
-@dataclass(frozen=True)
-class RuleSelection:
-    """[lint] select / ignore / per_file_ignores: codes or code prefixes (CTX5, CTX50)."""
-
-    select: tuple[str, ...] = ()  # empty: every rule
-    ignore: tuple[str, ...] = ()
-    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, prefixes)
-
-    def with_options(self, select: Iterable[str] | None, ignore: Iterable[str] | None
-                     ) -> RuleSelection:
-        """The command line's --select (replaces the setting) and --ignore (adds to it)."""
-        return RuleSelection(
-            tuple(check_prefixes(select, "--select: ", silenceable_only=False))
-            if select is not None else self.select,
-            self.ignore + tuple(check_prefixes(ignore or (), "--ignore: ")),
-            self.per_file_ignores)
-
-    def shows(self, code: str, relative_path: str | None) -> bool:
-        rule = RULES.get(code)
-        if rule is None or rule.severity is Severity.ERROR:
-            return True
-        if self.select and not code.startswith(self.select):
-            return False
-        if code.startswith(self.ignore) if self.ignore else False:
-            return False
-        if relative_path is not None:
-            for pattern, prefixes in self.per_file_ignores:
-                if code.startswith(prefixes) and _path_matches(pattern, relative_path):
-                    return False
-        return True
-
-
-def _path_matches(pattern: str, relative_path: str) -> bool:
-    """A project-relative POSIX path against a glob (`*` crosses folders, as in ruff): the
-    path itself or one of its folders (`content/drafts` covers everything below it)."""
-    if fnmatch.fnmatchcase(relative_path, pattern):
-        return True
-    parts = relative_path.split("/")
-    return any(fnmatch.fnmatchcase("/".join(parts[:n]), pattern) for n in range(1, len(parts)))
-
-
-def check_prefixes(entries, where: str = "", silenceable_only: bool = True) -> list[str]:
-    """Entries as code prefixes, each matching a known code (a warning or info where
-    silenceable_only); RuleSettingError names the first that does not (where: what the
-    message starts with)."""
-    if isinstance(entries, str) or not all(isinstance(e, str) for e in entries):
-        raise RuleSettingError(f"{where}must be a list of codes such as \"CTX511\" or "
-                               "prefixes such as \"CTX5\"")
-    out = []
-    for entry in entries:
-        entry = entry.strip().upper()
-        if not _CODE_PREFIX.fullmatch(entry):
-            raise RuleSettingError(f"{where}{entry!r} is not a code (CTX511) or a code "
-                                   "prefix (CTX5)")
-        pool = _SILENCEABLE if silenceable_only else tuple(RULES)
-        if not any(code.startswith(entry) for code in pool):
-            if entry in RULES:
-                raise RuleSettingError(f"{where}{entry} is an error; errors are fixed, "
-                                       "not silenced")
-            raise RuleSettingError(f"{where}{entry!r} matches no "
-                                   f"{'warning or info' if silenceable_only else 'code'}"
-                                   f"{did_you_mean(entry, pool)}")
-        out.append(entry)
-    return out
-
-
-def did_you_mean(word: str, known: Iterable[str]) -> str:
-    """'; did you mean X?' for the closest known word, or nothing."""
-    found = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f"; did you mean {found[0]}?" if found else ""
-
-
 @dataclass(frozen=True)
 class _Directive:
     line: int
@@ -202,14 +119,14 @@ def apply(diagnostics: list[Diagnostic], selection: RuleSelection, root: Path,
         spans = _record_spans(parse_text(text, path, typed=False))
         by_path[path] = (spans, directives)
         for directive in directives:
-            bad = [c for c in directive.codes if c not in _SILENCEABLE]
+            bad = [c for c in directive.codes if c not in SILENCEABLE]
             if _record_at(spans, directive.line) is None:
                 extra.append(diag("CTX513", "noqa comment outside a chunk or entity entry "
                                   "silences nothing (per_file_ignores in [lint] covers a "
                                   "whole file)", path, directive.line, directive.column))
             for code in bad:
                 reason = "is an error, fixed and not silenced" if code in RULES else \
-                    f"is no warning or info code{did_you_mean(code, _SILENCEABLE)}"
+                    f"is no warning or info code{did_you_mean(code, SILENCEABLE)}"
                 extra.append(diag("CTX513", f"noqa: {code} {reason}", path, directive.line,
                                   directive.column))
     if not by_path:

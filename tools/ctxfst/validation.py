@@ -23,7 +23,7 @@ from .document.source import Source, load_text
 from .document.tree import WORK_TREE, TreeFiles
 from .files import display_path, inside, scan_project
 from .kb import KnowledgeBase, load_kb, validate
-from .silence import RuleSelection
+from .rule_selection import RuleSelection
 from .silence import apply as apply_selection
 
 

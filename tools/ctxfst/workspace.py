@@ -56,7 +56,7 @@ class Workspace:
         or when the build folder is another one: there are no sources to compare)."""
         if not self.is_project_build:
             return None
-        from .artifacts.freshness import stale_reason
+        from .freshness import stale_reason
 
         return stale_reason(self.config, self.build_dir)
 

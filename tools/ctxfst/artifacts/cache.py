@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 
 # Bump when the parsed-document data changes shape. 2: chunk bodies carry their text
 # offset; 3: SKILL.md tenant checked; 4: JSON rows instead of pickle; 5: rows keep the

@@ -33,7 +33,7 @@ def _category(text: str) -> str:
 
 
 def add_parser(commands) -> None:
-    from ..cli_help import add_command, format_option, named_path
+    from ..cli_args import add_command, format_option, named_path
     from . import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
     chunk = add_command(
@@ -71,7 +71,7 @@ def add_parser(commands) -> None:
 
 
 def add_contextualize_parser(commands) -> None:
-    from ..cli_help import add_command, format_option
+    from ..cli_args import add_command, format_option
 
     command = add_command(
         commands, "contextualize", "fill missing chunk contexts through a language model",
@@ -204,7 +204,7 @@ def _print_contexts(outcome, dry_run: bool, cached: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli_help import verbosity
+    from ..cli_args import verbosity
     from ..validation import UsageError
     from .chunk import Options
     from .convert import convert

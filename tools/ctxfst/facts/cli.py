@@ -13,7 +13,7 @@ OPS = ("exists", "count", "list")  # = query.OPS; not imported: parsing stays li
 
 
 def add_parser(commands) -> None:
-    from ..cli_help import add_command, format_option
+    from ..cli_args import add_command, format_option
 
     facts = add_command(commands, "facts", "semantic facts with evidence: ask, show, list",
                         ["ctxfst facts ask --tenant default --op exists --key topic "

@@ -101,7 +101,7 @@ class Store:
         except ArtifactError as error:
             raise FactsBuildError(str(error)) from None
         if project is not None:
-            from ..artifacts.freshness import changed_inputs, stale_message
+            from ..freshness import changed_inputs, stale_message
 
             changed = changed_inputs(project, build.manifest)
             if changed:

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..artifacts.io import (
     copy_atomic,
     link_atomic,
@@ -50,6 +49,7 @@ from ..artifacts.layout import (
 )
 from ..config import Config
 from ..files import file_identity
+from ..version import __version__
 
 MAX_JOURNAL_BYTES = 1 << 20
 RETAIN_SECONDS = 60  # how long a folder that stopped being current stays, at least

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..artifacts.io import (
     copy_atomic,
     note_written,
@@ -44,11 +43,10 @@ from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
 from ..document.source import MAX_FILE_BYTES
 from ..files import file_identity, file_stamp
+from ..version import __version__
+from .errors import BuildFailed
 from .publish import publish, written_entry
-
-
-class BuildFailed(Exception):
-    """A stage could not produce its outputs; the message says why."""
+from .table import ARTIFACTS, BY_NAME, STAGES
 
 
 def _record(config: Config, stage: str, started: float, **details: Any) -> None:
@@ -66,7 +64,7 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
 def run_stage(config: Config, stage) -> None:
     """Run a stage of the table, remembering the digests of what it writes."""
     with recording_writes():
-        stage.run(config)
+        globals()[stage.run](config)  # (the table names the functions of this module)
 
 
 def describe(config: Config, stage) -> str:
@@ -1016,7 +1014,6 @@ def _rows(path: Path) -> int:
 
 def stage_manifest(config: Config) -> None:
     from ..compile.embed import model_id_of
-    from .table import ARTIFACTS, BY_NAME, STAGES
 
     started = time.perf_counter()
     validation = read_json(staged(config, "validation.json"))

@@ -11,7 +11,6 @@ the function that writes it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from ..artifacts.layout import (
     ledger_copy_name,
     result_name,
 )
-from . import stages
 
 SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version today
 
@@ -32,14 +30,15 @@ SCHEMA = "1.0.0"  # every published artifact's schema (or Arrow schema) version 
 class Stage:
     name: str
     doc: str  # what `doit list` says
-    run: Callable
+    run: str  # its function in pipeline/"py"
     reads: tuple[str, ...] = ()  # staged files of earlier stages: a change re-runs this one
     publishes: tuple[tuple[str, str], ...] = ()  # (artifact, schema version) for build/
     keeps: tuple[str, ...] = ()  # staged files for later stages only, never published
     settings: tuple[str, ...] = ()  # ctxfst.toml keys its outputs depend on
     lineage: tuple[str, ...] = ()  # what its artifacts are made from (the manifest says)
-    # Project files it reads itself, and a state whose change re-runs it: (paths, state).
-    sources: Callable | None = None
+    # Project files it reads itself, and a state whose change re-runs it: the function in
+    # pipeline/"py" that gives (paths, state).
+    sources: str = ""
     source_files: str = ""  # those files, in words (for the docs table)
     after: tuple[str, ...] = ()  # stages that must succeed first (ordering only)
     summary: str = "done"  # its progress line, filled from its recorded counts
@@ -70,31 +69,31 @@ def _published(*names: str) -> tuple[tuple[str, str], ...]:
 
 _MAKERS = (
     Stage("validate", "Validate content/ and skills/ (stops the build on errors, build/ "
-          "untouched).", stages.stage_validate,
+          "untouched).", "stage_validate",
           keeps=("validation.json",), settings=("extra_edges",),
-          sources=stages.validate_sources,
+          sources="validate_sources",
           source_files="`content/`, `skills/`, `ctxfst.toml`, `content_path` files",
           summary="{files} files, {documents_checked} checked again ({documents_typed} "
                   "typed), {warnings} warning(s)"),
     Stage("compile", "Compile chunks and the entity catalog: chunks.json, chunks.parquet.",
-          stages.stage_compile, reads=("validation.json",),
+          "stage_compile", reads=("validation.json",),
           publishes=_published("chunks.json", "chunks.parquet"),
           keeps=("catalog.json", "extra-edges.json"), lineage=("inputs",),
           summary="{documents_recompiled} of {documents} documents recompiled, {chunks} "
                   "chunks, {entities} entities"),
     Stage("skills", "Compile skills/*/SKILL.md into the skill index: skill-index.json, "
-          "skills.parquet.", stages.stage_skills,
+          "skills.parquet.", "stage_skills",
           publishes=_published("skill-index.json", "skills.parquet"),
-          lineage=("inputs:skills",), sources=stages.skill_sources,
+          lineage=("inputs:skills",), sources="skill_sources",
           source_files="`skills/*/SKILL.md`", after=("validate",),
           summary="{skills} skills"),
     Stage("profiles", "Build entity profiles: entity-profiles.json, entities.parquet.",
-          stages.stage_profiles, reads=("chunks.parquet", "catalog.json"),
+          "stage_profiles", reads=("chunks.parquet", "catalog.json"),
           publishes=_published("entity-profiles.json", "entities.parquet"),
           lineage=("chunks.json",),
           summary="{entities_profiled} of {entities} entity profiles made"),
     Stage("embed", "Embed chunks, entity profiles and skills (cached by model and text).",
-          stages.stage_embed, reads=("chunks.parquet", "entities.parquet", "skills.parquet"),
+          "stage_embed", reads=("chunks.parquet", "entities.parquet", "skills.parquet"),
           publishes=tuple((name, VECTORS_SCHEMA) for name in (
               "chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet")),
           settings=("embedding_model", "embed_batch_size"),
@@ -102,7 +101,7 @@ _MAKERS = (
           summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache, "
                   "{unchanged} unchanged"),
     Stage("graph", "Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges.",
-          stages.stage_graph,
+          "stage_graph",
           reads=("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json",
                  "skill-index.json"),
           publishes=_published("entity-graph.json", "edges.parquet"),
@@ -111,14 +110,14 @@ _MAKERS = (
                    "inputs:extra-edges"),
           summary="{nodes} nodes, {edges} edges"),
     Stage("facts", "Extract semantic facts with evidence; invalidate what sources stopped "
-          "saying.", stages.stage_facts,
+          "saying.", "stage_facts",
           # validation.json changes exactly when a source does; the ledger is read, not
           # tracked
           reads=("validation.json",),
           publishes=_published(*LEDGER_FILES),
           keeps=tuple(ledger_copy_name(name) for name in LEDGER_FILES),
           settings=("facts_tenants", "facts_extractors"),
-          lineage=("inputs", "ledger:.ctxfst/facts"), sources=stages.facts_sources,
+          lineage=("inputs", "ledger:.ctxfst/facts"), sources="facts_sources",
           beside=True, imports=("pyarrow", "pyarrow.parquet", "pyarrow.compute"),
           source_files="the facts ledger `.ctxfst/facts/`, extractor plugins' versions",
           summary="{extracted} of {sources} sources extracted, {facts_added} facts added, "
@@ -127,13 +126,13 @@ _MAKERS = (
 
 STAGE_TABLE: tuple[Stage, ...] = _MAKERS + (
     Stage("manifest", "Write manifest.json and run_results.json, then publish the "
-          "artifacts to build/.", stages.stage_manifest,
+          "artifacts to build/.", "stage_manifest",
           reads=tuple(name for stage in _MAKERS for name in stage.outputs)
           + tuple(result_name(stage.name) for stage in _MAKERS),
           keeps=(MANIFEST,), final=True,
           summary="{artifacts} artifacts and the manifest published"),
     Stage("report", "Write build/report.html, the HTML report of the published build "
-          "(with `report = true`).", stages.stage_report, reads=(MANIFEST,),
+          "(with `report = true`).", "stage_report", reads=(MANIFEST,),
           settings=(), after=("manifest",), opt_in="report", writes=("report.html",),
           source_files="the published build, lint findings of the sources",
           summary="{bytes} bytes, {entities} entities, {findings} finding(s)"),

@@ -25,11 +25,11 @@ from ..collector import collector_paused, return_free_memory
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
-from . import beside
+from . import beside, stages
 from .doit_state import IdentityChecker
+from .errors import BuildFailed
 from .stages import (
     QUIET,
-    BuildFailed,
     begin_run,
     describe,
     end_run,
@@ -201,7 +201,7 @@ def _task_maker(config, stage):
     """The task_* function doit calls (only when the task is needed) for one stage."""
 
     def make_task() -> dict:
-        from .. import __version__
+        from ..version import __version__
 
         file_dep = [str(staged(config, name)) for name in stage.reads]
         # Re-run when the settings this stage reads change, or the toolchain does.
@@ -209,8 +209,8 @@ def _task_maker(config, stage):
                        "settings": config.build.digest(*stage.settings) if stage.settings
                        else ""}
         uptodate = [config_changed(fingerprint)]
-        if stage.sources is not None:
-            files, state = stage.sources(config)
+        if stage.sources:
+            files, state = getattr(stages, stage.sources)(config)
             file_dep = files + file_dep
             uptodate.append(_sources_unchanged(config, stage, state))
         if waits_for(stage):  # first, before doit looks at the files they write
@@ -282,7 +282,7 @@ def _sources_unchanged(config, stage, state: str):
     def saved() -> dict:
         if not racy_state(state):
             return {"sources": state}
-        return {"sources": settled_state(state, stage.sources(config)[1])}
+        return {"sources": settled_state(state, getattr(stages, stage.sources)(config)[1])}
 
     def uptodate(task, values) -> bool:
         task.value_savers.append(saved)

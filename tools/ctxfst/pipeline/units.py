@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from ..artifacts.arrays import arrow_reader
 from ..artifacts.cache import PASSAGES, connect
 from ..artifacts.io import Span, compact_json, digest_written, is_sha256, write_pieces
@@ -38,6 +37,8 @@ from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..files import changed_lately, file_stamp
+from ..version import __version__
+from .errors import BuildFailed
 from .link_index import TABLES as LINK_TABLES
 from .link_index import LinkIndex
 
@@ -477,7 +478,6 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
             if problem is None and data is not None:
                 actual = hashlib.sha256(data).hexdigest()
                 if check and actual != sha:
-                    from .stages import BuildFailed
 
                     raise BuildFailed(f"{path} changed during the build: run `doit` again")
                 found[path] = (item, relative, actual)
@@ -494,7 +494,6 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
             cache.close()
         gone = [path for path in paths if path not in loaded]
         if gone:  # plain Markdown now: it changed during the build
-            from .stages import BuildFailed
 
             raise BuildFailed(f"{gone[0]} changed during the build: run `doit` again")
         return loaded

@@ -253,7 +253,7 @@ class Index:
     def _lexical_cache_path(self) -> Path | None:
         if self.cache_dir is None:
             return None
-        from .. import __version__  # the tokenizer and layout may change between versions
+        from ..version import __version__  # the tokenizer and layout may change between versions
 
         digest = self.artifacts.digest("chunks.parquet")  # checked when the chunks were read
         return self.cache_dir / f"lexical-{__version__}-{digest[:24]}.npz"

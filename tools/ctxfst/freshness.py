@@ -7,15 +7,15 @@ import os
 import stat
 from typing import Any
 
-from ..config import Config
-from .reader import DigestCache, read_manifest
+from .artifacts.reader import DigestCache, read_manifest
+from .config import Config
 
 
 def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     """Source files (and the settings file) added, removed or edited since the build (by
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
     so a query on a large knowledge base hashes only files touched since."""
-    from ..files import (
+    from .files import (
         RACY_NS,
         ProjectRelative,
         inside,
