@@ -1,4 +1,5 @@
-"""`ctxfst facts ask|show|list`: arguments and rendering only; the work is in query.py."""
+"""`ctxfst facts ask|show|list`: arguments and rendering only; the work is in
+facts/query.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ..diagnostics import escape, escape_lines, output_json
 OPS = ("exists", "count", "list")  # = query.OPS; not imported: parsing stays light
 
 
-def add_parser(commands) -> None:
+def add_facts(commands) -> None:
     from ..cli_args import add_command, format_option
 
     facts = add_command(commands, "facts", "semantic facts with evidence: ask, show, list",
@@ -21,6 +22,7 @@ def add_parser(commands) -> None:
                         description="Ask the build's semantic facts. An answer is yes, no or "
                                     "unknown: no facts is never taken for \"does not "
                                     "exist\".", leaf=False)
+    facts.set_defaults(run=run)
     actions = facts.add_subparsers(dest="facts_command", required=True, metavar="FACTS_COMMAND")
 
     def common(parser: argparse.ArgumentParser) -> None:
@@ -74,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 with an answer (unknown is one), 1 when it cannot be answered (a tenant
     with no sources, an unknown fact), 2 for bad arguments or no usable build."""
     from ..config import find_project
-    from .extractors import reader_version
-    from .query import FactsError, FactsUsage, Store, ask, check_tenant, list_facts, show
+    from ..facts.extractors import reader_version
+    from ..facts.query import FactsError, FactsUsage, Store, ask, check_tenant, list_facts, show
 
     try:
         check_tenant(args.tenant)  # before touching any file: fail closed

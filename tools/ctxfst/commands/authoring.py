@@ -24,7 +24,7 @@ def _min_tokens(text: str) -> int:
 
 
 def _category(text: str) -> str:
-    from . import check_category
+    from ..authoring import check_category
 
     try:
         return check_category(text)
@@ -32,9 +32,9 @@ def _category(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def add_parser(commands) -> None:
+def add_chunk(commands) -> None:
+    from ..authoring import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
     from ..cli_args import add_command, format_option, named_path
-    from . import DEFAULT_CATEGORY, DEFAULT_MAX_TOKENS, DEFAULT_MIN_TOKENS
 
     chunk = add_command(
         commands, "chunk", "turn plain Markdown notes into CtxFST drafts",
@@ -68,9 +68,10 @@ def add_parser(commands) -> None:
     chunk.add_argument("--dry-run", action="store_true",
                        help="show the chunks each note would get; write nothing")
     format_option(chunk)
+    chunk.set_defaults(run=run)
 
 
-def add_contextualize_parser(commands) -> None:
+def add_contextualize(commands) -> None:
     from ..cli_args import add_command, format_option
 
     command = add_command(
@@ -112,6 +113,7 @@ def add_contextualize_parser(commands) -> None:
     command.add_argument("--dry-run", action="store_true",
                          help="show what would be asked and its size; ask nothing")
     format_option(command)
+    command.set_defaults(run=run_contextualize)
 
 
 def _seconds(text: str) -> float:
@@ -129,11 +131,11 @@ def _jobs(text: str) -> int:
 
 
 def run_contextualize(args: argparse.Namespace) -> int:
+    from ..authoring.contextualize import contextualize, load_documents
+    from ..authoring.providers import make_provider
     from ..config import find_project
     from ..remote import HttpSettings
     from ..validation import UsageError
-    from .contextualize import contextualize, load_documents
-    from .providers import make_provider
 
     for path in args.paths:
         if not path.exists():
@@ -204,10 +206,10 @@ def _print_contexts(outcome, dry_run: bool, cached: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..authoring.chunk import Options
+    from ..authoring.convert import convert
     from ..cli_args import verbosity
     from ..validation import UsageError
-    from .chunk import Options
-    from .convert import convert
 
     options = Options(args.max_tokens, args.min_tokens, args.category)
     try:

@@ -1,0 +1,87 @@
+"""What the commands share: exit codes, the usage error, output helpers, argument types
+and the options several commands take."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..cli_args import verbosity
+
+# One policy for every command (docs/cli.md): 0 done (an answer, even an empty one),
+# 1 findings or work that did not succeed, 2 it cannot run as asked (arguments, settings,
+# a missing or damaged build or state file), 70 a bug.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 70
+EXIT_BROKEN_PIPE = 141  # as a process killed by SIGPIPE
+MAX_TIMEOUT_S = 86_400.0  # a day; the OS cannot wait on much larger timeouts
+
+
+class Usage(Exception):
+    """The command cannot run as asked (exit 2); the message says why."""
+
+
+def say(args: argparse.Namespace, text: str) -> None:
+    """A progress or summary line: not with --quiet."""
+    if verbosity(args) >= 0:
+        print(text)
+
+
+def print_data(data, fmt: str, lines: list[str]) -> None:
+    """JSON, or the text lines with control characters made visible in each (ids and
+    summaries come from the knowledge base and its scripts: a newline in one must not
+    forge a line)."""
+    from ..diagnostics import escape_lines, output_json
+
+    if fmt == "json":
+        print(output_json(data))
+    else:
+        print(escape_lines(lines))
+
+
+def positive(text: str) -> int:
+    value = int(text) if text.strip().lstrip("-").isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def at_least_zero(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
+def at_least_zero_seconds(text: str) -> float:
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass  # (seconds says what is wrong with it)
+    return seconds(text)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= MAX_TIMEOUT_S:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most "
+                                         f"{MAX_TIMEOUT_S:g}, got {text!r}")
+    return value
+
+
+def bridge_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bridge-model", default="use-multilingual",
+                        help="multilingual model that seeds graph mode when the build's model "
+                        "cannot read the query; none turns it off")
+
+
+def build_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--build", type=Path, default=None,
+                        help="build folder (default: the project's)")
+
+
+def stale_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-stale", action="store_true",
+                        help="read build/ even when sources changed since it was built")
