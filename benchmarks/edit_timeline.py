@@ -36,10 +36,10 @@ import ctxfst.pipeline.tasks as tasks
 
 real = stages.run_stage
 
-def run_stage(config, stage, *args, **kwargs):
+def run_stage(run, stage, *args, **kwargs):
     begin = time.perf_counter()
     try:
-        return real(config, stage, *args, **kwargs)
+        return real(run, stage, *args, **kwargs)
     finally:
         name = getattr(stage, "name", stage)
         os.write(2, f"{os.getpid()} {name} {begin - started:.2f} "

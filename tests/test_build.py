@@ -24,6 +24,7 @@ from ctxfst.config import find_project
 from ctxfst.files import file_stamp
 from ctxfst.mock import generate
 from ctxfst.pipeline.publish import recover
+from ctxfst.pipeline.run import BuildRun
 from ctxfst.pipeline.runner import run_build
 from ctxfst.pipeline.table import ARTIFACTS
 
@@ -98,7 +99,11 @@ def test_inputs_that_had_just_changed_are_compared_by_content(tmp_path):
     """The validate task's state is one digest of its inputs' identities; a file changed
     within a clock tick of the state could change again and keep its identity, so its
     sha256 is kept and compared next time (git's racily clean entries)."""
-    from ctxfst.pipeline.stages import inputs_state, settled_state, states_match
+    from ctxfst.pipeline.stages import inputs_state as state_of
+    from ctxfst.pipeline.stages import settled_state, states_match
+
+    def inputs_state(paths: list[str], refused: list[str]) -> str:
+        return state_of(BuildRun(find_project(REPO)), paths, refused)
 
     doc = tmp_path / "a.md"
     doc.write_text("one")
@@ -999,12 +1004,12 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     assert len(calls) == 1
-    config = find_project(root)
-    stages.stage_validate(config)
+    run = BuildRun(find_project(root))
+    stages.stage_validate(run)
     doc = root / "content" / "backend-frameworks.ctxfst.md"
     doc.write_text(doc.read_text(encoding="utf-8").replace("Hono is a tiny web framework",
                                                            "Hono is a very small framework"))
-    stages.stage_compile(config)
+    stages.stage_compile(run)
     chunks = json.loads((root / "build" / ".staging" / "chunks.json").read_text())
     assert any("Hono is a very small framework" in c["content"] for c in chunks["chunks"])
     assert len(calls) == 3
@@ -1034,8 +1039,6 @@ def test_an_input_edited_after_doit_loaded_the_tasks_is_built_by_the_next_build(
     """A run looks at its inputs through the stat results doit's state was made from
     (not asking the OS again for every file): a file edited after doit took them is not
     lost, the next build sees it and builds it."""
-    from ctxfst.pipeline import tasks
-
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     edited = root / "content" / "backend-frameworks.ctxfst.md"
@@ -1043,13 +1046,13 @@ def test_an_input_edited_after_doit_loaded_the_tasks_is_built_by_the_next_build(
     late = root / "content" / "deployment.zh-TW.ctxfst.md"
     # (edited now too: no digest is kept for its identity, so validate hashes it)
     late.write_text(late.read_text().replace("一分鐘內", "一分鐘之內"))
-    real = tasks.begin_run
+    real = BuildRun.begin
 
-    def begin_then_edit() -> None:
-        real()
+    def begin_then_edit(self) -> None:
+        real(self)
         late.write_text(late.read_text().replace("一分鐘之內", "兩分鐘以內之內"))  # new size
 
-    monkeypatch.setattr(tasks, "begin_run", begin_then_edit)
+    monkeypatch.setattr(BuildRun, "begin", begin_then_edit)
     code, out = build(root, capsys)
     assert code == 0, out
     assert "Goroutines kept" in (root / "build/chunks.json").read_text()
@@ -1057,7 +1060,7 @@ def test_an_input_edited_after_doit_loaded_the_tasks_is_built_by_the_next_build(
         data = (root / entry["path"]).read_bytes()
         if hashlib.sha256(data).hexdigest() == entry["sha256"]:
             assert entry["bytes"] == len(data), entry  # (its size, not an earlier one's)
-    monkeypatch.setattr(tasks, "begin_run", real)
+    monkeypatch.setattr(BuildRun, "begin", real)
     code, out = build(root, capsys)
     assert code == 0 and ".  validate" in out, out
     chunks = (root / "build/chunks.json").read_text()

@@ -101,10 +101,12 @@ def test_text_xml_cannot_hold_is_replaced_not_written_raw():
 
 
 def test_bad_exports_are_clear_errors(built, cli, tmp_path_factory):
-    outside = tmp_path_factory.mktemp("elsewhere") / "graph.graphml"
-    result = cli("export", "graph", "--format", "graphml", "--out", outside, cwd=built)
-    assert result.code == 2 and "outside the project root" in result.err
-    assert not outside.exists()
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (built / "linked-out").symlink_to(elsewhere)  # inside by its words, out by a link
+    result = cli("export", "graph", "--format", "graphml", "--out", "linked-out/graph.graphml",
+                 cwd=built)
+    assert result.code == 2 and "outside it (through a link)" in result.err
+    assert not (elsewhere / "graph.graphml").exists()
     (built / "a-folder").mkdir()
     result = cli("export", "graph", "--format", "gexf", "--out", "a-folder", cwd=built)
     assert result.code == 2 and "--out a-folder" in result.err and "Traceback" not in result.err

@@ -129,10 +129,13 @@ def test_the_world_model_flags_what_no_skill_sequence_reaches(tmp_path, cli):
     assert data["findings"] is None
 
 
-def test_a_report_needs_a_fresh_build_and_writes_only_inside_the_project(built_example, cli):
+def test_a_report_needs_a_fresh_build_and_writes_where_it_is_asked(built_example, cli):
     outside = built_example.parent / "outside.html"
-    result = cli("report", "--out", str(outside), cwd=built_example)
-    assert result.code == 2 and "outside the project" in result.err and not outside.exists()
+    result = cli("report", "--out", str(outside), "--no-lint", cwd=built_example)
+    assert result.code == 0 and outside.read_text().startswith("<!DOCTYPE html>"), result.err
+    result = cli("report", "--out", "content/page.html", cwd=built_example)
+    assert result.code == 2 and "CTX810" in result.err
+    assert not (built_example / "content" / "page.html").exists()
     doc = built_example / "content" / "backend-frameworks.ctxfst.md"
     doc.write_text(doc.read_text(encoding="utf-8") + "\n", encoding="utf-8")
     result = cli("report", cwd=built_example)

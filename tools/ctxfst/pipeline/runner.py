@@ -13,7 +13,6 @@ def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
     from doit.cmd_base import ModuleTaskLoader
     from doit.doit_cmd import DoitMain
 
-    from .stages import QUIET
     from .tasks import build_lock, check_build_folder, namespace
 
     config = find_project(root)  # settings and paths are checked before anything is touched
@@ -22,18 +21,16 @@ def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
     check_build_folder(config)
     previous = Path.cwd()
     os.chdir(config.root)  # as doit does for a dodo.py: its relative paths start here
-    QUIET[0] = quiet
     try:
         config.tool_dir.mkdir(exist_ok=True)
         from .publish import recover
 
         with build_lock(config):
             recover(config)
-            tasks = namespace(config)
+            tasks = namespace(config, quiet)
             # doit binds its default output stream when imported; use the current one.
             tasks["DOIT_CONFIG"] = {**tasks["DOIT_CONFIG"], "outfile": sys.stdout}
             result = DoitMain(ModuleTaskLoader(tasks)).run(list(doit_args))
         return 0 if result is None else int(result)  # some doit commands return None
     finally:
         os.chdir(previous)
-        QUIET[0] = False  # (a later build in this process says what it does again)

@@ -9,7 +9,6 @@ or is killed before then leaves the published artifacts and their manifest as th
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import sqlite3
@@ -40,12 +39,13 @@ from ..artifacts.layout import (
     staging,
 )
 from ..config import Config
-from ..diagnostics import Diagnostic, render_text, summarize
+from ..diagnostics import Diagnostic
 from ..document.source import MAX_FILE_BYTES
-from ..files import file_identity, file_stamp
+from ..files import file_identity
 from ..version import __version__
 from .errors import BuildFailed
 from .publish import publish, written_entry
+from .run import BuildRun
 from .table import ARTIFACTS, BY_NAME, STAGES
 
 
@@ -61,10 +61,10 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
                                             **details, "outputs": outputs})
 
 
-def run_stage(config: Config, stage) -> None:
+def run_stage(run: BuildRun, stage) -> None:
     """Run a stage of the table, remembering the digests of what it writes."""
     with recording_writes():
-        globals()[stage.run](config)  # (the table names the functions of this module)
+        globals()[stage.run](run)  # (the table names the functions of this module)
 
 
 def describe(config: Config, stage) -> str:
@@ -95,78 +95,8 @@ def _shown(config: Config, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
                            project_text_reader(config.root))
 
 
-QUIET = [False]  # `ctxfst build -q`: findings and failures only, no progress or summaries
-
-
-def _write(shown: list[Diagnostic], files: int) -> None:
-    sys.stdout.write(render_text(shown, None if QUIET[0] else summarize(shown, files)))
-
-
-def _show(config: Config, diagnostics: list[Diagnostic], files: int) -> None:
-    _write(_shown(config, diagnostics), files)
-
-
-# The validated KB of this process's last load, shared by the stages of one build run
-# (validate, compile and facts each need it): (project, settings) -> (input identities,
-# Checked, the run it was made in). Identities include ctime, which every write changes.
-_validated: dict[tuple, tuple[tuple, Any, int | None]] = {}
-_runs: list[int | None] = [None]  # the doit run this process is in (begin_run)
-_run_numbers = itertools.count(1)  # (never one again: a later run is another snapshot)
-# The inputs as inputs_state found them while doit loaded the tasks (the lstat of each
-# regular file), and those the run that followed took as its own (begin_run): its
-# validation looks at each input through them, not again (at 10,000 files, each pass of
-# stat calls cost 30 ms here).
-_loaded_stats: dict[str, os.stat_result] = {}
-_run_stats: dict[str, os.stat_result] = {}
-
-
-def begin_run() -> None:
-    """A doit run starts: its stages share one validated snapshot of the inputs, as
-    validate saw them, without looking at every input again (an input changed since is
-    seen by the next build: validate's saved state is the one taken before it ran).
-    Outside a run, and for a snapshot of an earlier run, the inputs' identities decide.
-    The stat results taken for doit's state are the run's view of the inputs."""
-    _runs[0] = next(_run_numbers)
-    _run_stats.clear()
-    _run_stats.update(_loaded_stats)
-    _loaded_stats.clear()
-
-
-def end_run() -> None:
-    _runs[0] = None
-    _run_stats.clear()
-
-
-def _identities(inputs, refused) -> tuple:
-    found = []
-    for item in inputs:
-        identity = _identity(item.source.fs_path)
-        if identity is None:
-            return ()  # a file gone since the walk: never reuse
-        found.append((item.source.path, *identity))
-    return (tuple(found), tuple(refused))
-
-
-def _identity(path, info: os.stat_result | None = None) -> tuple[int, int, int, int] | None:
-    """A file's size, mtime, ctime and inode, as git's index keeps them (utime() moves
-    ctime: a put-back mtime is seen); None when it is gone. info: its stat, when taken."""
-    if info is None:
-        info = _stat(path)
-        if info is None:
-            return None
-    return file_stamp(info)
-
-
-def _stat(path) -> os.stat_result | None:
-    """A file's stat (links followed): as this run took it for a regular file, else
-    asked now; None when it is gone."""
-    known = _run_stats.get(os.fspath(path))
-    if known is not None:
-        return known
-    try:
-        return os.stat(path)
-    except OSError:
-        return None
+def _show(run: BuildRun, diagnostics: list[Diagnostic], files: int) -> None:
+    run.write_findings(_shown(run.config, diagnostics), files)
 
 
 def unit_store(config: Config):
@@ -175,7 +105,7 @@ def unit_store(config: Config):
     return UnitStore(config.unit_store)
 
 
-def _load_validated(config: Config, counts: dict | None = None, reuse: bool = True):
+def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = True):
     """Validate the knowledge base, typing only the documents that changed (pipeline/units);
     raise BuildFailed on any error. With reuse, a later stage gets what an earlier one
     validated while no input has changed (the validate stage itself always checks: it
@@ -184,16 +114,16 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     from ..validation import project_inputs
     from .units import check_incrementally
 
-    key = (config.root, config.build.digest())
-    shared = _validated.get(key)
-    if reuse and shared is not None and shared[2] is not None and shared[2] == _runs[0]:
+    config = run.config
+    shared = run.validated
+    if reuse and shared is not None and shared[2] and run.running:
         return shared[1]  # (this run's snapshot)
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
     inputs = project_inputs(config, refused)
-    identities = _identities(inputs, refused)
+    identities = run.identities(inputs, refused)
     if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1]
-    _validated.clear()
+    run.validated = None
     digested: dict[str, tuple[str, str, int]] = {}
 
     def sha(path, relative: str, volatile: bool) -> str | None:
@@ -202,8 +132,8 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
         digests only when it is checked every build (volatile)."""
         try:  # (a source over the limit is never read: parsing refuses it, CTX004)
             if volatile:
-                digest, size = input_digests(config).sha256_and_size(
-                    relative, path, _run_stats.get(os.fspath(path)), MAX_FILE_BYTES)
+                digest, size = run.input_digests().sha256_and_size(
+                    relative, path, run.stats.get(os.fspath(path)), MAX_FILE_BYTES)
             else:
                 digest, size = sha256_file_and_size(path, MAX_FILE_BYTES)
         except OSError:
@@ -221,7 +151,7 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
     try:
         try:
             checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store, _run_stats, digested)
+                                          store, run.stats, digested)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             # Units that are not what this toolchain wrote (a damaged or edited cache; a
             # copied one is emptied on open): start over from the sources alone. A
@@ -244,39 +174,21 @@ def _load_validated(config: Config, counts: dict | None = None, reuse: bool = Tr
                                           store, digested=digested)
     finally:
         store.close()
-    input_digests(config).save()
+    run.input_digests().save()
     checked.digested = digested
     if counts is not None:
         counts.update(documents_parsed=sum(c.misses for c in caches),
                       documents_from_cache=sum(c.hits for c in caches), **checked.counts)
     errors = [d for d in checked.diagnostics if d.severity.value == "error"]
     if errors:
-        _show(config, checked.diagnostics, checked.files)
+        _show(run, checked.diagnostics, checked.files)
         raise BuildFailed(f"{len(errors)} error(s) in the knowledge base")
     if identities:
-        _validated[key] = (identities, checked, _runs[0])
+        run.validated = (identities, checked, run.running)
     return checked
 
 
-_digests: dict[tuple, Any] = {}  # one DigestCache per project in a process (its stages)
-
-
-def input_digests(config: Config):
-    """The build's input digests (DigestCache of Config.build_input_digests), loaded once
-    per build process."""
-    from ..artifacts.cache import caches_disabled
-    from ..artifacts.reader import DigestCache
-    from ..files import RACY_NS
-
-    # (entries are checked against each file's identity when used, whoever made them)
-    key = (config.build_input_digests, caches_disabled())
-    if key not in _digests:
-        _digests.clear()
-        _digests[key] = DigestCache(config.build_input_digests, RACY_NS)
-    return _digests[key]
-
-
-def _inputs(config: Config, files: list[str], every_input: bool = False,
+def _inputs(run: BuildRun, files: list[str], every_input: bool = False,
             digested: dict[str, tuple[str, str, int]] | None = None
             ) -> list[dict[str, Any]]:
     """Path, sha256 and size of each file (in Path order); a file is hashed again only
@@ -286,8 +198,9 @@ def _inputs(config: Config, files: list[str], every_input: bool = False,
     (Checked.digested), taken as it is."""
     from ..files import ProjectRelative, path_order
 
+    config = run.config
     relative_to_root = ProjectRelative(config.root)
-    digests = input_digests(config)
+    digests = run.input_digests()
     digested = digested or {}
     found = []
     for path in sorted(files, key=path_order):
@@ -307,7 +220,7 @@ def _inputs(config: Config, files: list[str], every_input: bool = False,
     return found
 
 
-def validate_sources(config: Config) -> tuple[list[str], str]:
+def validate_sources(run: BuildRun) -> tuple[list[str], str]:
     """No file dependencies for doit to check one by one (at 100,000 documents that
     alone took 3 s of a no-op): the state is every input's identity in one digest
     (inputs_state), and what the walk refused, so that the stage runs and reports it.
@@ -316,6 +229,7 @@ def validate_sources(config: Config) -> tuple[list[str], str]:
     from ..artifacts.cache import recorded_passages
     from ..files import inside, plain_relative, scan_project
 
+    config = run.config
     scan = scan_project(config)
     sources = list(scan.paths)
     if config.config_file is not None:
@@ -326,12 +240,12 @@ def validate_sources(config: Config) -> tuple[list[str], str]:
         path = config.root / relative
         if plain_relative(relative) and inside(config.root, path) and path.is_file():
             passages.add(str(path))
-    return [], inputs_state(sources + sorted(passages - set(sources)), refused)
+    return [], inputs_state(run, sources + sorted(passages - set(sources)), refused)
 
 
-def inputs_state(paths: list[str], refused: list[str]) -> str:
+def inputs_state(run: BuildRun, paths: list[str], refused: list[str]) -> str:
     """The inputs as doit keeps them (JSON): a digest of the paths and their identities
-    (_identity; any change re-runs validate, which hashes again the inputs whose identity
+    (BuildRun.identity; any change re-runs validate, which hashes again the inputs whose identity
     changed), what the walk refused, and the sha256 of each file changed within a clock
     tick of now: it could change again and keep its identity (git's "racily clean"
     entries), so states_match compares its content next time."""
@@ -342,17 +256,17 @@ def inputs_state(paths: list[str], refused: list[str]) -> str:
     digest = hashlib.sha256()
     now = time.time_ns()
     racy: dict[str, str] = {}
-    _loaded_stats.clear()
+    run.loaded_stats = {}
     for path in paths:
         try:
             info = os.lstat(path)
         except OSError:
             info = None
         if info is not None and stat.S_ISREG(info.st_mode):
-            _loaded_stats[path] = info
-            identity = _identity(path, info)
+            run.loaded_stats[path] = info
+            identity = run.identity(path, info)
         else:
-            identity = _identity(path)  # (a link: its target's)
+            identity = run.identity(path)  # (a link: its target's)
         digest.update(f"{path}\0{identity}\n".encode("utf-8", "surrogateescape"))
         if identity is not None and now - max(identity[1:3]) < RACY_NS:
             racy[path] = _content_sha256(path)
@@ -420,15 +334,16 @@ def settled_state(loaded: str, now: str) -> str:
     return now if same else loaded
 
 
-def stage_validate(config: Config) -> None:
+def stage_validate(run: BuildRun) -> None:
+    config = run.config
     started = time.perf_counter()
     counts: dict[str, int] = {}
-    checked = _load_validated(config, counts, reuse=False)
+    checked = _load_validated(run, counts, reuse=False)
     shown = _shown(config, checked.diagnostics)
     warnings = sum(1 for d in shown if d.severity.value == "warning")
     files = checked.files
     if shown:
-        _write(shown, files)
+        run.write_findings(shown, files)
     from ..files import scan_project
 
     # The stamp changes exactly when a source changes: later stages depend on it alone.
@@ -441,18 +356,19 @@ def stage_validate(config: Config) -> None:
     # Compact, as every internal file: indenting forces JSON's slow pure-Python encoder.
     write_json(staged(config, "validation.json"),
                {"toolchain": __version__,
-                "inputs": _inputs(config, stamped, every_input=True,
+                "inputs": _inputs(run, stamped, every_input=True,
                                   digested=checked.digested)},
                compact=True)
     _record(config, "validate", started, files=files, warnings=warnings, **counts)
 
 
-def stage_compile(config: Config) -> None:
+def stage_compile(run: BuildRun) -> None:
     from ..compile.chunks import CompileError
     from .units import compile_chunks
 
+    config = run.config
     started = time.perf_counter()
-    checked = _load_validated(config)
+    checked = _load_validated(run)
     store = unit_store(config)
     try:
         try:
@@ -467,7 +383,7 @@ def stage_compile(config: Config) -> None:
         compiled.record(store)  # what the staged chunk files were made from
         checked.let_go_typed()  # (the facts stage types what it extracts, in its workers)
     except CompileError as error:
-        _show(config, error.diagnostics, checked.files)
+        _show(run, error.diagnostics, checked.files)
         raise BuildFailed("some chunk content could not be read") from None
     finally:
         store.close()
@@ -480,21 +396,23 @@ def stage_compile(config: Config) -> None:
             artifact_rows={"chunks.json": compiled.chunks, "chunks.parquet": compiled.chunks})
 
 
-def skill_sources(config: Config) -> tuple[list[str], str]:
+def skill_sources(run: BuildRun) -> tuple[list[str], str]:
     from ..files import scan_project
     from ..skills import SKILL_FILE
 
+    config = run.config
     return [path for path in scan_project(config).paths
             if os.path.basename(path) == SKILL_FILE], ""
 
 
-def stage_skills(config: Config) -> None:
+def stage_skills(run: BuildRun) -> None:
     from ..artifacts.parquet import write_parquet
     from ..kb import load_kb
     from ..skills import SKILL_FILE
     from ..skills.index import build_index, skills_table
     from ..validation import project_inputs
 
+    config = run.config
     started = time.perf_counter()
     inputs = [item for item in project_inputs(config)
               if os.path.basename(item.source.path) == SKILL_FILE]
@@ -509,7 +427,7 @@ _PROFILED = "profiled"  # the unit store's record of what the staged profiles we
 _PROFILE_FILES = ("entity-profiles.json", "entities.parquet")
 
 
-def stage_profiles(config: Config) -> None:
+def stage_profiles(run: BuildRun) -> None:
     """Entity profiles from the catalog and chunks.parquet (its columns read as needed:
     parsing the 66 MB chunks.json of 10,000 documents took twice as long as reading
     every column). They are kept as staged while the catalog, every chunk's mention
@@ -534,6 +452,7 @@ def stage_profiles(config: Config) -> None:
     )
     from .units import PUBLISHED
 
+    config = run.config
     started = time.perf_counter()
     catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
     chunks = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
@@ -608,7 +527,7 @@ def embedding_cache(config: Config):
     return EmbeddingCache(config.cache_dir / "embeddings.sqlite")
 
 
-def stage_embed(config: Config) -> None:
+def stage_embed(run: BuildRun) -> None:
     import pyarrow.parquet as pq
 
     from ..artifacts.io import write_pieces
@@ -616,6 +535,7 @@ def stage_embed(config: Config) -> None:
     from ..compile.embed import EmbedStats, embed_texts, skill_text
     from .units import PUBLISHED
 
+    config = run.config
     started = time.perf_counter()
     # The profiles' ids and texts, from entities.parquet: entity-profiles.json holds the
     # same profiles with every mentioned chunk (38 MB of JSON at 100,000 documents).
@@ -899,7 +819,7 @@ def _read_vectors(path: Path):
         raise BuildFailed(f"{error}; run the embed stage again") from None
 
 
-def stage_graph(config: Config) -> None:
+def stage_graph(run: BuildRun) -> None:
     from ..artifacts.parquet import write_parquet
     from ..compile.graph import (
         condition_edges,
@@ -912,6 +832,7 @@ def stage_graph(config: Config) -> None:
         skill_state_nodes,
     )
 
+    config = run.config
     started = time.perf_counter()
     profiles_doc = read_json(staged(config, "entity-profiles.json"))
     profiles = profiles_doc["entities"]
@@ -947,8 +868,9 @@ def stage_graph(config: Config) -> None:
             artifact_rows={"entity-graph.json": len(nodes), "edges.parquet": len(edges)})
 
 
-def facts_sources(config: Config) -> tuple[list[str], str]:
+def facts_sources(run: BuildRun) -> tuple[list[str], str]:
     """No files of its own; a configured extractor plugin's new version re-runs it."""
+    config = run.config
     if not config.build.facts_extractors:
         return [], ""
     from ..facts.extractors import ExtractionError, extract_version, load_extractors
@@ -959,7 +881,7 @@ def facts_sources(config: Config) -> tuple[list[str], str]:
         return [], str(error)  # the stage itself reports it
 
 
-def stage_facts(config: Config) -> None:
+def stage_facts(run: BuildRun) -> None:
     """Semantic facts (docs/facts.md): extract changed sources, invalidate, write the delta."""
     import datetime
 
@@ -968,9 +890,10 @@ def stage_facts(config: Config) -> None:
     from .beside import forked
     from .units import LEDGER_STAMP, PUBLISHED, read_as_published
 
+    config = run.config
     started = time.perf_counter()
     wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-    checked = _load_validated(config)
+    checked = _load_validated(run)
     store = unit_store(config)  # the memo of the facts ledger (facts/memo.py)
     published = store.value(PUBLISHED)
     try:
@@ -1012,14 +935,15 @@ def _rows(path: Path) -> int:
     return len(data) if isinstance(data, list) else 1
 
 
-def stage_manifest(config: Config) -> None:
+def stage_manifest(run: BuildRun) -> None:
     from ..compile.embed import model_id_of
 
+    config = run.config
     started = time.perf_counter()
     validation = read_json(staged(config, "validation.json"))
     inputs = validation["inputs"]
     if config.config_file is not None:
-        inputs = sorted(inputs + _inputs(config, [str(config.config_file)]),
+        inputs = sorted(inputs + _inputs(run, [str(config.config_file)]),
                         key=lambda i: i["path"])
     edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
         (".edges.json", ".edges.yaml", ".edges.yml"))]
@@ -1109,11 +1033,12 @@ def _staged_digest(path: Path, name: str, stage: str, record: Any) -> tuple[str,
     return found, info.st_size
 
 
-def stage_report(config: Config) -> None:
+def stage_report(run: BuildRun) -> None:
     """build/report.html from the build just published (its world model from the build
     alone, not from a world state: the same sources give the same page)."""
     from ..report import DEFAULT_NAME, ReportError, make_report
 
+    config = run.config
     started = time.perf_counter()
     out = config.build_dir / DEFAULT_NAME
     try:

@@ -28,16 +28,8 @@ from ..parallel import WorkerDied
 from . import beside, stages
 from .doit_state import IdentityChecker
 from .errors import BuildFailed
-from .stages import (
-    QUIET,
-    begin_run,
-    describe,
-    end_run,
-    racy_state,
-    run_stage,
-    settled_state,
-    states_match,
-)
+from .run import BuildRun
+from .stages import describe, racy_state, run_stage, settled_state, states_match
 from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
 
 
@@ -50,26 +42,32 @@ class BuildReporter(ConsoleReporter):
     the reason as the last line (after the diagnostics), not doit's "Python Task failed:
     <function ...> returned False"."""
 
+    build_run: BuildRun | None = None  # bound by namespace(): the build doit runs
+
+    @property
+    def quiet(self) -> bool:
+        return self.build_run is not None and self.build_run.quiet
+
     def initialize(self, tasks, selected_tasks):
         super().initialize(tasks, selected_tasks)
-        if _project:
+        if self.build_run is not None:
             # Before any task, in doit's own process: the worker processes of doit's
             # `-n` runner inherit it (each taking it for itself, they waited for one
             # another for ever).
-            hold_build_lock(_project[0])
-        begin_run()
+            hold_build_lock(self.build_run.config)
+            self.build_run.begin()
         beside.plan(tasks, selected_tasks)
         self.started = time.perf_counter()
         self.ran: list[str] = []
         self.fresh: list[str] = []
 
     def execute_task(self, task):
-        if not QUIET[0]:
+        if not self.quiet:
             super().execute_task(task)
         self.ran.append(task.name)
 
     def skip_uptodate(self, task):
-        if not QUIET[0]:
+        if not self.quiet:
             super().skip_uptodate(task)
         self.fresh.append(task.name)
 
@@ -79,13 +77,14 @@ class BuildReporter(ConsoleReporter):
 
     def complete_run(self):
         beside.abandon_all()  # (only when the build stopped before a stage waited)
-        end_run()
+        if self.build_run is not None:
+            self.build_run.end()
         super().complete_run()
         stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
         if stopped:
             self.write(f"build stopped: {stopped[0]['exception'].message}\n")
         elif not self.failures and not self.runtime_errors and (self.ran or self.fresh) \
-                and not QUIET[0]:
+                and not self.quiet:
             published = "published to build/" if "manifest" in self.ran else "build/ up to date"
             self.write(f"build: {len(self.ran)} of {len(self.ran) + len(self.fresh)} stages "
                        f"ran, {published}, {time.perf_counter() - self.started:.2f} s\n")
@@ -177,28 +176,29 @@ def build_lock_path(config) -> Path:
     return config.build_lock
 
 
-_project: list = []  # the project of the last namespace() made: the one doit runs
-
-
-def namespace(CONFIG) -> dict:
+def namespace(CONFIG, quiet: bool = False) -> dict:
     """doit's view of a project: DOIT_CONFIG and one task_* function per stage of the
-    stage table (ctxfst/pipeline/table.py)."""
-    _project[:] = [CONFIG]
+    stage table (ctxfst/pipeline/table.py), all sharing one BuildRun. quiet: findings
+    and failures only."""
+    run = BuildRun(CONFIG, quiet)
     # doit's state by absolute path: the same file whichever folder doit was started in
     wanted = [stage for stage in STAGE_TABLE if stage.enabled(CONFIG)]
+    reporter = type("BuildReporter", (BuildReporter,), {"build_run": run})
     tasks: dict = {"DOIT_CONFIG": {**DOIT_CONFIG, "dep_file": str(CONFIG.doit_state),
+                                   "reporter": reporter,
                                    "default_tasks": [name for name in RUN_ORDER if any(
                                        stage.name == name for stage in wanted)]}}
     for stage in wanted:
-        tasks[f"task_{stage.name}"] = _task_maker(CONFIG, stage)
+        tasks[f"task_{stage.name}"] = _task_maker(run, stage)
     from .doit_state import drop_damaged_state
 
     drop_damaged_state(CONFIG.doit_state, DOIT_CONFIG["default_tasks"])
     return tasks
 
 
-def _task_maker(config, stage):
+def _task_maker(run: BuildRun, stage):
     """The task_* function doit calls (only when the task is needed) for one stage."""
+    config = run.config
 
     def make_task() -> dict:
         from ..version import __version__
@@ -210,15 +210,15 @@ def _task_maker(config, stage):
                        else ""}
         uptodate = [config_changed(fingerprint)]
         if stage.sources:
-            files, state = getattr(stages, stage.sources)(config)
+            files, state = getattr(stages, stage.sources)(run)
             file_dep = files + file_dep
-            uptodate.append(_sources_unchanged(config, stage, state))
+            uptodate.append(_sources_unchanged(run, stage, state))
         if waits_for(stage):  # first, before doit looks at the files they write
-            uptodate.insert(0, _joined(config, waits_for(stage)))
+            uptodate.insert(0, _joined(run, waits_for(stage)))
         targets = [str(staged(config, name)) for name in stage.outputs]
         targets.append(str(result_path(config, stage.name)))
         targets += [str(config.build_dir / name) for name in stage.writes]
-        task = {"doc": stage.doc, "actions": [_action(config, stage)],
+        task = {"doc": stage.doc, "actions": [_action(run, stage)],
                 "file_dep": file_dep, "task_dep": list(stage.after), "targets": targets,
                 "uptodate": uptodate, "clean": True, "verbosity": 2}
         if stage.final:
@@ -275,14 +275,14 @@ def _published_whole(config, names: tuple[str, ...]):
     return uptodate
 
 
-def _sources_unchanged(config, stage, state: str):
+def _sources_unchanged(run: BuildRun, stage, state: str):
     """doit's up-to-date check of a stage's sources state (Stage.sources, states_match).
     When the state marked files changed a moment before doit looked, it is made again
     once the stage has run (by then they have usually settled: settled_state)."""
     def saved() -> dict:
         if not racy_state(state):
             return {"sources": state}
-        return {"sources": settled_state(state, getattr(stages, stage.sources)(config)[1])}
+        return {"sources": settled_state(state, getattr(stages, stage.sources)(run)[1])}
 
     def uptodate(task, values) -> bool:
         task.value_savers.append(saved)
@@ -291,12 +291,12 @@ def _sources_unchanged(config, stage, state: str):
     return uptodate
 
 
-def _progress(text: str) -> None:
-    if not QUIET[0]:
+def _progress(run: BuildRun, text: str) -> None:
+    if not run.quiet:
         print(f"   {escape(text)}", flush=True)
 
 
-def _joined(config, names: tuple[str, ...]):
+def _joined(run: BuildRun, names: tuple[str, ...]):
     """doit's up-to-date check of a stage that reads what beside stages write: wait for
     them first (and say what they did); a failed one makes this stage run, to stop."""
     def uptodate():
@@ -305,17 +305,19 @@ def _joined(config, names: tuple[str, ...]):
             if beside.running(name):
                 failure = beside.join(name)
                 if failure is None:
-                    _progress(describe(config, BY_NAME[name]))
+                    _progress(run, describe(run.config, BY_NAME[name]))
                 failed |= failure is not None
         return False if failed else None  # (None: doit decides from the rest)
 
     return uptodate
 
 
-def _action(config, stage):
-    def run() -> None:
+def _action(run: BuildRun, stage):
+    config = run.config
+
+    def work() -> None:
         with collector_paused():  # stages hold the KB's many acyclic objects
-            run_stage(config, stage)
+            run_stage(run, stage)
         return_free_memory()  # (for the stages after it, and a process forked for one)
 
     def action():
@@ -332,15 +334,15 @@ def _action(config, stage):
             result_path(config, stage.name).unlink(missing_ok=True)
             for module in stage.imports:
                 importlib.import_module(module)
-            beside.start(stage.name, run, (BuildFailed, WorkerDied))
-            _progress(f"{stage.name}: running beside the stages below")
+            beside.start(stage.name, work, (BuildFailed, WorkerDied))
+            _progress(run, f"{stage.name}: running beside the stages below")
             return True
         try:
-            run()
+            work()
         except (BuildFailed, WorkerDied) as error:
             unchanged = "" if stage.final or stage.writes else ", build/ unchanged"
             return StageStopped(f"{stage.name}: {escape(error)}{unchanged}")  # KB paths
-        _progress(describe(config, stage))
+        _progress(run, describe(config, stage))
         return True
 
     action.__name__ = f"ctxfst_{stage.name}"
