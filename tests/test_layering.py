@@ -175,3 +175,57 @@ def test_every_stage_of_the_table_names_functions_of_the_stages_module():
     for stage in STAGE_TABLE:
         assert callable(getattr(stages, stage.run, None)), stage.name
         assert not stage.sources or callable(getattr(stages, stage.sources, None)), stage.name
+
+
+MUTATORS = {"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update",
+            "setdefault", "add", "discard", "sort", "reverse", "__setitem__", "__delitem__"}
+
+
+def module_state(path: Path) -> list[str]:
+    """A module's global mutable state: module-level names bound to a list, dict, set or
+    counter that anything in the module changes (or that are not constants by name)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    mutable = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
+        value = getattr(node, "value", None)
+        is_container = isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp,
+                                          ast.DictComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and getattr(value.func, "attr",
+                                                    getattr(value.func, "id", "")) in
+            {"list", "dict", "set", "count", "defaultdict", "OrderedDict", "Counter"})
+        for target in targets:
+            if isinstance(target, ast.Name) and is_container:
+                mutable[target.id] = target.id.isupper()
+    changed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.attr in MUTATORS:
+            changed.add(node.func.value.id)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            for target in getattr(node, "targets", None) or [node.target]:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    changed.add(target.value.id)
+        elif isinstance(node, ast.Global):
+            changed.update(node.names)
+    return sorted(name for name, constant in mutable.items()
+                  if name in changed or not constant)
+
+
+def test_the_state_finder_finds_module_state():
+    path = PACKAGE.parent.parent / "tests" / "fixtures" / "module_state.py"
+    assert module_state(path) == ["QUIET", "_cache", "_runs"]
+
+
+# The build's state lives in a BuildRun (pipeline/run.py), made once per build. What is
+# left at module level is the process's own: its forked children (beside.py) and the
+# build lock it holds until it exits (tasks.py).
+PROCESS_STATE = {"beside.py": ["_exit_hook", "_failed", "_in_child", "_plan", "_running"],
+                 "tasks.py": ["_HELD"]}
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "pipeline").glob("*.py")),
+                         ids=lambda path: path.name)
+def test_the_pipeline_keeps_no_build_state_in_module_globals(path):
+    assert module_state(path) == PROCESS_STATE.get(path.name, [])
