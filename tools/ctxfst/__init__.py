@@ -7,9 +7,9 @@ They are imported on first use, so `import ctxfst` stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from .version import __version__
+
+TYPE_CHECKING = False  # (typing itself is not imported: `import ctxfst` stays cheap)
 
 __all__ = ["Error", "Project", "__version__", "build", "open", "validate"]
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .api import Error, Project, build, open, validate
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in __all__:
         from . import api
 
