@@ -5,8 +5,6 @@ ctxfst.open(root).query(text) and .ask(tenant, op, ...); failures are ctxfst.Err
 They are imported on first use, so `import ctxfst` stays cheap.
 """
 
-from __future__ import annotations
-
 from .version import __version__
 
 TYPE_CHECKING = False  # (typing itself is not imported: `import ctxfst` stays cheap)
