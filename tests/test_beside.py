@@ -25,7 +25,8 @@ def _with_extractor(root: Path, spec: str) -> None:
     settings.write_text(settings.read_text() + f'[facts]\nextractors = ["{spec}"]\n')
 
 
-def test_facts_run_beside_the_chunk_stages_and_give_what_they_give_in_line(tmp_path, capsys):
+def test_facts_run_beside_the_chunk_stages_and_give_what_they_give_in_line(tmp_path, capsys,
+                                                                          runs):
     """doit takes facts right after validate; it says it started, the stages after it run
     meanwhile, and its summary comes before the manifest, which waited for it. The
     artifacts are byte for byte those of facts run in line (`doit facts` alone does)."""
@@ -50,11 +51,11 @@ def test_facts_run_beside_the_chunk_stages_and_give_what_they_give_in_line(tmp_p
     code, out = build(inline, capsys)
     assert code == 0 and "facts" not in ran(out), out
     assert artifact_bytes(inline) == beside_bytes
-    assert not beside._running
+    assert not any(run.beside.children for run in runs)
 
 
 def test_a_beside_stage_that_fails_stops_the_build_before_anything_is_published(
-        tmp_path, capsys, monkeypatch):
+        tmp_path, capsys, monkeypatch, runs):
     """A facts stage that stops (an extractor that cannot load) or whose process dies
     (killed, out of memory) stops the build at the manifest: the last line says why,
     build/ is unchanged, and the next build runs facts again."""
@@ -88,11 +89,11 @@ def test_a_beside_stage_that_fails_stops_the_build_before_anything_is_published(
     code, out = build(root, capsys)
     assert code == 0 and "facts" in ran(out), out
     assert_consistent(root)
-    assert not beside._running
+    assert not any(run.beside.children for run in runs)
 
 
 def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_time(
-        tmp_path, capsys, monkeypatch):
+        tmp_path, capsys, monkeypatch, runs):
     """compile failing while facts runs beside: the build stops with compile's reason,
     the facts process is ended (no process is left behind), its result file is missing,
     and the next build runs facts again, to what a build that never stopped makes."""
@@ -126,7 +127,8 @@ def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_tim
     assert code != 0
     assert out.rstrip().splitlines()[-1] == ("build stopped: compile: compile broke on "
                                              "purpose, build/ unchanged"), out
-    assert not beside._running and _children() == children_before
+    assert not any(run.beside.children for run in runs)
+    assert _children() == children_before
     assert not result.exists()
     assert artifact_bytes(root) == before
 
@@ -175,13 +177,14 @@ def test_no_fork_beside_other_threads_and_in_line_under_doits_process_runner(
     not wait for a child: facts runs in line there too, to the same artifacts."""
     import threading
 
-    beside.plan({"manifest": type("Task", (), {"task_dep": []})()}, ["manifest"])
-    assert beside.may_fork(("manifest",))
+    side = beside.Beside()
+    side.plan({"manifest": type("Task", (), {"task_dep": []})()}, ["manifest"])
+    assert side.may_fork(("manifest",))
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        assert not beside.may_fork(("manifest",))
+        assert not side.may_fork(("manifest",))
     finally:
         stop.set()
         other.join()
@@ -241,7 +244,7 @@ def _lock_free(root: Path) -> bool:
         return False
 
 
-def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatch):
+def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatch, runs):
     """The facts process of a first build extracts in worker processes: a build that
     stops meanwhile ends them with it (they would hold the build lock for ever), and the
     next build does not wait."""
@@ -268,7 +271,7 @@ def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatc
     assert len(workers) >= 2 and os.getpid() not in workers
     assert _gone(workers), "facts workers left behind"
     assert _lock_free(root)
-    assert not beside._running
+    assert not any(run.beside.children for run in runs)
 
 
 def test_a_facts_process_killed_while_its_workers_run_stops_the_build(
@@ -326,9 +329,23 @@ def _wait_for_files(folder: Path, count: int, seconds: float = 60.0) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _no_beside_left():
-    yield
-    beside.abandon_all()
+def runs(monkeypatch):
+    """Every BuildRun this test's builds make; the stages any left running beside are
+    ended after it."""
+    from ctxfst.pipeline import tasks
+    from ctxfst.pipeline.run import BuildRun
+
+    made: list[BuildRun] = []
+
+    class Recorded(BuildRun):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(tasks, "BuildRun", Recorded)
+    yield made
+    for run in made:
+        run.beside.abandon_all()
 
 
 @pytest.fixture(autouse=True)

@@ -961,7 +961,7 @@ def test_ledger_files_as_published_are_not_hashed_again_and_one_changed_in_place
     from ctxfst.facts import build as facts_build
     from ctxfst.pipeline import beside
 
-    monkeypatch.setattr(beside, "may_fork", lambda waiters: False)  # (hashes counted here)
+    monkeypatch.setattr(beside.Beside, "may_fork", lambda self, waiters: False)  # (in line)
     root = copy_example(tmp_path / "kb")
     build(root, capsys)
     ledger = {name: root / ".ctxfst/facts" / name

@@ -231,13 +231,14 @@ def test_a_second_build_waits_for_the_first(tmp_path):
 
 
 def test_the_build_lock_is_reentrant_in_one_process(tmp_path, capsys):
+    from ctxfst.pipeline.run import BuildRun
     from ctxfst.pipeline.runner import run_build
     from ctxfst.pipeline.tasks import build_lock, hold_build_lock
 
     project = copy_example(tmp_path / "kb")
     config = find_project(project)
     with build_lock(config):
-        hold_build_lock(config)  # a stage action inside a build: no wait for ourselves
+        hold_build_lock(BuildRun(config))  # a stage action inside a build: no self-wait
         assert run_build(project, []) == 0  # ctxfst build inside something holding it
     assert run_build(project, []) == 0
     capsys.readouterr()

@@ -218,14 +218,8 @@ def test_the_state_finder_finds_module_state():
     assert module_state(path) == ["QUIET", "_cache", "_runs"]
 
 
-# The build's state lives in a BuildRun (pipeline/run.py), made once per build. What is
-# left at module level is the process's own: its forked children (beside.py) and the
-# build lock it holds until it exits (tasks.py).
-PROCESS_STATE = {"beside.py": ["_exit_hook", "_failed", "_in_child", "_plan", "_running"],
-                 "tasks.py": ["_HELD"]}
-
-
 @pytest.mark.parametrize("path", sorted((PACKAGE / "pipeline").glob("*.py")),
                          ids=lambda path: path.name)
 def test_the_pipeline_keeps_no_build_state_in_module_globals(path):
-    assert module_state(path) == PROCESS_STATE.get(path.name, [])
+    """A build's state lives in its BuildRun (pipeline/run.py), made once per build."""
+    assert module_state(path) == []

@@ -51,146 +51,146 @@ class Failure:
     message: str
 
 
-_running: dict[str, _Child] = {}
-_in_child: list[bool] = [False]
-_exit_hook: list[bool] = []
-_failed: dict[str, Failure] = {}
-_plan: dict[str, object] = {"pid": None, "stages": frozenset()}
+class Beside:
+    """The stages a build runs beside the others: its forked children, what it planned
+    to run, and what failed. One per build run (pipeline/run.py); a forked child gets
+    its own copy, emptied."""
 
+    def __init__(self) -> None:
+        self.children: dict[str, _Child] = {}
+        self.failed: dict[str, Failure] = {}
+        self.in_child = False  # this process is a stage forked beside the others
+        self.planned_in: int | None = None  # the pid of the process that planned the run
+        self.planned: frozenset[str] = frozenset()
+        self._exit_hook = False
 
-def plan(tasks: dict, selected: list[str]) -> None:
-    """What this doit run will consider (the selected tasks and all they depend on), as
-    its reporter learns it before the first task."""
-    abandon_all()  # (none is left from an earlier run: its reporter ended them)
-    _failed.clear()
-    wanted: set[str] = set()
-    todo = [name for name in selected if name in tasks]
-    while todo:
-        name = todo.pop()
-        if name not in wanted:
-            wanted.add(name)
-            todo.extend(dep for dep in tasks[name].task_dep if dep in tasks)
-    _plan.update(pid=os.getpid(), stages=frozenset(wanted))
+    def plan(self, tasks: dict, selected: list[str]) -> None:
+        """What this doit run will consider (the selected tasks and all they depend on),
+        as its reporter learns it before the first task."""
+        self.abandon_all()  # (none is left from an earlier run: its reporter ended them)
+        self.failed.clear()
+        wanted: set[str] = set()
+        todo = [name for name in selected if name in tasks]
+        while todo:
+            name = todo.pop()
+            if name not in wanted:
+                wanted.add(name)
+                todo.extend(dep for dep in tasks[name].task_dep if dep in tasks)
+        self.planned_in, self.planned = os.getpid(), frozenset(wanted)
 
+    def may_fork(self, waiters: tuple[str, ...]) -> bool:
+        """Whether a beside stage may fork now: in the process that planned the run, with
+        no other thread (doit's `-P thread` runner: a fork copies one thread of many),
+        and with a stage that waits for it in the run."""
+        return (hasattr(os, "fork") and self.planned_in == os.getpid()
+                and threading.active_count() == 1
+                and any(name in self.planned for name in waiters))
 
-def may_fork(waiters: tuple[str, ...]) -> bool:
-    """Whether a beside stage may fork now: in the process that planned the run, with no
-    other thread (doit's `-P thread` runner: a fork copies one thread of many), and with
-    a stage that waits for it in the run."""
-    return (hasattr(os, "fork") and _plan["pid"] == os.getpid()
-            and threading.active_count() == 1
-            and any(name in _plan["stages"] for name in waiters))  # type: ignore[operator]
-
-
-def start(name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None:
-    """Fork; the child runs run() and answers whether it succeeded. Exceptions of the
-    types in `stopped` are reasons to stop the build (their message is said); any other
-    is a fault (its traceback is said). The child leads a process group of its own, so
-    that it and the workers it forks are ended together (abandon_all, join)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    if not _running and not _exit_hook:
-        atexit.register(abandon_all)  # (a build that ends without waiting for it)
-        _exit_hook.append(True)
-    # No Ctrl-C between the fork and the child's own group: it would unwind the child
-    # into doit. (The parent gets it once the child is known, and ends the child.)
-    masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into doit, never runs the parent's atexit
+    def start(self, name: str, run: Callable[[], None], stopped: tuple[type, ...]) -> None:
+        """Fork; the child runs run() and answers whether it succeeded. Exceptions of the
+        types in `stopped` are reasons to stop the build (their message is said); any
+        other is a fault (its traceback is said). The child leads a process group of its
+        own, so that it and the workers it forks are ended together (abandon_all, join)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        read_end, write_end = os.pipe()
+        if not self._exit_hook:
+            atexit.register(self.abandon_all)  # (a build that ends without waiting for it)
+            self._exit_hook = True
+        # No Ctrl-C between the fork and the child's own group: it would unwind the child
+        # into doit. (The parent gets it once the child is known, and ends the child.)
+        masked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into doit, never runs the parent's atexit
+            try:
+                os.setpgid(0, 0)
+                signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+                os.close(read_end)
+                self.in_child = True
+                self.children.clear()  # (the parent's other children are not its own)
+            except BaseException:  # noqa: BLE001
+                os._exit(1)
+            _answer(write_end, run, stopped)
         try:
-            os.setpgid(0, 0)
-            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
-            os.close(read_end)
-            _in_child[0] = True
-            _running.clear()  # (the parent's other children are not its own)
-        except BaseException:  # noqa: BLE001
-            os._exit(1)
-        code = 1
-        # What it says is said by the parent when it waits for it: after the lines of
-        # the stages that ran meanwhile, not among them.
-        said = sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
-        known = digests_written()
-        try:
-            run()
-            # what it wrote, so that the parent need not hash those files again
-            answer = {"ok": True, "written": {path: entry for path, entry in
-                                              digests_written().items()
-                                              if known.get(path) != entry}}
-            code = 0
-        except stopped as error:
-            answer = {"ok": False, "stopped": True, "message": str(error)}
-        except BaseException:  # noqa: BLE001 (said to the parent, which fails the build)
-            answer = {"ok": False, "stopped": False, "message": traceback.format_exc()}
-        try:
-            answer.update(stdout=said[0].getvalue(), stderr=said[1].getvalue())
-            data = json.dumps(answer).encode("utf-8")
-            while data:
-                data = data[os.write(write_end, data):]
+            try:
+                os.setpgid(pid, pid)  # (both sides set it: whichever runs first)
+            except OSError:
+                pass  # it has set it, or exited already
+            os.close(write_end)
+            os.set_blocking(read_end, False)
+            self.children[name] = _Child(pid, read_end)
         finally:
-            os._exit(code)
-    try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+
+    def running(self, name: str) -> bool:
+        return name in self.children
+
+    def join(self, name: str) -> Failure | None:
+        """Wait for a stage started beside the others; its failure, or None.
+        (Interrupted, the child stays known, and abandon_all ends it.)"""
+        child = self.children.get(name)
+        if child is None:
+            return self.failed.get(name)
+        data, status = _finish(child, _exited)
+        del self.children[name]
         try:
-            os.setpgid(pid, pid)  # (both sides set it: whichever runs first)
-        except OSError:
-            pass  # it has set it, or exited already
-        os.close(write_end)
-        os.set_blocking(read_end, False)
-        _running[name] = _Child(pid, read_end)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, masked)
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict):
+            for key, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+                if isinstance(answer.get(key), str) and answer[key]:
+                    stream.write(answer[key])
+                    stream.flush()
+        if isinstance(answer, dict) and answer.get("ok") is True and status == 0:
+            remember_written(answer.get("written") or {})
+            return None
+        if isinstance(answer, dict) and isinstance(answer.get("message"), str):
+            failure = Failure(bool(answer.get("stopped")), answer["message"])
+        else:
+            how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+                   else f"exit status {os.waitstatus_to_exitcode(status)}")
+            failure = Failure(True, f"its process ended without an answer ({how}: out of "
+                                    "memory, or killed); run the build again")
+        self.failed[name] = failure
+        return failure
+
+    def abandon_all(self, grace: float = 5.0) -> None:
+        """End the stages still running beside (the build stopped before a stage waited
+        for them), with the workers they forked: their result files stay missing, so the
+        next build runs them again."""
+        for name, child in list(self.children.items()):
+            _signal_group(child.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            _finish(child, lambda pid: _exited(pid) or time.monotonic() >= deadline)  # noqa: B023 (called in this iteration)
+            del self.children[name]
 
 
-def forked() -> bool:
-    """Whether this process is a stage forked beside the others (what it frees, its
-    parent keeps)."""
-    return _in_child[0]
-
-
-def running(name: str) -> bool:
-    return name in _running
-
-
-def join(name: str) -> Failure | None:
-    """Wait for a stage started beside the others; its failure, or None. (Interrupted,
-    the child stays known, and abandon_all ends it.)"""
-    child = _running.get(name)
-    if child is None:
-        return _failed.get(name)
-    data, status = _finish(child, _exited)
-    del _running[name]
+def _answer(write_end: int, run: Callable[[], None], stopped: tuple[type, ...]) -> None:
+    """In the child: run, then say on the pipe whether it succeeded (and what it wrote,
+    and said), and exit. What it says is said by the parent when it waits for it: after
+    the lines of the stages that ran meanwhile, not among them."""
+    code = 1
+    said = sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+    known = digests_written()
     try:
-        answer = json.loads(data)
-    except ValueError:
-        answer = None
-    if isinstance(answer, dict):
-        for key, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-            if isinstance(answer.get(key), str) and answer[key]:
-                stream.write(answer[key])
-                stream.flush()
-    if isinstance(answer, dict) and answer.get("ok") is True and status == 0:
-        remember_written(answer.get("written") or {})
-        return None
-    if isinstance(answer, dict) and isinstance(answer.get("message"), str):
-        failure = Failure(bool(answer.get("stopped")), answer["message"])
-    else:
-        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-               else f"exit status {os.waitstatus_to_exitcode(status)}")
-        failure = Failure(True, f"its process ended without an answer ({how}: out of "
-                                "memory, or killed); run the build again")
-    _failed[name] = failure
-    return failure
-
-
-def abandon_all(grace: float = 5.0) -> None:
-    """End the stages still running beside (the build stopped before a stage waited for
-    them), with the workers they forked: their result files stay missing, so the next
-    build runs them again."""
-    for name, child in list(_running.items()):
-        _signal_group(child.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        _finish(child, lambda pid: _exited(pid) or time.monotonic() >= deadline)  # noqa: B023 (called in this iteration)
-        del _running[name]
+        run()
+        # what it wrote, so that the parent need not hash those files again
+        answer = {"ok": True, "written": {path: entry for path, entry in
+                                          digests_written().items()
+                                          if known.get(path) != entry}}
+        code = 0
+    except stopped as error:
+        answer = {"ok": False, "stopped": True, "message": str(error)}
+    except BaseException:  # noqa: BLE001 (said to the parent, which fails the build)
+        answer = {"ok": False, "stopped": False, "message": traceback.format_exc()}
+    try:
+        answer.update(stdout=said[0].getvalue(), stderr=said[1].getvalue())
+        data = json.dumps(answer).encode("utf-8")
+        while data:
+            data = data[os.write(write_end, data):]
+    finally:
+        os._exit(code)
 
 
 def _finish(child: _Child, done: Callable[[int], bool]) -> tuple[bytes, int]:

@@ -15,6 +15,7 @@ from typing import Any
 from ..config import Config
 from ..diagnostics import Diagnostic, render_text, summarize
 from ..files import file_stamp
+from .beside import Beside
 
 
 @dataclass
@@ -32,6 +33,8 @@ class BuildRun:
     # need it): (input identities, Checked, whether it was made inside the run).
     validated: tuple[tuple, Any, bool] | None = None
     _input_digests: Any = field(default=None, repr=False)
+    beside: Beside = field(default_factory=Beside)  # its stages forked beside the others
+    held_locks: list = field(default_factory=list)  # the build lock, once this run took it
 
     def begin(self) -> None:
         """doit's run of the tasks starts: its stages share one validated snapshot of

@@ -887,7 +887,6 @@ def stage_facts(run: BuildRun) -> None:
 
     from ..facts.build import run_facts
     from ..facts.extractors import ExtractionError
-    from .beside import forked
     from .units import LEDGER_STAMP, PUBLISHED, read_as_published
 
     config = run.config
@@ -899,7 +898,7 @@ def stage_facts(run: BuildRun) -> None:
     try:
         outcome = run_facts(config.root, checked.kb, config.build, staging(config),
                             config.facts_ledger, checked, store,
-                            may_let_go=forked(),  # (the parent keeps its own)
+                            may_let_go=run.beside.in_child,  # (the parent keeps its own)
                             vouched=lambda name, data, info, sha256: read_as_published(
                                 published, LEDGER_STAMP + name, data, info, sha256))
         store.save()

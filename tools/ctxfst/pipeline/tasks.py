@@ -25,7 +25,7 @@ from ..collector import collector_paused, return_free_memory
 from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
-from . import beside, stages
+from . import stages
 from .doit_state import IdentityChecker
 from .errors import BuildFailed
 from .run import BuildRun
@@ -54,9 +54,9 @@ class BuildReporter(ConsoleReporter):
             # Before any task, in doit's own process: the worker processes of doit's
             # `-n` runner inherit it (each taking it for itself, they waited for one
             # another for ever).
-            hold_build_lock(self.build_run.config)
+            hold_build_lock(self.build_run)
             self.build_run.begin()
-        beside.plan(tasks, selected_tasks)
+            self.build_run.beside.plan(tasks, selected_tasks)
         self.started = time.perf_counter()
         self.ran: list[str] = []
         self.fresh: list[str] = []
@@ -76,8 +76,9 @@ class BuildReporter(ConsoleReporter):
             super()._write_failure(result, write_exception)
 
     def complete_run(self):
-        beside.abandon_all()  # (only when the build stopped before a stage waited)
         if self.build_run is not None:
+            # (children are left only when the build stopped before a stage waited)
+            self.build_run.beside.abandon_all()
             self.build_run.end()
         super().complete_run()
         stopped = [r for r in self.failures if isinstance(r["exception"], StageStopped)]
@@ -136,28 +137,25 @@ def check_build_folder(config) -> None:
                               code="CTX804")
 
 
-_HELD: list = []
-
-
-def hold_build_lock(config) -> None:
+def hold_build_lock(run: BuildRun) -> None:
     """Take the build lock until this process ends (the kernel releases it then, even on
     a kill); nothing when this process (or its parent build) holds it already."""
     from ..locks import is_held
 
-    if is_held(build_lock_path(config)):
+    if is_held(build_lock_path(run.config)):
         return
-    lock = build_lock(config)
+    lock = build_lock(run.config)
     lock.__enter__()
-    if not _HELD:
-        atexit.register(_release_held)
-    _HELD.append(lock)
+    if not run.held_locks:
+        atexit.register(_release_held, run.held_locks)
+    run.held_locks.append(lock)
 
 
-def _release_held() -> None:
+def _release_held(locks: list) -> None:
     """Let go of the held locks while the interpreter is whole (their generators, frozen
     by gc.freeze(), would otherwise be finalized after module teardown)."""
-    while _HELD:
-        _HELD.pop().__exit__(None, None, None)
+    while locks:
+        locks.pop().__exit__(None, None, None)
 
 
 def build_lock(config):
@@ -302,8 +300,8 @@ def _joined(run: BuildRun, names: tuple[str, ...]):
     def uptodate():
         failed = False
         for name in names:
-            if beside.running(name):
-                failure = beside.join(name)
+            if run.beside.running(name):
+                failure = run.beside.join(name)
                 if failure is None:
                     _progress(run, describe(run.config, BY_NAME[name]))
                 failed |= failure is not None
@@ -321,20 +319,20 @@ def _action(run: BuildRun, stage):
         return_free_memory()  # (for the stages after it, and a process forked for one)
 
     def action():
-        hold_build_lock(config)  # (taken already, unless doit runs with another reporter)
+        hold_build_lock(run)  # (taken already, unless doit runs with another reporter)
         for name in waits_for(stage):
-            failure = beside.join(name)
+            failure = run.beside.join(name)
             if failure is not None and failure.stopped:
                 return StageStopped(f"{name}: {escape(failure.message)}, build/ unchanged")
             if failure is not None:
                 return TaskFailed(f"{name} failed:\n{failure.message}")
-        if stage.beside and beside.may_fork(waiters(stage)):
+        if stage.beside and run.beside.may_fork(waiters(stage)):
             # Until it has finished, its result file (a target) is missing: a build that
             # stops before then runs it again next time.
             result_path(config, stage.name).unlink(missing_ok=True)
             for module in stage.imports:
                 importlib.import_module(module)
-            beside.start(stage.name, work, (BuildFailed, WorkerDied))
+            run.beside.start(stage.name, work, (BuildFailed, WorkerDied))
             _progress(run, f"{stage.name}: running beside the stages below")
             return True
         try:
