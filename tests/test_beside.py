@@ -97,7 +97,7 @@ def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_tim
     """compile failing while facts runs beside: the build stops with compile's reason,
     the facts process is ended (no process is left behind), its result file is missing,
     and the next build runs facts again, to what a build that never stopped makes."""
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
     from ctxfst.pipeline.errors import BuildFailed
 
     marker = tmp_path / "extracted"
@@ -115,13 +115,13 @@ def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_tim
     edited = root / "content/backend-frameworks.ctxfst.md"
     edited.write_text(edited.read_text() + "\nMore.\n")
     marker.unlink()
-    working = units.compile_chunks
+    working = chunk_rows.compile_chunks
 
     def broken(*args, **kwargs):
         assert _wait_for(marker)  # facts is extracting beside
         raise BuildFailed("compile broke on purpose")
 
-    monkeypatch.setattr(units, "compile_chunks", broken)
+    monkeypatch.setattr(chunk_rows, "compile_chunks", broken)
     children_before = _children()
     code, out = build(root, capsys)
     assert code != 0
@@ -132,7 +132,7 @@ def test_a_build_that_stops_meanwhile_ends_the_beside_stage_and_runs_it_next_tim
     assert not result.exists()
     assert artifact_bytes(root) == before
 
-    monkeypatch.setattr(units, "compile_chunks", working)
+    monkeypatch.setattr(chunk_rows, "compile_chunks", working)
     code, out = build(root, capsys)
     assert code == 0 and {"facts", "compile", "manifest"} <= ran(out), out
     assert_consistent(root)
@@ -248,7 +248,7 @@ def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatc
     """The facts process of a first build extracts in worker processes: a build that
     stops meanwhile ends them with it (they would hold the build lock for ever), and the
     next build does not wait."""
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
     from ctxfst.pipeline.errors import BuildFailed
 
     pids = tmp_path / "pids"
@@ -264,7 +264,7 @@ def test_a_stopped_build_ends_the_facts_workers_too(tmp_path, capsys, monkeypatc
         assert _wait_for_files(pids, 2)  # two workers extracting
         raise BuildFailed("compile broke on purpose")
 
-    monkeypatch.setattr(units, "compile_chunks", broken)
+    monkeypatch.setattr(chunk_rows, "compile_chunks", broken)
     code, out = build(root, capsys)
     assert code != 0 and out.rstrip().endswith("compile broke on purpose, build/ unchanged")
     workers = {int(path.name) for path in pids.iterdir()}

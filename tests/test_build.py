@@ -443,7 +443,8 @@ def test_an_edit_copies_the_other_documents_chunk_rows_and_a_bad_layout_is_not_u
     """compile reads the edited document's rows only and copies the others' texts from
     the previous chunks.json by the layout it recorded; a layout that does not fit that
     file (damaged, or another file's) is not used, and the file comes out the same."""
-    from ctxfst.pipeline.units import UnitStore, load_compiled, save_compiled
+    from ctxfst.pipeline.chunk_rows import load_compiled, save_compiled
+    from ctxfst.pipeline.units import UnitStore
 
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
@@ -501,7 +502,7 @@ def test_row_group_starts_taken_from_the_previous_layout_equal_those_of_every_id
     from ctxfst.artifacts.io import Span
     from ctxfst.artifacts.parquet_splice import natural_starts
     from ctxfst.compile.chunks import chunks_json
-    from ctxfst.pipeline.units import _ChunkRows, _unpacked
+    from ctxfst.pipeline.chunk_rows import _ChunkRows, _unpacked
 
     target = 4
 
@@ -616,9 +617,9 @@ def test_an_edit_copies_the_kept_chunk_row_groups_in_the_kernel(tmp_path, capsys
     files; where the kernel copies nothing (another file system) they are written from
     memory: either way the bytes of a clean build."""
     from ctxfst.artifacts import io
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
 
-    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)  # (row groups for an edit to keep)
+    monkeypatch.setattr(chunk_rows, "CHUNK_GROUP_ROWS", 2)  # (row groups for an edit to keep)
     root = example(tmp_path / "kb")
     assert build(root, capsys)[0] == 0
     copied_from: list[str] = []
@@ -649,9 +650,9 @@ def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, mo
     """chunk_vectors.parquet has one row group per chunks.parquet group: after an edit
     the groups of unchanged chunks are copied, not read, looked up or encoded, and the
     file is the one a clean build writes."""
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
 
-    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)
+    monkeypatch.setattr(chunk_rows, "CHUNK_GROUP_ROWS", 2)
     root = example(tmp_path / "kb")
     assert build(root, capsys)[0] == 0
     groups = pq.ParquetFile(root / "build/chunks.parquet").metadata.num_row_groups
@@ -718,9 +719,9 @@ def test_embed_keys_its_groups_by_compiles_record_while_the_file_is_the_one_it_w
     it then); a staged file that is not (a copy, the same bytes) is read and its groups
     hashed. The vectors are a clean build's either way."""
     from ctxfst.artifacts import parquet_splice
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
 
-    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)
+    monkeypatch.setattr(chunk_rows, "CHUNK_GROUP_ROWS", 2)
     root = example(tmp_path / "kb")
     assert build(root, capsys)[0] == 0
     real = parquet_splice.group_spans
@@ -758,9 +759,9 @@ def test_staged_vectors_planted_in_the_build_folder_are_not_reused(tmp_path, cap
     its own file), not in build/: vectors planted there are embedded again."""
     from ctxfst.artifacts.parquet import parquet_bytes
     from ctxfst.artifacts.vectors import read_vectors, vectors_table
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
 
-    monkeypatch.setattr(units, "CHUNK_GROUP_ROWS", 2)
+    monkeypatch.setattr(chunk_rows, "CHUNK_GROUP_ROWS", 2)
     root = example(tmp_path / "kb")
     assert build(root, capsys)[0] == 0
     staged = root / "build/.staging/chunk_vectors.parquet"
@@ -1531,7 +1532,7 @@ def test_what_spans_documents_is_found_after_units_the_mark_does_not_describe(
         write(root, f"content/{name}.ctxfst.md", _chain_document(name, needs))
     assert build(root, capsys)[0] == 0
     # another toolchain closes a cycle and leaves the mark as it was
-    monkeypatch.setattr(units, "_LINKED", "a mark it does not keep")
+    monkeypatch.setattr(units, "LINKED", "a mark it does not keep")
     write(root, "content/c.ctxfst.md", _chain_document("c", ["note:a"]))
     assert build(root, capsys)[0] != 0
     monkeypatch.undo()

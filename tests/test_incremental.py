@@ -74,12 +74,12 @@ def small_row_groups():
     and the facts with three or more evidence entries alone in theirs (module scope:
     Hypothesis forbids per-test ones)."""
     from ctxfst.facts import build as facts_build
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
 
-    kept = units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE
-    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = 4, 32, 3
+    kept = chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE
+    chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = 4, 32, 3
     yield
-    units.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = kept
+    chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = kept
 
 
 def build(root: Path) -> tuple[int, str]:

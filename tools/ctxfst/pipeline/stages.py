@@ -364,7 +364,7 @@ def stage_validate(run: BuildRun) -> None:
 
 def stage_compile(run: BuildRun) -> None:
     from ..compile.chunks import CompileError
-    from .units import compile_chunks
+    from .chunk_rows import compile_chunks
 
     config = run.config
     started = time.perf_counter()
@@ -450,7 +450,7 @@ def stage_profiles(run: BuildRun) -> None:
         entities_table,
         profiles_document,
     )
-    from .units import PUBLISHED
+    from .published import PUBLISHED
 
     config = run.config
     started = time.perf_counter()
@@ -495,7 +495,7 @@ def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | 
     """How many profiles the staged files hold, when they were made from what `basis`
     and `texts` (each row group's text columns) describe now; else None. The files kept
     are vouched for to the manifest (artifacts.io.note_written): it need not hash them."""
-    from .units import vouched
+    from .published import vouched
 
     if not (isinstance(record, dict) and basis["mentions"] is not None and texts is not None
             and all(record.get(key) == value for key, value in basis.items())):
@@ -533,7 +533,7 @@ def stage_embed(run: BuildRun) -> None:
     from ..artifacts.io import write_pieces
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts, skill_text
-    from .units import PUBLISHED
+    from .published import PUBLISHED
 
     config = run.config
     started = time.perf_counter()
@@ -703,7 +703,8 @@ def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, 
     from ..artifacts.arrays import arrow_reader
     from ..artifacts.io import open_no_follow, read_regular
     from ..artifacts.parquet_splice import SpliceError, group_spans
-    from .units import compiled_groups, vouched
+    from .chunk_rows import compiled_groups
+    from .published import vouched
 
     path = staged(config, "chunks.parquet")
     try:
@@ -784,11 +785,11 @@ def _previous_vector_groups(config: Config, made_by: list[str], state: Any,
     group each was made from, and its dimension, when it is the file the last embed
     recorded (by sha256: hashed unless it is as published) with this toolchain, Arrow
     and model; else nothing. Its groups are those the record describes (checked against
-    its bytes), its footer is not walked. Also the file as units.recorded_file gives it
+    its bytes), its footer is not walked. Also the file as chunk_rows.recorded_file gives it
     (its bytes, open: the caller closes it, its groups are copied from it; and its
     stamp), or None with no groups."""
     from ..artifacts.parquet_splice import SpliceError, groups_from_records
-    from .units import recorded_file
+    from .chunk_rows import recorded_file
 
     nothing: tuple[dict, int, tuple | None] = ({}, 0, None)
     if not (isinstance(state, dict) and state.get("made_by") == made_by
@@ -887,7 +888,7 @@ def stage_facts(run: BuildRun) -> None:
 
     from ..facts.build import run_facts
     from ..facts.extractors import ExtractionError
-    from .units import LEDGER_STAMP, PUBLISHED, read_as_published
+    from .published import LEDGER_STAMP, PUBLISHED, read_as_published
 
     config = run.config
     started = time.perf_counter()
@@ -954,7 +955,7 @@ def stage_manifest(run: BuildRun) -> None:
     for record in records.values():
         rows = record.get("artifact_rows")
         counted.update(rows if isinstance(rows, dict) else {})
-    from .units import published_rows, remember_published
+    from .published import published_rows, remember_published
 
     store = unit_store(config)
     try:

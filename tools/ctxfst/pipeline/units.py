@@ -15,24 +15,18 @@ a document with content_path passages (other files) is always checked again.
 
 from __future__ import annotations
 
-import base64
-import bisect
 import hashlib
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..artifacts.arrays import arrow_reader
 from ..artifacts.cache import PASSAGES, connect
-from ..artifacts.io import Span, compact_json, digest_written, is_sha256, write_pieces
+from ..artifacts.io import compact_json, is_sha256
 from ..diagnostics import Diagnostic, diagnostics_from_rows, ordered
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
@@ -57,9 +51,8 @@ _MAX_ROW = 64 * 1024 * 1024
 # trusted for the units it names alone (units_digest): a store written since by a
 # toolchain that does not keep it, or a unit that no longer reads back, sends the link
 # step through every summary. It also records how many catalog rows it left.
-PUBLISHED = "published"  # staged file -> its stamp and sha256 when last published
-PUBLISHED_ROWS = "published_rows"  # sha256 -> rows, of the artifacts last published
-_LINKED = "linked"
+LINKED = "linked"
+COMPILED = "compiled"  # the record of what the staged chunk files were made from
 
 
 class DocumentUnit:
@@ -116,13 +109,13 @@ class DocumentUnit:
     def from_row(cls, row: tuple) -> DocumentUnit | None:
         (path, place, relative, sha256, volatile, tenant, ctxfst, diagnostics, declares,
          stamp) = row
-        tenant = None if tenant == "null" else _loads(tenant)  # (most: no tenant)
+        tenant = None if tenant == "null" else load_row(tenant)  # (most: no tenant)
         if volatile not in (0, 1) or ctxfst not in (0, 1) or tenant is not _tenant(tenant) \
                 or not is_sha256(sha256):
             return None
         found = []
         if diagnostics is not None:
-            found = diagnostics_from_rows(_loads(diagnostics))
+            found = diagnostics_from_rows(load_row(diagnostics))
             if found is None:
                 return None
         # (set here, not through __init__: 10,000 units are read back in each edit)
@@ -185,7 +178,7 @@ class UnitStore:
 
     def forget_rows(self) -> None:
         """Forget every document's kept chunk rows (they are compiled again)."""
-        for key in self.keys("rows:") | {_COMPILED}:
+        for key in self.keys("rows:") | {COMPILED}:
             self.remove(key)
         self.save()
 
@@ -270,7 +263,7 @@ class UnitStore:
     def value(self, key: str) -> Any:
         rows = self._rows("SELECT key, value FROM units WHERE key = ? AND "
                           "typeof(value) = 'blob'", (key,))
-        return _loads(rows[0][1]) if rows else None
+        return load_row(rows[0][1]) if rows else None
 
     def blobs(self, keys: list[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
@@ -282,7 +275,7 @@ class UnitStore:
         return found
 
     def values(self, keys: list[str]) -> dict[str, Any]:
-        return {key: _loads(blob) for key, blob in self.blobs(keys).items()}
+        return {key: load_row(blob) for key, blob in self.blobs(keys).items()}
 
     def put(self, key: str, value: Any) -> None:
         self.put_blob(key, compact_json(value))
@@ -331,7 +324,7 @@ def _prefix_range(prefix: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def _loads(blob: bytes) -> Any:
+def load_row(blob: bytes) -> Any:
     try:
         return json.loads(blob)
     except (ValueError, RecursionError):
@@ -370,7 +363,7 @@ class Checked:
     counts: dict[str, int] = field(default_factory=dict)
     # each document's entities as (id, [name, *aliases]), by path (the facts catalogs)
     labels: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
-    mark: str = ""  # the units digest its link step was saved with (_LINKED)
+    mark: str = ""  # the units digest its link step was saved with (LINKED)
     # file -> (relative path, sha256, size) of the inputs hashed for this validation
     digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
@@ -549,7 +542,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     everything = (not before_units and len(changed) == len(order)) or not _names_record(
         old_skills) or (old_skills["names"] is None) != (names is None)
     standing = None if everything else store.index.standing(entity_ids, chunk_ids)
-    linked_before = store.value(_LINKED)
+    linked_before = store.value(LINKED)
     catalog_complete = (isinstance(linked_before, dict) and  # (as the last link left it)
                         linked_before.get("entities") == store.index.catalog_count())
     store.put_units([units[path] for path in changed], removed, listed)
@@ -578,14 +571,14 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         # the catalog rows of the entities whose declarations changed (kept, the others)
         redeclared = _redeclared(changed, removed, previous, old_summaries, units)
         if redeclared:
-            rows = _catalog_rows(*store.index.catalog_of(redeclared, position), relative_of)
+            rows = catalog_rows(*store.index.catalog_of(redeclared, position), relative_of)
             store.index.put_catalog({entity_id: rows.get(entity_id)
                                      for entity_id in redeclared})
     else:  # in full, from every summary: the diagnostics in `ctxfst validate`'s order
         store.load_summaries(live)
         linked = link([unit.summary for unit in live], position)
         store.index.clear_catalog()
-        store.index.put_catalog(_catalog_rows(linked.declarations, linked.merged,
+        store.index.put_catalog(catalog_rows(linked.declarations, linked.merged,
                                               relative_of))
     missing = [unit.path for unit in live if unit.path in recheck and unit.path not in typed]
     if missing:  # typed together: in parallel, with one cache query
@@ -606,7 +599,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     store.put("skills", {"names": sorted(names) if names is not None else None})
     labels = store.entity_labels(live)  # (the facts catalogs)
     mark = units_digest(units[path] for path in order)
-    store.put(_LINKED, {"clean": not linked.diagnostics, "units": mark,
+    store.put(LINKED, {"clean": not linked.diagnostics, "units": mark,
                         "entities": store.index.catalog_count()})
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, load, passages,
@@ -636,7 +629,7 @@ def _redeclared(changed: list[str], removed: list[str], previous: dict[str, Docu
     return found
 
 
-def _catalog_rows(declarations: dict, merged: dict[str, dict],
+def catalog_rows(declarations: dict, merged: dict[str, dict],
                   relative_of: dict[str, str]) -> dict[str, dict]:
     """The catalog rows (compile.chunks.entity_rows) of these entities, by id."""
     from ..compile.chunks import entity_rows
@@ -674,707 +667,3 @@ def _names_record(value: Any) -> bool:
     names = value.get("names", 0) if isinstance(value, dict) else 0
     return names is None or (isinstance(names, list)
                              and all(isinstance(name, str) for name in names))
-
-
-@dataclass
-class Compiled:
-    """The chunk artifacts (chunks.json and chunks.parquet as pieces, some of them spans
-    of the previous files, still open) and what they were made from."""
-
-    json: list[bytes | Span]
-    parquet: list[bytes | memoryview | Span]
-    chunks: int
-    entities_json: bytes  # the entity catalog's rows, compact (catalog.json)
-    entities: int
-    recompiled: int
-    made_from: dict[str, Any]
-    copied: int = 0  # rows copied from the previous chunks.json
-    opened: list[int] = field(default_factory=list)  # files the spans copy from
-    read_from: dict[str, Any] = field(default_factory=dict)  # (load_compiled)
-
-    def write(self, json_path: Path, parquet_path: Path) -> None:
-        """Write chunks.json and chunks.parquet, and note their sha256 in the record
-        (the next compile reads them only while they are still those files)."""
-        try:
-            json_sha256 = write_pieces(json_path, self.json)
-            self.made_from["sha256"] = write_pieces(parquet_path, self.parquet)
-        finally:
-            self.close()
-        if self.made_from["json"] is not None:
-            self.made_from["json"]["sha256"] = json_sha256
-
-    def close(self) -> None:
-        while self.opened:
-            os.close(self.opened.pop())
-
-    def record(self, store: UnitStore) -> None:
-        """Once the staged files hold what write() wrote: the next build splices them."""
-        save_compiled(store, self.made_from, self.read_from)
-        store.save()
-
-
-def _kept_rows(blob: bytes | None, summary: Summary) -> list[tuple[str, bytes]] | None:
-    """A document's kept rows: their compact JSON texts, one per line (compact JSON holds
-    no raw newline), each the row of the summary's chunk at its place; else None."""
-    if blob is None:
-        return None
-    texts = blob.split(b"\n") if blob else []
-    if len(texts) != len(summary.chunks):
-        return None
-    for text, chunk in zip(texts, summary.chunks, strict=True):
-        if not text.startswith(_row_start(chunk[1])):
-            return None
-    return [(chunk[1], text) for chunk, text in zip(summary.chunks, texts, strict=True)]
-
-
-def _row_start(chunk_id: str) -> bytes:
-    # (json's own string encoder: what json.dumps(ensure_ascii=False) writes, 10x faster)
-    return ('{"id":' + encode_basestring(chunk_id) + ",").encode("utf-8")
-
-
-def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
-                   previous_json: Path | None = None) -> Compiled:
-    """chunks.json and chunks.parquet from the units: rows are compiled only for the
-    documents without kept rows. With the layout of the previous chunks.json (the file
-    the last compile recorded), only the changed documents' rows are read: the others'
-    texts are copied from it; without it, chunks.json is joined from every document's
-    kept rows. chunks.parquet splices the changed documents' rows into the previous one."""
-    from ..compile.chunks import CompileError, chunks_json
-
-    # Each document's entry: its rows are unchanged while it is (and it is not volatile).
-    entries = {unit.path: _entry(unit) for unit in checked.units}
-    made_from, read_from = load_compiled(store)
-    previous = made_from.get("documents") if made_from is not None else None
-    if _entries_record(previous):
-        known = set(previous)
-        changed = {unit.path for unit in checked.units
-                   if unit.volatile or entries[unit.path] not in known}
-    else:  # (no record, or not one this module writes: nothing is copied from)
-        changed, previous, made_from = set(entries), None, None
-    published = store.value(PUBLISHED)
-    before = _previous_json(made_from, previous_json, published)
-    opened = [before[2]] if before is not None else []  # (the files spans copy from)
-    try:
-        errors: list[Diagnostic] = []
-        # (without the previous chunks.json, it is joined from every document's rows)
-        kept, fresh = _unit_rows(checked, store, changed if before is not None
-                                 else set(entries), errors)
-        if errors:
-            raise CompileError(errors)
-        _forget_stale_rows(store, checked.units, previous, entries)
-        store.save()
-        rows = _ChunkRows(kept, before, set(entries) - changed)
-        entities = _catalog(checked, store)
-        parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed,
-                                          published, opened)
-        recompiled = len(fresh)
-        fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
-        entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
-        pieces = chunks_json(entities_json, rows.texts())
-        made_from = {"sha256": None, "documents": [entries[unit.path] for unit in
-                                                   checked.units],
-                     "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
-        return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
-                        recompiled, made_from, rows.copied, opened, read_from)
-    except BaseException:
-        for handle in opened:  # (Compiled.write closes them otherwise)
-            os.close(handle)
-        raise
-
-
-def _rows_key(relative: str, sha256: str) -> str:
-    return "rows:" + unit_key(relative, sha256)
-
-
-def _entry(unit: DocumentUnit) -> str:
-    """What a document's kept rows were compiled from: its path, project-relative path
-    and sha256 (its rows key is made from the last two)."""
-    return f"{unit.path}\0{unit.relative}\0{unit.sha256}"
-
-
-def _entries_record(value: Any) -> bool:
-    return isinstance(value, list) and all(type(entry) is str and entry.count("\0") == 2
-                                           for entry in value)
-
-
-def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: list | None,
-                       entries: dict[str, str]) -> None:
-    """Forget the kept rows no document has now: those of the entries the last compile
-    had and this one has not. Every stale key is looked for (a scan of the keys) without
-    that record, or when more rows are kept than documents (rows left by a compile that
-    stopped before its record)."""
-    kept = sum(not unit.volatile for unit in units)
-    if previous is None or store.count("rows:") > kept:
-        stale = store.keys("rows:") - {_rows_key(unit.relative, unit.sha256)
-                                        for unit in units if not unit.volatile}
-    else:
-        now = set(entries.values())
-        gone = [entry.split("\0")[1:] for entry in previous if entry not in now]
-        # (a link to a document shares its rows: keep what a unit still has)
-        live = {(unit.relative, unit.sha256) for unit in units if not unit.volatile} \
-            if gone else set()
-        stale = {_rows_key(relative, sha256) for relative, sha256 in gone
-                 if (relative, sha256) not in live}
-    for key in stale:
-        store.remove(key)
-
-
-_COMPILED = "compiled"
-
-
-def _compiled_parts(record: dict) -> list[tuple[str, dict, str]]:
-    """The compile record's long parts, kept under keys of their own so that an edit
-    rewrites only those it changes (the chunk ids and document paths stay): (key, the
-    dict holding the part, its name)."""
-    parts = [(_COMPILED + ":documents", record, "documents")]
-    if isinstance(record.get("json"), dict):
-        parts += [(f"{_COMPILED}:json.{name}", record["json"], name)
-                  for name in ("ids", "paths", "docs", "lengths")]
-    return parts
-
-
-def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, Any]]:
-    """The last compile's record with its parts in place (None when it does not read
-    back), and the parts as read, by key (save_compiled writes only the others)."""
-    record = store.value(_COMPILED)
-    if not isinstance(record, dict) or not isinstance(record.get("json"), (dict, type(None))):
-        return None, {}
-    parts = _compiled_parts(record)
-    blobs = store.blobs([key for key, _, _ in parts])
-    for key, holder, name in parts:
-        value = _loads(blobs[key]) if key in blobs else None
-        if value is None:
-            return None, {}
-        holder[name] = value
-    return record, {key: holder[name] for key, holder, name in parts}
-
-
-def compiled_groups(record: Any, size: int) -> list[tuple[str, int]] | None:
-    """The row groups of the chunks.parquet a compile record describes (the unit store's
-    "compiled" value), each as (the sha256 of its bytes, its rows), when the record lists
-    them as this module writes them (lying one after the other in a file of `size`
-    bytes); else None."""
-    layout = record.get("layout") if isinstance(record, dict) else None
-    entries = layout.get("groups") if isinstance(layout, dict) else None
-    if not isinstance(entries, list):
-        return None
-    found, at = [], 4  # (the file's first group starts after its magic)
-    for entry in entries:
-        part = entry.get("part") if isinstance(entry, dict) else None
-        if not (isinstance(part, dict) and is_sha256(entry.get("sha256"))
-                and all(type(part.get(name)) is int for name in ("start", "size", "rows"))
-                and part["start"] == at and part["size"] >= 0 and part["rows"] >= 0):
-            return None
-        at += part["size"]
-        found.append((entry["sha256"], part["rows"]))
-    return found if at <= size else None
-
-
-def save_compiled(store: UnitStore, record: dict, read_from: dict[str, Any]) -> None:
-    """Keep a compile record (load_compiled reads it back); parts equal to those
-    read_from holds are not encoded or written again."""
-    record = {**record, "json": dict(record["json"]) if isinstance(record.get("json"), dict)
-              else record.get("json")}
-    for key, holder, name in _compiled_parts(record):
-        value = holder.pop(name)
-        if key not in read_from or read_from[key] != value:
-            store.put_blob(key, compact_json(value))
-    store.put(_COMPILED, record)
-
-
-def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
-    """The entity catalog the link step kept; made again from every summary when the
-    store does not hold what validation linked (caches off, or its save failed), or
-    when a kept row does not read back (then kept again)."""
-    saved = store.value(_LINKED)
-    ours = (isinstance(saved, dict) and saved.get("units") == checked.mark
-            and saved.get("entities") == store.index.catalog_count())
-    if ours:
-        try:
-            return store.index.catalog()
-        except ValueError:
-            pass
-    store.load_summaries(checked.units)
-    linked = link([unit.summary for unit in checked.units], _no_position)
-    rows = _catalog_rows(linked.declarations, linked.merged,
-                         {unit.path: unit.relative for unit in checked.units})
-    if ours:
-        store.index.clear_catalog()
-        store.index.put_catalog(rows)
-        store.save()
-    return [rows[entity_id] for entity_id in sorted(rows)]
-
-
-def _no_position(path: str, key: tuple) -> tuple[int, int]:
-    # (a validated knowledge base declares nothing otherwise: no diagnostic is made)
-    return 0, 0
-
-
-def _unit_rows(checked: Checked, store: UnitStore, paths: set[str],
-               errors: list[Diagnostic]
-               ) -> tuple[dict[str, list[tuple[str, bytes]]], dict[str, list[dict]]]:
-    """The rows of these documents' units, as (chunk id, text): kept ones, else compiled
-    now (and kept); and the rows compiled now, by document."""
-    from ..compile.chunks import document_rows, row_text
-
-    root = checked.root.resolve()
-    units = [unit for unit in checked.units if unit.path in paths]
-    keys = {unit.path: _rows_key(unit.relative, unit.sha256) for unit in units}
-    store.load_summaries(units)  # (each kept row is checked against its chunk id)
-    cached = store.blobs([keys[u.path] for u in units if not u.volatile])
-    kept = {unit.path: None if unit.volatile else
-            _kept_rows(cached.get(keys[unit.path]), unit.summary) for unit in units}
-    checked.documents([path for path, rows in kept.items() if rows is None])  # together
-    fresh: dict[str, list[dict[str, Any]]] = {}  # path -> rows compiled now
-    for unit in units:
-        if kept[unit.path] is None:
-            rows = document_rows(checked.document(unit.path), unit.relative, root, errors)
-            fresh[unit.path] = rows
-            kept[unit.path] = [(row["id"], row_text(row).encode("utf-8")) for row in rows]
-            if not unit.volatile:
-                store.put_blob(keys[unit.path],
-                               b"\n".join(text for _, text in kept[unit.path]))
-    return kept, fresh
-
-
-class _ChunkRows:
-    """Every chunk row in id order, as chunks.json writes it: the rows of the documents
-    read now, and runs of the others' rows as they lie in the previous chunks.json
-    (copied as whole blocks of bytes, commas included). Per-row numbers are arrays: an
-    edit handles every row of the knowledge base here, and only the changed ones one
-    by one."""
-
-    def __init__(self, read: dict[str, list[tuple[str, bytes]]],
-                 before: tuple[bytes, dict] | None, keep: set[str]) -> None:
-        """read: rows by document; before: the previous chunks.json and its layout
-        (_previous_json); keep: the documents whose rows in it are kept."""
-        added = sorted((chunk_id, path, text) for path, rows in read.items()
-                       for chunk_id, text in rows)
-        old_paths = before[1]["paths"] if before is not None else []
-        self.paths = sorted({path for _, path, _ in added} |
-                            {path for path in old_paths if path in keep})
-        number = {path: index for index, path in enumerate(self.paths)}
-        self.ids: list[str] = []
-        docs: list[np.ndarray] = []     # each row's document, an index into paths
-        lengths: list[np.ndarray] = []
-        self.pieces: list[bytes | Span] = []  # joined by commas: the rows
-        self._segments: list[tuple[int, int, int]] = []  # (first row, old row, rows)
-        self._old: tuple[memoryview, np.ndarray] | None = None
-        self._read: dict[int, bytes] = {}  # new row -> its text, for the rows read now
-        self.copied = 0
-        events: list[tuple[int, int, Any]] = []  # (old row, 0 add | 1 drop, added row)
-        old_ids: list[str] = []
-        # the previous rows' ids, their natural group starts and the target they are of
-        self._old_natural: tuple[list[str], np.ndarray | None, Any] = ([], None, None)
-        self.natural: tuple[list[int], int] | None = None  # (natural_starts(), once asked)
-        if before is not None:
-            data, old, self._fd, self._stamp = before
-            old_lengths = old["lengths"]
-            starts = np.empty(len(old_lengths) + 1, np.int64)
-            starts[0] = 0
-            np.cumsum(old_lengths + 1, out=starts[1:])
-            self._old = (memoryview(data), starts + old["head"])
-            keeping = np.array([path in keep for path in old_paths], bool)
-            remap = np.array([number.get(path, -1) for path in old_paths], np.int64)
-            old_ids, old_docs = old["ids"], old["docs"]
-            self._old_natural = (old_ids, old.get("natural"), old.get("natural_target"))
-            events = [(row, 1, None) for row in
-                      np.flatnonzero(~keeping[old_docs]).tolist()] if len(old_docs) else []
-            events += [(bisect.bisect_left(old_ids, item[0]), 0, item) for item in added]
-        else:
-            events = [(0, 0, item) for item in added]
-        events.sort(key=lambda event: (event[0], event[1], event[2] and event[2][0]))
-        at = 0  # the next old row
-        for row, kind, item in [*events, (len(old_ids), 2, None)]:
-            if row > at:  # the old rows at..row, kept: one block
-                self._copy(at, row, old_ids)
-                docs.append(remap[old_docs[at:row]])
-                lengths.append(old_lengths[at:row])
-                at = row
-            if kind == 0:
-                chunk_id, path, text = item
-                self._read[len(self.ids)] = text
-                self.ids.append(chunk_id)
-                docs.append(np.array([number[path]], np.int64))
-                lengths.append(np.array([len(text)], np.int64))
-                self.pieces.append(text)
-            elif kind == 1:
-                at = row + 1
-        self.docs = np.concatenate(docs) if docs else np.zeros(0, np.int64)
-        self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-
-    def _copy(self, begin: int, end: int, ids: list[str]) -> None:
-        body, starts = self._old
-        first, last = int(starts[begin]), int(starts[end])
-        # (the layout must fit the block: its first row's start, and a comma or the
-        # rows' end after it; the stage compiles every row again otherwise)
-        if not (bytes(body[first:first + len(_row_start(ids[begin]))])
-                == _row_start(ids[begin]) and body[last - 1:last] in
-                (b",", _JSON_TAIL[:1])):
-            raise ValueError("a chunks.json layout that does not fit the file")
-        self._segments.append((len(self.ids), begin, end - begin))
-        self.ids.extend(ids[begin:end])
-        # (less the last comma; copied by the kernel when chunks.json is written)
-        self.pieces.append(Span(self._fd, first, body[first:last - 1], self._stamp))
-        self.copied += end - begin
-
-    def natural_starts(self, target: int) -> list[int]:
-        """parquet_splice.natural_starts() of the rows' ids: for the rows copied, from
-        the previous layout's (each checked to start a group by its CRC); for the rows
-        read now, computed. (A CRC of all 70,000 ids took 20 ms of each edit.)"""
-        from ..artifacts.parquet_splice import natural_starts, starts_group
-
-        old_ids, old, old_target = self._old_natural
-        if old is None or old_target != target or not all(
-                starts_group(old_ids[row], target) for row in old.tolist()):
-            found = natural_starts(self.ids, target)
-        else:
-            found = [row for row in self._read if row and starts_group(self.ids[row], target)]
-            for first, old_row, count in self._segments:
-                begin, end = np.searchsorted(old, [old_row, old_row + count])
-                found.extend((old[begin:end] - old_row + first).tolist())
-                # (the old first row is never recorded: copied after a row added before
-                # it, it starts a group by its CRC like any other)
-                if old_row == 0 and count and starts_group(old_ids[0], target):
-                    found.append(first)
-            found = sorted(row for row in found if row)  # (never the first row)
-        self.natural = (found, target)
-        return found
-
-    def changed_rows(self, changed: set[str]) -> np.ndarray:
-        """Whether each row belongs to one of these documents."""
-        return np.array([path in changed for path in self.paths], bool)[self.docs] \
-            if self.paths else np.zeros(0, bool)
-
-    def texts(self) -> list[bytes | Span]:
-        return self.pieces
-
-    def row(self, index: int) -> dict[str, Any]:
-        """Row `index` of the new order, parsed from its text."""
-        if index in self._read:
-            return json.loads(self._read[index])
-        row = self.old_row(index)
-        body, starts = self._old
-        return json.loads(bytes(body[int(starts[row]):int(starts[row + 1]) - 1]))
-
-    @property
-    def old_count(self) -> int:
-        """The rows of the previous chunks.json (0 without one)."""
-        return len(self._old[1]) - 1 if self._old is not None else 0
-
-    def old_row(self, index: int) -> int | None:
-        """Where row `index` of the new order lay in the previous chunks.json (None for a
-        row read now)."""
-        if index in self._read:
-            return None
-        place = bisect.bisect_right(self._segments, (index, len(self._old[1]))) - 1
-        first, old_row, count = self._segments[place]
-        return old_row + index - first
-
-    def layout(self, pieces: list[bytes | Span]) -> dict[str, Any] | None:
-        """Where each row lies in chunks.json (these pieces), for the next compile (its
-        sha256 is added once it is written); None when an id could not be kept in it (a
-        newline)."""
-        ids = "\n".join(self.ids)
-        if ids.count("\n") != max(len(self.ids) - 1, 0):
-            return None
-        size = sum(len(piece.data if isinstance(piece, Span) else piece) for piece in pieces)
-        return {"head": size - _body_size(self.lengths) - len(_JSON_TAIL),
-                "paths": self.paths, "ids": ids,
-                "docs": _packed(self.docs), "lengths": _packed(self.lengths),
-                **({"natural": _packed(self.natural[0]), "natural_target": self.natural[1]}
-                   if self.natural is not None else {})}
-
-
-def _packed(numbers: np.ndarray) -> str:
-    """Non-negative numbers under 2**32 as base64 text, little-endian (a list of 70,000
-    in JSON took longer to write and read back)."""
-    return base64.b64encode(np.asarray(numbers, "<u4").tobytes()).decode("ascii")
-
-
-def _unpacked(text: Any) -> np.ndarray | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        data = base64.b64decode(text, validate=True)
-    except ValueError:
-        return None
-    if len(data) % 4:
-        return None
-    return np.frombuffer(data, "<u4").astype(np.int64)
-
-
-_JSON_TAIL = b"]}\n"  # what chunks_json writes after the rows
-
-
-def _body_size(lengths: np.ndarray) -> int:
-    """The bytes of rows of these lengths, joined by commas."""
-    return int(lengths.sum()) + max(0, len(lengths) - 1)
-
-
-def _previous_json(made_from: Any, path: Path | None, published: Any = None
-                   ) -> tuple[bytes, dict, int, tuple] | None:
-    """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked), and
-    the file, open (the caller closes it), when it is the file the last compile recorded
-    and the layout fits it; else None."""
-    old = made_from.get("json") if isinstance(made_from, dict) else None
-    if path is None or not isinstance(old, dict):
-        return None
-    ids, paths, head = old.get("ids"), old.get("paths"), old.get("head")
-    docs, lengths = _unpacked(old.get("docs")), _unpacked(old.get("lengths"))
-    if not isinstance(ids, str) or docs is None or lengths is None:
-        return None
-    ids = ids.split("\n") if ids else []
-    # (rows that start a row group; malformed, they are found again from the ids)
-    natural = _unpacked(old.get("natural"))
-    if natural is not None and len(natural) and not (
-            int(natural[0]) >= 1 and int(natural[-1]) < len(ids)
-            and bool((natural[1:] > natural[:-1]).all())):
-        natural = None
-    if not (isinstance(paths, list) and len(ids) == len(docs) == len(lengths)
-            and all(type(p) is str for p in paths) and type(head) is int
-            and (not len(docs) or int(docs.max()) < len(paths))
-            and (not len(lengths) or int(lengths.min()) > 0)
-            and ids == sorted(ids)):
-        return None
-    opened = recorded_file(path, old, keep_open=True, published=published)
-    if opened is None:
-        return None
-    data, handle, stamp = opened
-    if head < 0 or head + _body_size(lengths) + len(_JSON_TAIL) != len(data):
-        os.close(handle)
-        return None
-    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths, "natural": natural}, \
-        handle, stamp
-
-
-CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
-
-
-def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: Any,
-                    previous: Path, changed: set[str], published: Any,
-                    opened: list[int]) -> tuple[list, dict]:
-    """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
-    previous file's groups whose rows are all unchanged are copied (as spans of it, the
-    file left open in `opened`: the kernel copies them), the others encoded from the
-    rows (compiled now, or parsed from their text); every group is encoded when there is
-    no usable previous file. The bytes are the same either way. As the pieces to write
-    end to end, and the file's layout (parquet_splice.file_record), for the next build
-    to splice it by."""
-    import pyarrow as pa
-
-    from ..artifacts.parquet import parquet_groups_bytes
-    from ..artifacts.parquet_splice import (
-        SpliceError,
-        capped_starts,
-        copied_from,
-        group_bytes,
-        group_ranges,
-        record_of,
-        splice_recorded,
-    )
-    from ..compile.chunks import chunks_table
-
-    keys = rows.ids
-    starts = capped_starts(rows.natural_starts(CHUNK_GROUP_ROWS), len(keys), CHUNK_GROUP_ROWS)
-    compiled = {row["id"]: row for document in fresh.values() for row in document}
-    found = _previous_chunks(made_from, previous, published)
-    base, piece = None, group_bytes
-    if found is not None:
-        base, handle, _ = found
-        opened.append(handle)
-        piece = copied_from(*found)
-    copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
-        else None
-
-    def row(index: int) -> dict[str, Any]:
-        return compiled.get(keys[index]) or rows.row(index)
-
-    def group(start: int, end: int):
-        """The table of one row group's rows."""
-        indexes = range(start, end)
-        # Rows copied from the previous chunks.json are taken from the previous
-        # chunks.parquet as Arrow (parsing their JSON was most of an edit's compile).
-        old = {i: rows.old_row(i) for i in indexes if keys[i] not in compiled} \
-            if copied is not None else {}
-        taken = [i for i in indexes if old.get(i) is not None]
-        made = [i for i in indexes if old.get(i) is None]
-        table = chunks_table([row(i) for i in made])
-        if taken:
-            try:
-                table = copied.combined([old[i] for i in taken], table, taken, made)
-            except pa.ArrowException:  # (a previous file of another schema: from JSON)
-                table = chunks_table([row(i) for i in indexes])
-        return table
-
-    def encode(ranges: list[tuple[int, int]]) -> bytes:
-        # A group at a time: a first build holds one group's table, not all 70,000 rows'
-        # (the bytes are those of the whole table cut at the same rows)
-        return parquet_groups_bytes(chunks_table([]).schema,
-                                    (group(start, end) for start, end in ranges))
-
-    if base is not None:
-        try:
-            changed_row = rows.changed_rows(changed)
-            return splice_recorded(base, made_from.get("layout"), keys, starts,
-                                   lambda start, end: not changed_row[start:end].any(),
-                                   encode, piece)
-        except SpliceError:
-            pass  # a layout that does not fit the file: every group is encoded
-    data = encode(group_ranges(starts, len(keys)))
-    try:
-        return [data], record_of(data, keys, starts)
-    except SpliceError:  # a footer this module cannot splice (another pyarrow): no layout
-        return [data], None
-
-
-class _CopiedRows:
-    """Rows of the previous chunks.parquet, read as Arrow a row group at a time."""
-
-    def __init__(self, file, starts: list[int]) -> None:
-        self.file = file
-        self.starts = starts  # each group's first row, and the rows in all
-
-    @classmethod
-    def of(cls, data: bytes, rows: int) -> _CopiedRows | None:
-        """The previous file's rows, when it holds as many as the previous chunks.json
-        (the file the last compile recorded: both hold the same rows, in id order)."""
-        import pyarrow.parquet as pq
-
-        try:
-            file = pq.ParquetFile(arrow_reader(data))
-        except (OSError, ValueError):
-            return None
-        starts = [0]
-        for index in range(file.metadata.num_row_groups):
-            starts.append(starts[-1] + file.metadata.row_group(index).num_rows)
-        return cls(file, starts) if starts[-1] == rows else None
-
-    def combined(self, old_rows: list[int], made, taken: list[int], made_at: list[int]):
-        """The table of rows old_rows (of the previous file) and `made` (a table), put
-        in the order of their places (taken and made_at: the rows' new indexes)."""
-        import pyarrow as pa
-
-        group_of = [bisect.bisect_right(self.starts, row) - 1 for row in old_rows]
-        groups = sorted(set(group_of))
-        at, read_from = 0, {}  # each group's first row in the groups read, end to end
-        for group in groups:
-            read_from[group] = at
-            at += self.starts[group + 1] - self.starts[group]
-        picked = self.file.read_row_groups(groups).take(
-            [read_from[group] + row - self.starts[group]
-             for row, group in zip(old_rows, group_of, strict=True)])
-        # (read back, a list's item is named "element": cast to the schema written)
-        both = pa.concat_tables([picked.cast(made.schema), made])
-        place = {index: n for n, index in enumerate([*taken, *made_at])}
-        # (one chunk per column, as a table made from rows: chunking changes the pages)
-        return both.take([place[index] for index in sorted(place)]).combine_chunks()
-
-
-def _previous_chunks(made_from: Any, path: Path, published: Any = None
-                     ) -> tuple[bytes, int, tuple] | None:
-    """The previous staged chunks.parquet's bytes, the file open (the caller closes it)
-    and its stamp, when it is the file the last compile recorded (by sha256; made_from:
-    its record, checked by compile_chunks); else None."""
-    if not isinstance(made_from, dict):
-        return None
-    return recorded_file(path, made_from, keep_open=True, published=published)
-
-
-def recorded_file(path: Path, record: dict, keep_open: bool = False,
-                  published: Any = None):
-    """The bytes of a staged file a stage wrote last (record: their sha256), when they
-    are still those; else None. With keep_open, also the file, open for reading
-    (the caller closes it), and its stamp when read (artifacts.io.Span).
-
-    They are hashed unless the file has the stamp (size, mtime, ctime, inode) it had
-    when the last build published it with that sha256 (`published`, the unit store's
-    record of it: remember_published): a published twin edited in place, even to the
-    same size and mtime, has another ctime."""
-    from ..artifacts.io import open_no_follow
-
-    sha256 = record.get("sha256")
-    if not isinstance(sha256, str):
-        return None
-    try:
-        handle = open_no_follow(path)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(handle)
-        data = _read_all(handle)
-        if not (read_as_published(published, path.name, data, info, sha256)
-                or hashlib.sha256(data).hexdigest() == sha256):
-            data = None
-    except OSError:
-        data = None
-    if data is None or not keep_open:
-        os.close(handle)
-        return data
-    return data, handle, file_stamp(info)
-
-
-LEDGER_STAMP = "ledger:"  # + a facts ledger file's name, in the PUBLISHED record
-
-
-def remember_published(store: UnitStore, staging: Path, digests: dict[str, str],
-                       rows: dict[str, int], ledger: Path, ledger_files: Collection[str]
-                       ) -> None:
-    """After publishing: each staged file's stamp now (publishing links it, which moves
-    its ctime) with the sha256 the manifest vouched for, so that the next compile need
-    not hash the previous chunk files again while they keep that stamp, and likewise the
-    facts ledger's copies (LEDGER_STAMP + name: the next facts stage's prior state); and
-    the rows the manifest counted in each artifact, by its sha256, so that the next one
-    need not count them again in the artifacts that did not change (published_rows)."""
-    stamps = {}
-    places = [(name, staging / name, sha256) for name, sha256 in digests.items()]
-    places += [(LEDGER_STAMP + name, ledger / name, digests[name])
-               for name in ledger_files if name in digests]
-    for name, path, sha256 in places:
-        try:
-            stamps[name] = [*file_stamp(os.lstat(path)), sha256]
-        except OSError:
-            continue
-    store.put(PUBLISHED, stamps)
-    store.put(PUBLISHED_ROWS, rows)
-    store.save()
-
-
-def as_published(published: Any, name: str, info: os.stat_result, sha256: str) -> bool:
-    """Whether a staged file (its stat) is as the last build published it with this
-    sha256 (`published`: the unit store's PUBLISHED record, remember_published), so that
-    it need not be hashed again."""
-    known = published.get(name) if isinstance(published, dict) else None
-    return known == [*file_stamp(info), sha256]
-
-
-def vouched(published: Any, path: Path, info: os.stat_result, sha256: str) -> bool:
-    """Whether a staged file (its stat) holds the bytes of this sha256 without hashing
-    them: this process wrote it (artifacts.io.digest_written), or it is as the last build
-    published it (as_published)."""
-    return digest_written(path, info) == sha256 or as_published(published, path.name, info,
-                                                                sha256)
-
-
-def read_as_published(published: Any, name: str, data: bytes, info: os.stat_result,
-                      sha256: str) -> bool:
-    """as_published() for bytes read from the file whose stat was taken before the
-    read: they must also be the whole file (no writer in between)."""
-    return as_published(published, name, info, sha256) and len(data) == info.st_size
-
-
-def published_rows(store: UnitStore) -> dict[str, int]:
-    """remember_published's rows, by sha256 (what does not read back is left out)."""
-    found = store.value(PUBLISHED_ROWS)
-    if not isinstance(found, dict):
-        return {}
-    return {sha256: rows for sha256, rows in found.items()
-            if type(rows) is int and rows >= 0}
-
-
-def _read_all(handle: int) -> bytes:
-    """An open file's bytes from its start, leaving the handle open (the spans copy from
-    it by offset, so its position does not matter)."""
-    with os.fdopen(os.dup(handle), "rb") as file:
-        file.seek(0)
-        return file.read()
