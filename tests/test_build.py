@@ -99,8 +99,8 @@ def test_inputs_that_had_just_changed_are_compared_by_content(tmp_path):
     """The validate task's state is one digest of its inputs' identities; a file changed
     within a clock tick of the state could change again and keep its identity, so its
     sha256 is kept and compared next time (git's racily clean entries)."""
-    from ctxfst.pipeline.stages import inputs_state as state_of
-    from ctxfst.pipeline.stages import settled_state, states_match
+    from ctxfst.pipeline.doit_state import inputs_state as state_of
+    from ctxfst.pipeline.doit_state import settled_state, states_match
 
     def inputs_state(paths: list[str], refused: list[str]) -> str:
         return state_of(BuildRun(find_project(REPO)), paths, refused)

@@ -9,7 +9,6 @@ or is killed before then leaves the published artifacts and their manifest as th
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import stat
@@ -43,6 +42,7 @@ from ..diagnostics import Diagnostic
 from ..document.source import MAX_FILE_BYTES
 from ..files import file_identity
 from ..version import __version__
+from .doit_state import inputs_state
 from .errors import BuildFailed
 from .publish import publish, written_entry
 from .run import BuildRun
@@ -241,97 +241,6 @@ def validate_sources(run: BuildRun) -> tuple[list[str], str]:
         if plain_relative(relative) and inside(config.root, path) and path.is_file():
             passages.add(str(path))
     return [], inputs_state(run, sources + sorted(passages - set(sources)), refused)
-
-
-def inputs_state(run: BuildRun, paths: list[str], refused: list[str]) -> str:
-    """The inputs as doit keeps them (JSON): a digest of the paths and their identities
-    (BuildRun.identity; any change re-runs validate, which hashes again the inputs whose identity
-    changed), what the walk refused, and the sha256 of each file changed within a clock
-    tick of now: it could change again and keep its identity (git's "racily clean"
-    entries), so states_match compares its content next time."""
-    import hashlib
-
-    from ..files import RACY_NS
-
-    digest = hashlib.sha256()
-    now = time.time_ns()
-    racy: dict[str, str] = {}
-    run.loaded_stats = {}
-    for path in paths:
-        try:
-            info = os.lstat(path)
-        except OSError:
-            info = None
-        if info is not None and stat.S_ISREG(info.st_mode):
-            run.loaded_stats[path] = info
-            identity = run.identity(path, info)
-        else:
-            identity = run.identity(path)  # (a link: its target's)
-        digest.update(f"{path}\0{identity}\n".encode("utf-8", "surrogateescape"))
-        if identity is not None and now - max(identity[1:3]) < RACY_NS:
-            racy[path] = _content_sha256(path)
-    return json.dumps({"inputs": digest.hexdigest(), "refused": refused, "racy": racy},
-                      ensure_ascii=False)
-
-
-def _content_sha256(path: str) -> str:
-    from ..artifacts.io import sha256_file_and_size
-
-    try:  # (one over the limit is never read: validation refuses it, CTX004)
-        return sha256_file_and_size(Path(path), MAX_FILE_BYTES)[0]
-    except OSError:
-        return ""
-
-
-def states_match(saved: Any, current: str) -> bool:
-    """Whether a stage's sources state saved by the last run still holds. Plain states
-    (Stage.sources) must be equal; inputs_state ones must have equal digests, and each
-    file they mark racy the same content now (a file racy now and not then: no)."""
-    if saved == current:
-        return True
-    if type(saved) is not str:  # (doit's state comes with a checkout too)
-        return False
-    try:
-        old, new = json.loads(saved), json.loads(current)
-    except (ValueError, RecursionError):
-        return False
-    if not (isinstance(old, dict) and isinstance(new, dict) and
-            isinstance(old.get("racy"), dict) and isinstance(new.get("racy"), dict)):
-        return False
-    if (old.get("inputs"), old.get("refused")) != (new["inputs"], new["refused"]) or \
-            not set(new["racy"]) <= set(old["racy"]):
-        return False
-    for path, sha in old["racy"].items():  # (JSON keys: strings)
-        now = new["racy"][path] if path in new["racy"] else _content_sha256(path)
-        if now != sha:
-            return False
-    return True
-
-
-def racy_state(state: str) -> bool:
-    """Whether an inputs_state marks files that had just changed."""
-    try:
-        found = json.loads(state)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(found, dict) and bool(found.get("racy"))
-
-
-def settled_state(loaded: str, now: str) -> str:
-    """The state to save once a stage has run from `loaded` (an inputs_state that marked
-    racy files): `now` when it only drops marks (the same identities, and the files
-    still racy the same contents), so the next run need not look again; else `loaded`,
-    which the next run will not find (a file that changed while the stage ran is seen)."""
-    try:
-        old, new = json.loads(loaded), json.loads(now)
-        same = ((old["inputs"], old["refused"]) == (new["inputs"], new["refused"])
-                and all(old["racy"].get(path) == sha for path, sha in new["racy"].items())
-                # a file settled since: its content still the one hashed then
-                and all(_content_sha256(path) == sha for path, sha in old["racy"].items()
-                        if path not in new["racy"]))
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return loaded
-    return now if same else loaded
 
 
 def stage_validate(run: BuildRun) -> None:

@@ -26,10 +26,10 @@ from ..config import ConfigError, find_project
 from ..diagnostics import escape
 from ..parallel import WorkerDied
 from . import stages
-from .doit_state import IdentityChecker
+from .doit_state import IdentityChecker, racy_state, settled_state, states_match
 from .errors import BuildFailed
 from .run import BuildRun
-from .stages import describe, racy_state, run_stage, settled_state, states_match
+from .stages import describe, run_stage
 from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
 
 
