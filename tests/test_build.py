@@ -79,6 +79,23 @@ def assert_consistent(root: Path) -> None:
         assert artifact["rows"] == rows_in(path), artifact["path"]
 
 
+def assert_equals_a_clean_build(root: Path, clean: Path, capsys, names: tuple[str, ...],
+                                 settings: bool = False) -> None:
+    """A build of root's sources alone in clean (no caches, no earlier build; its own
+    settings, or root's with settings) gives these artifacts byte for byte as root's."""
+    shutil.copytree(root / "content", clean / "content")
+    shutil.copytree(root / "skills", clean / "skills")
+    if settings:
+        shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")
+    else:
+        project(clean)
+    code, out = build(clean, capsys)
+    assert code == 0, out
+    for name in names:
+        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes(), \
+            (clean.name, name)
+
+
 def rows_in(path: Path) -> int:
     if path.suffix == ".parquet":
         return pq.ParquetFile(path).metadata.num_rows
@@ -365,15 +382,9 @@ def test_profiles_are_kept_while_what_they_are_made_from_is(tmp_path, capsys):
     project(root)
 
     def same_as_clean(name: str) -> None:
-        clean = tmp_path / f"clean-{name}"
-        shutil.copytree(root / "content", clean / "content")
-        shutil.copytree(root / "skills", clean / "skills")
-        project(clean)
-        assert build(clean, capsys)[0] == 0
-        for artifact in ("entity-profiles.json", "entities.parquet", "entity_vectors.parquet",
-                         "entity-graph.json", "chunks.parquet"):
-            assert (root / "build" / artifact).read_bytes() == \
-                (clean / "build" / artifact).read_bytes(), (name, artifact)
+        assert_equals_a_clean_build(root, tmp_path / f"clean-{name}", capsys, (
+            "entity-profiles.json", "entities.parquet", "entity_vectors.parquet",
+            "entity-graph.json", "chunks.parquet"))
 
     assert build(root, capsys)[0] == 0
     made = stage(root, "profiles")
@@ -953,18 +964,11 @@ def test_real_model_incremental_build_equals_a_clean_one_byte_for_byte(tmp_path,
         path.write_text(text[:end] + "An added sentence about rollouts.\n" + text[end:])
     code, out = build(root, capsys)
     assert code == 0, out
-    clean = tmp_path / "clean"
-    shutil.copytree(root / "content", clean / "content")
-    shutil.copytree(root / "skills", clean / "skills")
-    shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")  # no cache, no build
-    code, out = build(clean, capsys)
-    assert code == 0, out
     # (the facts artifacts remember the facts the edits invalidated: they agree on the
     # active facts, tested elsewhere; the manifest names their bytes)
-    for name in ("chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet",
-                 "entity-graph.json", "chunks.parquet", "entity-profiles.json"):
-        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes(), \
-            name
+    assert_equals_a_clean_build(root, tmp_path / "clean", capsys, (
+        "chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet",
+        "entity-graph.json", "chunks.parquet", "entity-profiles.json"), settings=True)
 
 
 def test_yaml_dates_in_extra_fields_build(tmp_path, capsys):

@@ -78,7 +78,6 @@ def test_mutated_documents(data):
     check(data)
 
 
-
 # --- Positions laid out from the load's marks (the facts stage's way) are the full load's.
 
 def assert_same_positions(text: str) -> None:

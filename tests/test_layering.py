@@ -139,7 +139,6 @@ def test_layers_import_only_below_them(folder, banned):
     assert offending(folder, banned) == {}
 
 
-
 # The ground floor: what everything else stands on. It imports nothing above it.
 GROUND = ("ctxfst.version", "ctxfst.diagnostics", "ctxfst.files", "ctxfst.parallel",
           "ctxfst.collector", "ctxfst.rule_selection", "ctxfst.remote", "ctxfst.locks",

@@ -68,7 +68,7 @@ def test_a_document_walked_twice_keeps_its_place(tmp_path, capsys):
 def test_damaged_declaration_of_an_unchanged_document(tmp_path, capsys):
     """A kept declaration row that no longer reads back, of a document the edit does not
     touch: the build recomputes (no traceback) and its artifacts are a clean build's."""
-    from .test_build import example
+    from .test_build import assert_equals_a_clean_build, example
 
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
@@ -83,15 +83,9 @@ def test_damaged_declaration_of_an_unchanged_document(tmp_path, capsys):
     edit.write_text(text.replace("Goroutines made", "Goroutines kept"))
     code, out = build(root, capsys)
     assert code == 0 and "Traceback" not in out, out
-    clean = tmp_path / "clean"
-    shutil.copytree(root / "content", clean / "content")
-    shutil.copytree(root / "skills", clean / "skills")
-    project(clean)
-    assert build(clean, capsys)[0] == 0
-    for name in ("chunks.parquet", "entities.parquet", "entity-profiles.json",
-                 "entity-graph.json", "chunk_vectors.parquet"):
-        assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes(), \
-            name
+    assert_equals_a_clean_build(root, tmp_path / "clean", capsys, (
+        "chunks.parquet", "entities.parquet", "entity-profiles.json", "entity-graph.json",
+        "chunk_vectors.parquet"))
 
 
 def test_damaged_catalog_row_and_declaration(tmp_path, capsys):
@@ -163,6 +157,7 @@ def test_a_unit_store_that_cannot_be_saved_gives_no_stale_catalog(tmp_path, caps
 
 def test_renames_nested_folders_and_the_skills_folder_keep_the_order(tmp_path, capsys, cli):
     root = project(tmp_path / "kb")
+
     def X(al):  # an entity row, as the documents write it
         return ("entity:x", "X", "concept", al)
 
@@ -175,6 +170,7 @@ def test_renames_nested_folders_and_the_skills_folder_keep_the_order(tmp_path, c
     write(root, "skills/s/notes.ctxfst.md", _declaring_document("sk", [X(["skill"])], []))
     code, out = build(root, capsys)
     assert code == 0, out
+
     def rename(src, dst):
         def go(r):
             (r / src).rename(r / dst)
@@ -261,6 +257,7 @@ def test_a_skills_folder_sorting_first_links_and_type_changes_keep_the_order(tmp
     root = tmp_path / "kb"
     write(root, "ctxfst.toml", 'content_dir = "zdocs"\nskills_dir = "askills"\n'
           'embedding_model = "hash-64"\n')
+
     def X(al, t="concept", n="X"):
         return ("entity:x", n, t, al)
 
@@ -271,10 +268,12 @@ def test_a_skills_folder_sorting_first_links_and_type_changes_keep_the_order(tmp
     write(root, "zdocs/sub/t.ctxfst.md", _declaring_document("t", [y_state], []))
     code, out = build(root, capsys)
     assert code == 0, out
+
     def link(src, dst):
         def go(r):
             (r / src).symlink_to(dst)
         return go
+
     def cond(name, pre):
         return f"""
         ---

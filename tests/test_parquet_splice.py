@@ -57,6 +57,7 @@ def spliced(before, after, target, edited: set[str]):
     encode = encoder(after)
     previous = whole(before, target)
     previous_keys = [r[0] for r in before]
+
     def unchanged(start: int, end: int) -> bool:
         return edited.isdisjoint(keys[start:end])
 

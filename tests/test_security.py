@@ -489,7 +489,6 @@ def test_a_damaged_doit_state_is_replaced_not_a_traceback(tmp_path, capsys):
     assert (root / "build" / "chunks.json").read_bytes() == first
 
 
-
 # ======================================================================================
 # Untrusted knowledge bases, holes 2 and 3: every path stays inside the project, and a
 # tenant mapping that matches nothing fails closed. Each test builds a hostile KB in tmp_path.
@@ -904,7 +903,6 @@ def test_a_settings_file_linking_out_of_the_project_is_not_used(tmp_path, cli):
     assert cli("validate", cwd=kb / "content").code == 0
 
 
-
 # ======================================================================================
 # Hostile knowledge-base input: scanners stay linear, and what validates also builds.
 #
@@ -1240,8 +1238,6 @@ def test_unusable_paths_and_lists_are_located_errors(tmp_path, name):
 
     found = [(d["code"], d["path"], d["line"]) for d in json.loads(result.stdout)["diagnostics"]]
     assert found == [(code, file, line)], found
-
-
 
 
 def test_reading_a_file_under_a_limit_allocates_what_it_holds(tmp_path):
@@ -1634,7 +1630,6 @@ def test_generate_mock_refuses_an_existing_kb_and_huge_counts(tmp_path, cli, mon
     result = cli("generate-mock", regular, "--docs", "2", cwd=tmp_path)
     assert result.code == 2 and "internal error" not in result.err
     assert regular.read_text() == "mine\n"
-
 
 
 # ======================================================================================

@@ -20,6 +20,7 @@ PARALLEL_THRESHOLD = 200  # fewer items than this: forking costs more than it sa
 class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed, out of memory, crashed)."""
 
+
 _job: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # what the children run
 
 

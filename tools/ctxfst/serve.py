@@ -616,7 +616,6 @@ class Server(ThreadingHTTPServer):
                   f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
-
 _BUSY_BODY = json.dumps({"schema_version": OUTPUT_SCHEMA_VERSION, "error": {
     "code": "busy", "message": f"{MAX_CONNECTIONS} connections are open; try again"}}
     ).encode() + b"\n"

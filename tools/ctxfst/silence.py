@@ -18,6 +18,8 @@ from .rule_selection import SILENCEABLE, RuleSelection, did_you_mean
 # codes: every warning and info of that record.
 _NOQA = re.compile(r"(?:#|<!--)\s*ctxfst:\s*noqa(?![\w-])(?:[:\s]\s*"
                    r"(?P<codes>[A-Za-z]+\w*(?:[\s,]+[A-Za-z]+\w*)*))?")
+
+
 @dataclass(frozen=True)
 class _Directive:
     line: int

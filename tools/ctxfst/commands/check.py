@@ -61,6 +61,7 @@ def add_validate(commands) -> None:
     _add_check_options(validate)
     validate.set_defaults(run=lambda args: _check(args, lint=False))
 
+
 def add_lint(commands) -> None:
     lint = add_command(
         commands, "lint", "quality advice on chunks and entities",
@@ -79,6 +80,7 @@ def add_lint(commands) -> None:
     lint.add_argument("--diff", action="store_true",
                       help="show what --fix would change as a unified diff; write nothing")
     lint.set_defaults(run=lambda args: _check(args, lint=True))
+
 
 def _check(args: argparse.Namespace, lint: bool) -> int:
     from ..diagnostics import RENDERERS

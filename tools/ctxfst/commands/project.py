@@ -37,6 +37,7 @@ def add_build(commands) -> None:
                        help="passed to doit (for example: clean, list, embed)")
     build.set_defaults(run=_build)
 
+
 def add_init(commands) -> None:
     init = add_command(commands, "init", "scaffold a new knowledge-base repository",
                        ["ctxfst init my-kb", "ctxfst init my-kb --model hash-256"],
@@ -50,6 +51,7 @@ def add_init(commands) -> None:
                            "already in the folder: e5-small where a quarter or more is "
                            "CJK text and its extra is installed, else minilm)")
     init.set_defaults(run=_init)
+
 
 def add_generate_mock(commands) -> None:
     mock = add_command(commands, "generate-mock", "write a mock knowledge base",
@@ -65,6 +67,7 @@ def add_generate_mock(commands) -> None:
                       help="add the course-style career articles (for retrieval demos)")
     mock.set_defaults(run=_generate_mock)
 
+
 def add_install_hook(commands) -> None:
     hook = add_command(commands, "install-hook",
                        "install a git pre-commit hook that validates staged files",
@@ -72,6 +75,7 @@ def add_install_hook(commands) -> None:
     hook.add_argument("--force", action="store_true",
                       help="replace an existing pre-commit hook")
     hook.set_defaults(run=_install_hook)
+
 
 def add_completion(commands, root: argparse.ArgumentParser) -> None:
     completion = add_command(

@@ -29,6 +29,7 @@ def add_report(commands) -> None:
     stale_option(report)
     report.set_defaults(run=_report)
 
+
 def _report(args: argparse.Namespace) -> int:
     from ..artifacts.io import write_atomic
     from ..config import check_inside, typed_path

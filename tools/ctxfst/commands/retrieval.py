@@ -49,6 +49,7 @@ def add_query(commands) -> None:
     stale_option(query)
     query.set_defaults(run=_retrieval)
 
+
 def add_export(commands) -> None:
     export = add_command(commands, "export", "export artifacts to other systems",
                          ["ctxfst export lancedb --db lance",
@@ -83,6 +84,7 @@ def add_export(commands) -> None:
     stale_option(graph)
     export.set_defaults(run=_retrieval)
 
+
 def add_eval(commands) -> None:
     evaluation = add_command(
         commands, "eval", "retrieval quality per mode on a queries file",
@@ -106,6 +108,7 @@ def add_eval(commands) -> None:
     bridge_option(evaluation)
     stale_option(evaluation)
     evaluation.set_defaults(run=_retrieval)
+
 
 def _retrieval(args: argparse.Namespace) -> int:
     import yaml

@@ -26,6 +26,7 @@ def add_rule(commands) -> None:
     format_option(rule)
     rule.set_defaults(run=_rule)
 
+
 def _rule(args: argparse.Namespace) -> int:
     from ..rule_docs import UnknownRule, explain, text_lines
 

@@ -56,6 +56,7 @@ def add_serve(commands) -> None:
     _server_options(serving)
     serving.set_defaults(run=_serve)
 
+
 def add_mcp(commands) -> None:
     mcp = add_command(
         commands, "mcp", "the same answers as MCP tools over stdio, for agent runtimes",
@@ -66,6 +67,7 @@ def add_mcp(commands) -> None:
                     "`pip install 'ctxfst[mcp]'`.")
     _server_options(mcp)
     mcp.set_defaults(run=_serve)
+
 
 def _serve(args: argparse.Namespace) -> int:
     from ..serve import Service, log_to_stderr, serve, share_cpus

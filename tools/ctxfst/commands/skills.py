@@ -41,6 +41,7 @@ def add_skills(commands) -> None:
                         help="SKILL.md files or folders (default: the project's skills)")
     skills.set_defaults(run=_skills)
 
+
 def _skill_files(paths: list[Path]) -> list[Path]:
     from ..config import find_project
     from ..files import walk

@@ -178,8 +178,6 @@ def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: li
         store.remove(key)
 
 
-
-
 def _compiled_parts(record: dict) -> list[tuple[str, dict, str]]:
     """The compile record's long parts, kept under keys of their own so that an edit
     rewrites only those it changes (the chunk ids and document paths stay): (key, the
