@@ -259,22 +259,16 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
     changed = _git(top, "diff", "--cached", "--name-only", "-z", "--", *folders)
     if not changed.strip(b"\0") and not settings_changed:
         return Report()  # nothing staged in the knowledge base: nothing to check
-    listing = _git(top, "ls-files", "-s", "-z", "--", *folders).split(b"\0")
+    tree = IndexTree(top)  # (the rules read passages and skill folders through it too)
     content = str(config.content_dir.resolve().relative_to(top)) \
         if _is_under(config.content_dir.resolve(), top) else None
     entries = []
-    for line in listing:
-        if not line:
-            continue
-        meta, name = line.split(b"\t", 1)
-        mode, sha = meta.split()[:2]
+    for name, (mode, sha) in tree.entries_under(folders):
         # Files only: a gitlink (a submodule, 160000) or a link (120000) named *.md is
-        # no document of the commit. A name that is not UTF-8 is kept as the file
-        # system keeps it (surrogate escapes), as the work tree's walk does.
-        text_name = os.fsdecode(name)
+        # no document of the commit.
         if mode in (b"100644", b"100755") and (
-                name.endswith(b".md") or _staged_edges(text_name, content, config)):
-            entries.append((sha.decode(), text_name))
+                name.endswith(".md") or _staged_edges(name, content, config)):
+            entries.append((sha, name))
     batch = _git(top, "cat-file", "--batch",
                  data="".join(f"{sha}\n" for sha, _ in entries).encode())
     inputs = []
@@ -291,7 +285,7 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
     return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir,
-                       selection=config.lint, files=IndexTree(top))],
+                       selection=config.lint, files=tree)],
                 lint, strict_spec, use_cache, select, ignore)
 
 
@@ -322,6 +316,16 @@ class IndexTree(TreeFiles):
                 for end in range(len(parts)):
                     self._children.setdefault("/".join(parts[:end]), set()).add(parts[end])
         return self._entries
+
+    def entries_under(self, folders: list[str]) -> list[tuple[str, tuple[bytes, str]]]:
+        """(path, (mode, blob)) of every entry in these folders (relative to the top; "."
+        is all of it), in the index's order. A name that is not UTF-8 is kept as the
+        file system keeps it (surrogate escapes), as the work tree's walk does."""
+        if "." in folders:
+            return list(self._index().items())
+        prefixes = tuple(f"{folder}/" for folder in folders)
+        return [(path, entry) for path, entry in self._index().items()
+                if path in folders or path.startswith(prefixes)]
 
     def _entry(self, path: Path) -> tuple[bytes, str] | None:
         relative = self._relative(path)
