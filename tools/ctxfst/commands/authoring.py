@@ -7,20 +7,7 @@ import sys
 from pathlib import Path
 
 from ..diagnostics import escape, output_json, text_line
-
-
-def _tokens(text: str) -> int:
-    value = int(text)
-    if not 16 <= value <= 100_000:
-        raise argparse.ArgumentTypeError("expected a number of tokens from 16 to 100000")
-    return value
-
-
-def _min_tokens(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("expected 0 or more tokens")
-    return value
+from .common import at_least_zero, seconds_up_to, whole_number
 
 
 def _category(text: str) -> str:
@@ -57,10 +44,10 @@ def add_chunk(commands) -> None:
                        metavar="PATH",
                        help="CtxFST documents whose entities may be linked as well as the "
                             "project's (repeatable); a draft declares those it links")
-    chunk.add_argument("--max-tokens", type=_tokens, default=DEFAULT_MAX_TOKENS,
+    chunk.add_argument("--max-tokens", type=whole_number(16, 100_000), default=DEFAULT_MAX_TOKENS,
                        help="a chunk's budget, in tokens (a Latin word counts 4/3, a CJK "
                             "character 1)")
-    chunk.add_argument("--min-tokens", type=_min_tokens, default=DEFAULT_MIN_TOKENS,
+    chunk.add_argument("--min-tokens", type=at_least_zero, default=DEFAULT_MIN_TOKENS,
                        help="a smaller section joins the next one while both fit")
     chunk.add_argument("--category", type=_category, default=DEFAULT_CATEGORY,
                        help="the first part of every chunk id (category:topic)")
@@ -104,30 +91,16 @@ def add_contextualize(commands) -> None:
     command.add_argument("--command", dest="provider_command", default=None, metavar="CMD",
                          help='for --provider command: reads {"system", "prompt", '
                               '"max_tokens", "model"} on stdin, prints {"text": "..."}')
-    command.add_argument("--timeout", type=_seconds, default=60.0,
+    command.add_argument("--timeout", type=seconds_up_to(3600), default=60.0,
                          help="seconds a request may take")
-    command.add_argument("--retries", type=_min_tokens, default=3,
+    command.add_argument("--retries", type=at_least_zero, default=3,
                          help="retries of a request that timed out, was rate-limited (429, "
                               "Retry-After honoured up to 30 s) or met a server error")
-    command.add_argument("--jobs", type=_jobs, default=4, help="requests at once")
+    command.add_argument("--jobs", type=whole_number(1, 64), default=4, help="requests at once")
     command.add_argument("--dry-run", action="store_true",
                          help="show what would be asked and its size; ask nothing")
     format_option(command)
     command.set_defaults(run=run_contextualize)
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError("expected seconds above 0, at most 3600")
-    return value
-
-
-def _jobs(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError("expected 1 to 64")
-    return value
 
 
 def run_contextualize(args: argparse.Namespace) -> int:

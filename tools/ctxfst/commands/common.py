@@ -4,6 +4,8 @@ and the options several commands take."""
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..cli_args import verbosity
@@ -38,37 +40,41 @@ def print_data(data, fmt: str, lines: list[str]) -> None:
         print(escape_lines(lines))
 
 
-def positive(text: str) -> int:
-    value = int(text) if text.strip().lstrip("-").isdigit() else 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from low (to high), or an error that says so."""
+    bounds = f"of at least {low}" if high is None else f"from {low} to {high:,}"
+
+    def parse(text: str) -> int:
+        value = int(text) if _DIGITS.fullmatch(text.strip()) else None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected a whole number {bounds}, got {text!r}")
+        return value
+
+    return parse
 
 
-def at_least_zero(text: str) -> int:
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
-    return int(text)
-
-
-def at_least_zero_seconds(text: str) -> float:
-    try:
-        if float(text) == 0:
+def seconds_up_to(limit: float, zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: seconds above 0 (or 0 itself, with zero) and at most limit."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if zero and value == 0:
             return 0.0
-    except ValueError:
-        pass  # (seconds says what is wrong with it)
-    return seconds(text)
+        if not 0 < value <= limit:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most "
+                                             f"{limit:g}, got {text!r}")
+        return value
+
+    return parse
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= MAX_TIMEOUT_S:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most "
-                                         f"{MAX_TIMEOUT_S:g}, got {text!r}")
-    return value
+_DIGITS = re.compile(r"[0-9]+")
+positive = whole_number(1)
+at_least_zero = whole_number(0)
+seconds = seconds_up_to(MAX_TIMEOUT_S)
+at_least_zero_seconds = seconds_up_to(MAX_TIMEOUT_S, zero=True)
 
 
 def bridge_option(parser: argparse.ArgumentParser) -> None:

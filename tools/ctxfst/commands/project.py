@@ -11,18 +11,11 @@ from ..cli_args import add_command, named_path, verbosity
 from ..completion import SHELLS
 from .common import (
     EXIT_OK,
-    positive,
     say,
+    whole_number,
 )
 
 MAX_MOCK_DOCS = 1_000_000
-
-
-def _mock_docs(text: str) -> int:
-    value = positive(text)
-    if value > MAX_MOCK_DOCS:
-        raise argparse.ArgumentTypeError(f"at most {MAX_MOCK_DOCS:,} documents, got {text!r}")
-    return value
 
 
 def add_build(commands) -> None:
@@ -60,7 +53,7 @@ def add_generate_mock(commands) -> None:
                        description="Write a generated knowledge base, for benchmarks and "
                                    "demos.")
     mock.add_argument("out", type=named_path, metavar="OUT", help="the folder to write")
-    mock.add_argument("--docs", type=_mock_docs, default=200,
+    mock.add_argument("--docs", type=whole_number(1, MAX_MOCK_DOCS), default=200,
                       help=f"how many documents (1 to {MAX_MOCK_DOCS:,})")
     mock.add_argument("--seed", type=int, default=0, help="the random seed")
     mock.add_argument("--career", action="store_true",
