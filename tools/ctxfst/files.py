@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import stat
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -28,6 +29,14 @@ def file_stamp(info: os.stat_result) -> tuple[int, int, int, int]:
     """What any change to a file changes, as git's index keeps it: size, mtime, ctime and
     inode (utime() moves ctime: an edit that puts size and mtime back is seen)."""
     return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+
+
+def is_real_folder(path) -> bool:
+    """Whether path is a folder itself (not a link to one, not missing)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def inside(root: Path, path) -> bool:

@@ -12,12 +12,11 @@ import hashlib
 import itertools
 import json
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
 
-from ..files import changed_lately, file_stamp
+from ..files import changed_lately, file_stamp, is_real_folder
 from .io import FileTooLarge, is_sha256, read_regular
 from .layout import CURRENT, MANIFEST, PUBLISHED, is_version_target
 
@@ -183,11 +182,7 @@ def published_folder(build_dir: Path) -> Path:
         raise ValueError(f"{link} links to {target}, not to a build ctxfst published")
     folder = build_dir / target
     for path in (build_dir / PUBLISHED, folder):
-        try:
-            is_folder = stat.S_ISDIR(os.lstat(path).st_mode)
-        except OSError:
-            is_folder = False
-        if not is_folder:
+        if not is_real_folder(path):
             raise ValueError(f"{link} links to {target}, which is not a folder of "
                              "published artifacts")
     return folder

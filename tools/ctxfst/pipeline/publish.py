@@ -13,7 +13,6 @@ until then readers keep the build published before.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import secrets
@@ -48,7 +47,7 @@ from ..artifacts.layout import (
     version_target,
 )
 from ..config import Config
-from ..files import file_identity
+from ..files import file_identity, is_real_folder
 from ..version import __version__
 
 MAX_JOURNAL_BYTES = 1 << 20
@@ -110,7 +109,7 @@ def _publish_staged(config: Config, names: list[str], results: dict) -> None:
     _own_folder(versions)
     before = current_version(build)
     folder = versions / version
-    if _is_folder(folder):
+    if is_real_folder(folder):
         # A build published before (the same manifest: the same bytes): readers may be
         # in it, so it is mended in place, never made again.
         for name in names:
@@ -120,23 +119,16 @@ def _publish_staged(config: Config, names: list[str], results: dict) -> None:
         _make_folder(config, folder, names, results)
     if version != before:
         _switch_current(build, version)
-        if before is not None and _is_folder(versions / before):
+        if before is not None and is_real_folder(versions / before):
             os.utime(versions / before)  # (when it stopped being current: _drop_versions)
     _link_fixed_names(build, [*names, RUN_RESULTS])
     _update_ledger(config, names)
     _drop_versions(versions, keep={version, before})
 
 
-def _is_folder(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
-
-
 def _own_folder(path: Path) -> None:
     """path as a real folder: whatever else is there (a stranger's link) is removed."""
-    if not _is_folder(path):
+    if not is_real_folder(path):
         _remove(path)
         path.mkdir()
 
@@ -177,15 +169,10 @@ def _link_fixed_names(build: Path, names: list[str]) -> None:
             pass
         _replace_with_link(path, target)
         changed = True
-    wanted = set(names)
-    for entry in os.scandir(build):
-        if entry.is_symlink() and entry.name not in wanted:
-            try:
-                if os.readlink(entry.path).startswith(f"{CURRENT}/"):
-                    os.unlink(entry.path)
-                    changed = True
-            except OSError:
-                pass
+    for path in _fixed_name_links(build):
+        if path.name not in names:
+            os.unlink(path)
+            changed = True
     if changed:
         sync_folder(build)
 
@@ -233,15 +220,23 @@ def _remove(path: Path) -> None:
 def remove_published(build: Path) -> None:
     """What publishing made in build/ (for `doit clean`): the fixed names' links, the
     current link, the published folders."""
+    for path in _fixed_name_links(build):
+        path.unlink(missing_ok=True)
+    if (build / CURRENT).is_symlink():
+        (build / CURRENT).unlink()
+    _remove(build / PUBLISHED)
+
+
+def _fixed_name_links(build: Path) -> list[Path]:
+    """The links in build/ that publishing made for fixed names (through current/)."""
+    found = []
     for entry in os.scandir(build) if build.is_dir() else ():
         try:
-            if entry.is_symlink() and (entry.name == CURRENT or os.readlink(
-                    entry.path).startswith(f"{CURRENT}/")):
-                os.unlink(entry.path)
-        except OSError as error:
-            if error.errno != errno.ENOENT:
-                raise
-    _remove(build / PUBLISHED)
+            if entry.is_symlink() and os.readlink(entry.path).startswith(f"{CURRENT}/"):
+                found.append(Path(entry.path))
+        except OSError:  # (gone meanwhile)
+            continue
+    return found
 
 
 def _update_ledger(config: Config, names: list[str]) -> None:
