@@ -40,12 +40,12 @@ from ..artifacts.layout import (
     RUN_RESULTS,
     VERSION_ID_HEX,
     fixed_name_target,
-    is_version_target,
     ledger_copy_name,
     result_path,
     staged,
     version_target,
 )
+from ..artifacts.reader import published_folder
 from ..config import Config
 from ..files import file_identity, is_real_folder
 from ..version import __version__
@@ -93,12 +93,12 @@ def recover(config: Config) -> bool:
 
 def current_version(build_dir: Path) -> str | None:
     """The id of the published folder build/current links to, if it is a link ctxfst
-    made."""
+    made to a folder that is there."""
     try:
-        target = os.readlink(build_dir / CURRENT)
-    except OSError:
+        folder = published_folder(build_dir)
+    except ValueError:
         return None
-    return target.rsplit("/", 1)[1] if is_version_target(target) else None
+    return folder.name if folder != build_dir else None
 
 
 def _publish_staged(config: Config, names: list[str], results: dict) -> None:
