@@ -1124,7 +1124,7 @@ def test_extra_edge_names_at_any_depth_are_what_pathlib_globs(tmp_path):
                  "doc.md", "x/edges.json", "x/a.edges.json.bak"):
         write(folder, name, "{}")
     names = ("*.edges.json", "links-?.yaml", "[ab]*.yml")
-    found, refused = _remembered_names(folder, names, tmp_path)
+    found, refused = _remembered_names(folder, names, tmp_path, None)
     assert not refused
     expected = {path for name in names for path in folder.glob("**/" + name)}
     assert set(found) == expected and len(found) == len(expected) == 6
@@ -1199,9 +1199,9 @@ def test_a_foreign_digest_cache_entry_is_a_miss_and_is_not_written_back(tmp_path
 
 
 def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
-    """scan_project remembers a listing while its folders keep their mtime: every add,
+    """A WalkMemory keeps a listing while its folders keep their mtime: every add,
     removal or rename in a folder moves it, and the next scan lists again."""
-    from ctxfst.files import RACY_NS, scan_project
+    from ctxfst.files import RACY_NS, WalkMemory, scan_project
 
     root = project(tmp_path / "kb")
     write(root, "content/sub/a.md", "x")
@@ -1213,11 +1213,14 @@ def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
             os.utime(folder, ns=(old, old))
         time.sleep(RACY_NS / 1e9 * 1.5)  # utime() moves ctime, which cannot be set back
 
+    memory = WalkMemory()
+
     def names() -> list[str]:
-        return [p.relative_to(root).as_posix() for p in scan_project(config).files]
+        return [p.relative_to(root).as_posix() for p in scan_project(config, memory).files]
 
     age()
     assert names() == ["content/sub/a.md"]
+    assert memory.walks  # (remembered: the folders are older than the racy window)
     write(root, "content/sub/b.md", "x")
     assert names() == ["content/sub/a.md", "content/sub/b.md"]
     age()
@@ -1231,10 +1234,10 @@ def test_a_remembered_walk_sees_added_removed_and_renamed_files(tmp_path):
 
 
 def test_a_remembered_extra_edge_glob_sees_every_change_a_fresh_one_does(tmp_path):
-    """The extra-edge globs ("**" patterns) are remembered within a process while no
+    """The extra-edge globs ("**" patterns) are remembered in a WalkMemory while no
     folder below content/ changed, hidden and skipped ones included (a glob reads them
     where the walk does not); a matched link is looked at again every time."""
-    from ctxfst.files import RACY_NS, scan_project
+    from ctxfst.files import RACY_NS, WalkMemory, scan_project
 
     root = project(tmp_path / "kb")
     write(root, "content/a.md", "x")
@@ -1248,8 +1251,10 @@ def test_a_remembered_extra_edge_glob_sees_every_change_a_fresh_one_does(tmp_pat
             os.utime(folder, ns=(old, old))
         time.sleep(RACY_NS / 1e9 * 1.5)  # utime() moves ctime, which cannot be set back
 
+    memory = WalkMemory()
+
     def edges() -> list[str]:
-        return [p.relative_to(root).as_posix() for p in scan_project(config).files
+        return [p.relative_to(root).as_posix() for p in scan_project(config, memory).files
                 if p.name.endswith(".edges.json")]
 
     def fresh() -> list[str]:
@@ -1258,6 +1263,7 @@ def test_a_remembered_extra_edge_glob_sees_every_change_a_fresh_one_does(tmp_pat
 
     age()
     assert edges() == fresh() == ["content/.hidden/deep/one.edges.json"]
+    assert memory.globs  # (remembered: no folder changed within the racy window)
     write(root, "content/.hidden/deep/two.edges.json", "[]")  # a folder the walk skips
     assert edges() == fresh()
     age()

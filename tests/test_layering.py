@@ -209,7 +209,7 @@ def module_state(path: Path) -> list[str]:
         elif isinstance(node, ast.Global):
             changed.update(node.names)
     return sorted(name for name, constant in mutable.items()
-                  if name in changed or not constant)
+                  if (name in changed or not constant) and not name.startswith("__"))
 
 
 def test_the_state_finder_finds_module_state():
@@ -222,3 +222,21 @@ def test_the_state_finder_finds_module_state():
 def test_the_pipeline_keeps_no_build_state_in_module_globals(path):
     """A build's state lives in its BuildRun (pipeline/run.py), made once per build."""
     assert module_state(path) == []
+
+
+# The package's module state outside pipeline/: what one process shares whatever it
+# builds or answers. Nothing else: a cache of a project belongs to whoever holds the
+# project (a BuildRun, a Workspace's WalkMemory).
+PROCESS_STATE = {
+    "artifacts/cache.py": ["_expected_objects"],  # each schema's parsed objects
+    "artifacts/io.py": ["_digests", "_written"],  # files this process wrote, by identity
+    "compile/embed.py": ["_EMBEDDERS"],  # models loaded once a process
+    "document/yamlpos.py": ["_plain_cache"],  # a pure function's answers
+    "locks.py": ["_HELD"],  # the locks this process holds
+}
+
+
+def test_only_process_wide_caches_are_module_state():
+    found = {path.relative_to(PACKAGE).as_posix(): module_state(path)
+             for path in sorted(PACKAGE.rglob("*.py"))}
+    assert {path: names for path, names in found.items() if names} == PROCESS_STATE

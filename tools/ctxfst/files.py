@@ -140,8 +140,19 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
     return result
 
 
-# This process's last walks: a build walks the project once per stage.
-_walks: dict[tuple, Walk] = {}
+class WalkMemory:
+    """Listings of a project remembered between scans (like git's untracked cache): a
+    listing is reused while no folder it listed has changed (an added, removed or renamed
+    entry changes its folder's mtime). Whoever scans the same project again and again
+    (a server's staleness check) keeps one and passes it to scan_project."""
+
+    def __init__(self) -> None:
+        self.walks: dict[tuple, Walk] = {}  # (folder, suffixes, follow_links, root) -> Walk
+        # (folder, pattern, root) -> (every folder below with its identity, the files
+        # found, what was refused)
+        self.globs: dict[tuple, tuple[list, list[Path], list]] = {}
+
+
 # A file or folder changed this recently may change again within the same clock tick
 # and keep its mtime (git's "racy" entries); Linux file times tick in milliseconds.
 RACY_NS = 100_000_000
@@ -154,18 +165,20 @@ def changed_lately(info: os.stat_result, now_ns: int, racy_ns: int = RACY_NS) ->
 
 
 def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
-                     root: Path) -> Walk:
-    """_walk with diagnostics, remembered while no folder it listed has changed (like
-    git's untracked cache: an added, removed or renamed entry changes its folder's mtime)."""
+                     root: Path, memory: WalkMemory | None) -> Walk:
+    """_walk with diagnostics, remembered in memory (when given) while no folder it
+    listed has changed."""
+    if memory is None:
+        return _walk(directory, suffixes, follow_links, root, [])
     key = (str(directory), suffixes, follow_links, str(root))
-    known = _walks.get(key)
+    known = memory.walks.get(key)
     if known is not None and _unchanged(known.folders):
         return Walk(list(known.paths), list(known.problems), known.folders)
     found = _walk(directory, suffixes, follow_links, root, [])
     if _settled(found.folders):
-        _walks[key] = Walk(list(found.paths), list(found.problems), found.folders)
+        memory.walks[key] = Walk(list(found.paths), list(found.problems), found.folders)
     else:
-        _walks.pop(key, None)
+        memory.walks.pop(key, None)
     return found
 
 
@@ -279,25 +292,26 @@ class ProjectRelative:
         return "" if relative == "." else relative + "/"
 
 
-def scan_project(config) -> Walk:
+def scan_project(config, memory: WalkMemory | None = None) -> Walk:
     """Every input of a project (a Config): documents, skills, and extra-edge files, and
     the diagnostics of what was refused: unreadable folders, files linking out of the
-    project (the configured folders themselves are checked inside it by the config)."""
+    project (the configured folders themselves are checked inside it by the config).
+    memory: listings kept from earlier scans, reused where nothing changed."""
     scan = Walk()
     root = config.root
     content = None
     if config.content_dir.is_dir():
-        content = _remembered_walk(config.content_dir, (".md",), False, root)
+        content = _remembered_walk(config.content_dir, (".md",), False, root, memory)
         scan.paths.extend(content.paths)
         scan.problems.extend(content.problems)
     if config.skills_dir.is_dir():
         # Skill folders may be links; only those inside the project are read (a skill
         # folder linking out is reported by the skill rules, CTX411).
-        found = _remembered_walk(config.skills_dir, (".md",), True, root)
+        found = _remembered_walk(config.skills_dir, (".md",), True, root, memory)
         scan.paths.extend(found.paths)
         scan.problems.extend(found.problems)
     if content is not None:  # (globbed anew: a pattern may reach folders the walk skips)
-        edges, problems = _extra_edge_files(config)
+        edges, problems = _extra_edge_files(config, memory)
         scan.paths.extend(edges)
         scan.problems.extend(problems)
     runtime_edges = config.runtime_edges
@@ -306,18 +320,20 @@ def scan_project(config) -> Walk:
     return scan
 
 
-def _extra_edge_files(config) -> tuple[list[str], list]:
+def _extra_edge_files(config, memory: WalkMemory | None) -> tuple[list[str], list]:
     edges, problems = set(), []
     patterns = config.build.extra_edges  # relative, no "..": checked by the config
     # "**/<name>" patterns (the default ones) are answered together, by one listing
     names = tuple(pattern[3:] for pattern in patterns if _any_depth_name(pattern))
     if names:
-        found, refused = _remembered_names(config.content_dir, names, config.root)
+        found, refused = _remembered_names(config.content_dir, names, config.root,
+                                           memory)
         edges.update(found)
         problems.extend(refused)
     for pattern in patterns:
         if not _any_depth_name(pattern):
-            found, refused = _remembered_glob(config.content_dir, pattern, config.root)
+            found, refused = _remembered_glob(config.content_dir, pattern, config.root,
+                                              memory)
             edges.update(found)
             problems.extend(refused)
     return [str(path) for path in sorted(edges)], problems
@@ -332,8 +348,8 @@ def _any_depth_name(pattern: str) -> bool:
         and any(char in name for char in "*?[")
 
 
-def _remembered_names(folder: Path, names: tuple[str, ...], root: Path
-                      ) -> tuple[list[Path], list]:
+def _remembered_names(folder: Path, names: tuple[str, ...], root: Path,
+                      memory: WalkMemory | None) -> tuple[list[Path], list]:
     """What folder.glob("**/" + name) finds for each of the names, together (links
     leaving root refused), from one listing of every folder below: as pathlib's glob,
     hidden and skipped folders are listed and folder links are not followed, and a
@@ -350,36 +366,34 @@ def _remembered_names(folder: Path, names: tuple[str, ...], root: Path
         folders = _real_folders(folder, files, match)
         return folders, [(Path(path), is_link) for path, _, is_link in files]
 
-    return _remembered((str(folder), names, str(root)), root, search)
+    return _remembered((str(folder), names, str(root)), root, search, memory)
 
 
-# This process's last globs of a recursive pattern: (folder, pattern, root) ->
-# (every folder below the folder with its identity, the files found, what was refused)
-_globs: dict[tuple, tuple[list, list[Path], list]] = {}
-
-
-def _remembered_glob(folder: Path, pattern: str, root: Path) -> tuple[list[Path], list]:
+def _remembered_glob(folder: Path, pattern: str, root: Path, memory: WalkMemory | None
+                     ) -> tuple[list[Path], list]:
     """The files below folder matching pattern (links leaving root refused). A "**"
     pattern reads every folder below, the hidden and skipped ones too, so its answer is
     remembered while none of those folders has changed and it matched no link (a link's
     target can change with no folder changing)."""
     def search() -> tuple[list | None, list[tuple[Path, bool]]]:
-        folders = _real_folders(folder) if "**" in pattern else None
+        # (the folders are listed only to be remembered)
+        folders = _real_folders(folder) if memory is not None and "**" in pattern else None
         real_folder = os.path.realpath(folder)
         # a match that is a link, or reached through a folder link (a component other
         # than "**" follows one): its target can change with no folder here changing
         return folders, [(path, os.path.realpath(path) != os.path.join(
             real_folder, os.path.relpath(path, folder))) for path in folder.glob(pattern)]
 
-    return _remembered((str(folder), pattern, str(root)), root, search)
+    return _remembered((str(folder), pattern, str(root)), root, search, memory)
 
 
-def _remembered(key: tuple, root: Path, search) -> tuple[list[Path], list]:
-    """The files search() matches (links leaving root refused), remembered under key
-    while the folders it listed are unchanged: search() gives those folders (None: not
-    to be remembered) and each match with whether a link leads to it (one does: not
-    remembered, its target can change with no folder changing)."""
-    known = _globs.get(key)
+def _remembered(key: tuple, root: Path, search, memory: WalkMemory | None
+                ) -> tuple[list[Path], list]:
+    """The files search() matches (links leaving root refused), remembered in memory
+    under key while the folders it listed are unchanged: search() gives those folders
+    (None: not to be remembered) and each match with whether a link leads to it (one
+    does: not remembered, its target can change with no folder changing)."""
+    known = memory.globs.get(key) if memory is not None else None
     if known is not None and _unchanged(known[0]):
         return list(known[1]), list(known[2])
     folders, matches = search()
@@ -391,11 +405,12 @@ def _remembered(key: tuple, root: Path, search) -> tuple[list[Path], list]:
             found.append(path)
         else:
             refused.append(_link_out(path))
-    if folders is not None and not any(linked for _, linked in matches) \
-            and _settled(folders):
-        _globs[key] = (folders, list(found), list(refused))
-    else:
-        _globs.pop(key, None)
+    if memory is not None:
+        if folders is not None and not any(linked for _, linked in matches) \
+                and _settled(folders):
+            memory.globs[key] = (folders, list(found), list(refused))
+        else:
+            memory.globs.pop(key, None)
     return found, refused
 
 

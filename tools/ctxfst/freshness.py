@@ -9,12 +9,15 @@ from typing import Any
 
 from .artifacts.reader import DigestCache, read_manifest
 from .config import Config
+from .files import WalkMemory
 
 
-def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
+def changed_inputs(config: Config, manifest: dict[str, Any], walks: WalkMemory | None = None
+                   ) -> list[str]:
     """Source files (and the settings file) added, removed or edited since the build (by
     size, then hash). Hashes are remembered by each file's identity in the cache folder,
-    so a query on a large knowledge base hashes only files touched since."""
+    so a query on a large knowledge base hashes only files touched since; walks: the
+    project's listings, when the caller asks again and again (a server)."""
     from .files import (
         RACY_NS,
         ProjectRelative,
@@ -28,7 +31,7 @@ def changed_inputs(config: Config, manifest: dict[str, Any]) -> list[str]:
     root = config.root.resolve()
     digests = DigestCache(config.input_digests, RACY_NS)
     changed: list[str] = []
-    scan = scan_project(config)
+    scan = scan_project(config, walks)
     sources = list(scan.paths)
     if config.config_file is not None:  # settings (tenants, models) shape the artifacts too
         sources.append(str(config.config_file))
@@ -85,7 +88,7 @@ def stale_message(changed: list[str]) -> str:
             f"{changed[0]}): run `doit`")
 
 
-def stale_reason(config: Config, build_dir) -> str | None:
+def stale_reason(config: Config, build_dir, walks: WalkMemory | None = None) -> str | None:
     """Why the project's build folder does not reflect its sources, or None."""
     try:
         manifest = read_manifest(build_dir)
@@ -93,5 +96,5 @@ def stale_reason(config: Config, build_dir) -> str | None:
         return f"{error}: run `doit`"
     if manifest is None:
         return None  # nothing published: readers report the missing artifacts themselves
-    changed = changed_inputs(config, manifest)
+    changed = changed_inputs(config, manifest, walks)
     return stale_message(changed) if changed else None

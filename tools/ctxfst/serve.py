@@ -170,7 +170,7 @@ class Service:
         if workspace is None or not workspace.is_project_build:
             return
         try:
-            changed = changed_inputs(workspace.config, generation.manifest)
+            changed = changed_inputs(workspace.config, generation.manifest, workspace.walks)
             generation.stale = stale_message(changed) if changed else None
         except OSError as error:
             generation.stale = f"the sources could not be compared with the build ({error})"

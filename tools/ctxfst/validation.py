@@ -21,7 +21,7 @@ from .diagnostics import Diagnostic, Severity, ordered, summarize
 from .document.kb import Input, inputs_for
 from .document.source import Source, load_text
 from .document.tree import WORK_TREE, TreeFiles
-from .files import display_path, inside, scan_project
+from .files import Walk, display_path, inside, scan_project
 from .kb import KnowledgeBase, load_kb, validate
 from .rule_selection import RuleSelection
 from .silence import apply as apply_selection
@@ -62,25 +62,18 @@ def _is_under(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def project_inputs(config: Config, refused: list[Diagnostic] | None = None) -> list[Input]:
-    """The project's inputs; what the walk refused (unreadable folders, links out of the
-    project) is added to refused. (A build's stages ask several times: while the walk
-    finds the same files, the same frozen inputs are given, not 10,000 new ones.)"""
-    scan = scan_project(config)
+def project_inputs(config: Config, refused: list[Diagnostic] | None = None,
+                   walk: Walk | None = None) -> list[Input]:
+    """The project's inputs, from walk (scan_project's, when the caller took one) or a
+    walk now; what the walk refused (unreadable folders, links out of the project) is
+    added to refused."""
+    scan = walk if walk is not None else scan_project(config)
     if refused is not None:
         refused.extend(scan.problems)
-    cwd = os.getcwd()
-    key = (cwd, tuple(scan.paths))  # (display paths are relative to the cwd)
-    if _last_inputs and _last_inputs[0] == key:
-        return list(_last_inputs[1])
+    cwd = os.getcwd()  # (display paths are relative to it)
     # (file paths as the walk's strings: 10,000 Path objects took 0.1 s)
-    inputs = [Input(Source(display_path(path, cwd), path), explicit=False)
-              for path in scan.paths]
-    _last_inputs[:] = [key, inputs]
-    return list(inputs)
-
-
-_last_inputs: list = []  # [(cwd, the files of the last walk), their inputs]
+    return [Input(Source(display_path(path, cwd), path), explicit=False)
+            for path in scan.paths]
 
 
 def plan_paths(paths: list[Path], cwd: Path) -> list[_Plan]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, find_project
+from .files import WalkMemory
 from .retrieval.search import Index, Result, RetrievalError, load_skill_graph, search
 
 
@@ -31,6 +32,8 @@ class Workspace:
     _index: Index | None = field(default=None, repr=False)
     _embedder: Any = field(default=None, repr=False)
     _embed_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # the project's listings, kept between staleness checks (a server asks every ten seconds)
+    walks: WalkMemory = field(default_factory=WalkMemory, repr=False)
 
     @classmethod
     def open(cls, cwd: Path, build: Path | None = None) -> Workspace:
@@ -58,7 +61,7 @@ class Workspace:
             return None
         from .freshness import stale_reason
 
-        return stale_reason(self.config, self.build_dir)
+        return stale_reason(self.config, self.build_dir, self.walks)
 
     def check_fresh(self) -> None:
         reason = self.stale_reason()

@@ -111,7 +111,6 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
     validated while no input has changed (the validate stage itself always checks: it
     opens a run)."""
     from ..artifacts.cache import ParseCache
-    from ..validation import project_inputs
     from .units import check_incrementally
 
     config = run.config
@@ -119,7 +118,7 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
     if reuse and shared is not None and shared[2] and run.running:
         return shared[1]  # (this run's snapshot)
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
-    inputs = project_inputs(config, refused)
+    inputs = run.inputs(refused)
     identities = run.identities(inputs, refused)
     if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1]
@@ -227,10 +226,10 @@ def validate_sources(run: BuildRun) -> tuple[list[str], str]:
     content_path files the last build read outside the walk (outside content/, or not
     Markdown) are inputs as well."""
     from ..artifacts.cache import recorded_passages
-    from ..files import inside, plain_relative, scan_project
+    from ..files import inside, plain_relative
 
     config = run.config
-    scan = scan_project(config)
+    scan = run.walk()
     sources = list(scan.paths)
     if config.config_file is not None:
         sources.append(str(config.config_file))
@@ -253,12 +252,10 @@ def stage_validate(run: BuildRun) -> None:
     files = checked.files
     if shown:
         run.write_findings(shown, files)
-    from ..files import scan_project
-
     # The stamp changes exactly when a source changes: later stages depend on it alone.
     # (Settings are not in it: each stage tracks the settings it reads itself.)
     # content_path files are inputs too, wherever they are (the walk lists content/ only)
-    walked = scan_project(config).paths
+    walked = run.walk().paths
     known = set(walked)
     stamped = walked + [str(path) for path in (config.root / r for r in checked.passages)
                         if str(path) not in known and path.is_file()]
@@ -306,11 +303,9 @@ def stage_compile(run: BuildRun) -> None:
 
 
 def skill_sources(run: BuildRun) -> tuple[list[str], str]:
-    from ..files import scan_project
     from ..skills import SKILL_FILE
 
-    config = run.config
-    return [path for path in scan_project(config).paths
+    return [path for path in run.walk().paths
             if os.path.basename(path) == SKILL_FILE], ""
 
 
@@ -319,11 +314,10 @@ def stage_skills(run: BuildRun) -> None:
     from ..kb import load_kb
     from ..skills import SKILL_FILE
     from ..skills.index import build_index, skills_table
-    from ..validation import project_inputs
 
     config = run.config
     started = time.perf_counter()
-    inputs = [item for item in project_inputs(config)
+    inputs = [item for item in run.inputs()
               if os.path.basename(item.source.path) == SKILL_FILE]
     kb = load_kb(config.root, inputs)
     index = build_index(kb.skills, config.root)
