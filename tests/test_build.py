@@ -606,13 +606,13 @@ def test_the_previous_chunk_files_are_not_hashed_again_while_they_are_as_publish
     """The last publication recorded each staged file's stamp (size, mtime, ctime,
     inode) with its sha256: compile reads the previous chunks.json and chunks.parquet
     without hashing them while they keep it."""
-    from ctxfst.pipeline import units
+    from ctxfst.pipeline import chunk_rows
 
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     sizes = {(root / "build/.staging" / name).stat().st_size
              for name in ("chunks.json", "chunks.parquet")}
-    hashed = counted_sha256(monkeypatch, units)
+    hashed = counted_sha256(monkeypatch, chunk_rows)  # (where they are read)
     doc = root / "content/deployment.zh-TW.ctxfst.md"
     doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
     assert build(root, capsys)[0] == 0
@@ -999,12 +999,12 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
                                                                       monkeypatch):
     """validate, compile and facts of one doit run share the KB validate validated;
     outside a run, an input edited between stages is loaded and validated again."""
-    import ctxfst.pipeline.units as units
+    import ctxfst.pipeline.incremental as incremental
     from ctxfst.pipeline import stages
 
     calls = []
-    real = units.check_incrementally
-    monkeypatch.setattr(units, "check_incrementally",
+    real = incremental.check_incrementally
+    monkeypatch.setattr(incremental, "check_incrementally",
                         lambda *args: calls.append(1) or real(*args))
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
@@ -1535,14 +1535,14 @@ def test_what_spans_documents_is_found_after_units_the_mark_does_not_describe(
     or a unit that cannot be read back, send it through the whole graph."""
     import sqlite3
 
-    import ctxfst.pipeline.units as units
+    import ctxfst.pipeline.incremental as incremental
 
     root = project(tmp_path)
     for name, needs in (("a", ["note:b"]), ("b", ["note:c"]), ("c", []), ("d", [])):
         write(root, f"content/{name}.ctxfst.md", _chain_document(name, needs))
     assert build(root, capsys)[0] == 0
     # another toolchain closes a cycle and leaves the mark as it was
-    monkeypatch.setattr(units, "LINKED", "a mark it does not keep")
+    monkeypatch.setattr(incremental, "LINKED", "a mark it does not keep")
     write(root, "content/c.ctxfst.md", _chain_document("c", ["note:a"]))
     assert build(root, capsys)[0] != 0
     monkeypatch.undo()

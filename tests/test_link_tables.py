@@ -129,13 +129,14 @@ def test_a_unit_store_that_cannot_be_saved_gives_no_stale_catalog(tmp_path, caps
                                                                    monkeypatch):
     """save() swallows sqlite3.Error ("a read-only or full disk: the next build
     recomputes"); compile must not then read the catalog the store held before."""
+    import ctxfst.pipeline.incremental as incremental
     import ctxfst.pipeline.units as units
 
     root = project(tmp_path / "kb")
     write(root, "content/a.ctxfst.md", _declaring_document(
         "a", [("entity:x", "X", "concept", ["ex"])], ["entity:x"]))
     assert build(root, capsys)[0] == 0
-    original = units.check_incrementally
+    original = incremental.check_incrementally
 
     def failing_save(self):  # what save() leaves when its commit fails
         self.db.rollback()
@@ -147,7 +148,7 @@ def test_a_unit_store_that_cannot_be_saved_gives_no_stale_catalog(tmp_path, caps
             m.setattr(units.UnitStore, "save", failing_save)
             return original(*args, **kwargs)
 
-    monkeypatch.setattr(units, "check_incrementally", check)
+    monkeypatch.setattr(incremental, "check_incrementally", check)
     write(root, "content/a.ctxfst.md", _declaring_document(
         "a", [("entity:x", "X", "concept", ["ex", "more"])], ["entity:x"]))
     assert build(root, capsys)[0] == 0
@@ -221,7 +222,7 @@ def test_damaged_pages_of_the_unit_tables(tmp_path, capsys):
 def test_adding_an_entity_is_linked_from_the_ids_it_touches(tmp_path, capsys, monkeypatch):
     """An edit that declares a new id (or drops one) after a clean link: the link step
     answers from the rows, not from every summary (link())."""
-    import ctxfst.pipeline.units as units
+    import ctxfst.pipeline.incremental as incremental
 
     root = project(tmp_path / "kb")
     for name in "abc":
@@ -229,8 +230,8 @@ def test_adding_an_entity_is_linked_from_the_ids_it_touches(tmp_path, capsys, mo
             name, [(f"entity:{name}", name.upper(), "concept", [])], []))
     assert build(root, capsys)[0] == 0
     calls = []
-    original = units.link
-    monkeypatch.setattr(units, "link", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = incremental.link
+    monkeypatch.setattr(incremental, "link", lambda *a, **k: calls.append(1) or original(*a, **k))
     write(root, "content/b.ctxfst.md", _declaring_document(  # an alias: rows alone
         "b", [("entity:b", "B", "concept", ["bee"])], []))
     assert build(root, capsys)[0] == 0 and calls == []

@@ -22,11 +22,11 @@ from ..artifacts.io import Span, compact_json, is_sha256, write_pieces
 from ..diagnostics import Diagnostic
 from ..document.link import Summary, link
 from ..files import file_stamp
+from .incremental import Checked
 from .published import PUBLISHED, read_as_published
 from .units import (
     COMPILED,
     LINKED,
-    Checked,
     DocumentUnit,
     UnitStore,
     catalog_rows,

@@ -106,12 +106,12 @@ def unit_store(config: Config):
 
 
 def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = True):
-    """Validate the knowledge base, typing only the documents that changed (pipeline/units);
+    """Validate the knowledge base, typing only the documents that changed (pipeline/incremental);
     raise BuildFailed on any error. With reuse, a later stage gets what an earlier one
     validated while no input has changed (the validate stage itself always checks: it
     opens a run)."""
     from ..artifacts.cache import ParseCache
-    from .units import check_incrementally
+    from .incremental import check_incrementally
 
     config = run.config
     shared = run.validated

@@ -1,0 +1,416 @@
+"""The incremental check: validate a project's inputs, typing only the documents whose
+bytes changed and checking again only those a change can reach (units.py says why this
+is exact). Its phases: look at each document's stat and digest (_look), type what
+changed (_Reader), make the units, find what the change reaches (_reached), link (the
+saved link step, or every summary), and check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..artifacts.cache import PASSAGES
+from ..diagnostics import Diagnostic, ordered
+from ..document.link import Summary, link, summarize
+from ..document.model import ParsedDocument
+from ..files import changed_lately, file_stamp
+from .errors import BuildFailed
+from .units import (
+    LINKED,
+    DocumentUnit,
+    UnitStore,
+    catalog_rows,
+    declared_tenant,
+    document_places,
+    is_volatile,
+    units_digest,
+)
+
+
+@dataclass
+class Checked:
+    """A validated knowledge base as the later stages see it: every document by its unit,
+    the documents typed in this run, and a loader for the others."""
+
+    root: Path
+    units: list[DocumentUnit]                 # every CtxFST document, in input order
+    typed: dict[str, ParsedDocument]          # path -> typed this run
+    kb: Any                                   # the loaded KnowledgeBase (skills, edges)
+    link: Any
+    diagnostics: list[Diagnostic]
+    extra_edges: list
+    load: Callable[[list[str]], dict[str, ParsedDocument]]  # paths -> typed
+    passages: list[str] = field(default_factory=list)  # content_path files (relative)
+    counts: dict[str, int] = field(default_factory=dict)
+    # each document's entities as (id, [name, *aliases]), by path (the facts catalogs)
+    labels: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
+    mark: str = ""  # the units digest its link step was saved with (LINKED)
+    # file -> (relative path, sha256, size) of the inputs hashed for this validation
+    digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        """The files checked: documents, skills and extra-edge files."""
+        return len(self.units) + len(self.kb.skills) + len(self.kb.edge_files)
+
+    def document(self, path: str) -> ParsedDocument:
+        return self.documents([path])[path]
+
+    def let_go_typed(self) -> None:
+        """Forget the documents typed so far (a first build types every one, some 60 KB
+        each); whatever needs one later loads it again (documents())."""
+        self.typed.clear()
+        self.kb.documents = []
+
+    def documents(self, paths: list[str]) -> dict[str, ParsedDocument]:
+        """Typed documents, by path (those not typed yet are loaded together, from the
+        bytes their units record: a file edited since stops the build)."""
+        missing = [path for path in paths if path not in self.typed]
+        if missing:
+            self.typed.update(self.load(missing))
+        return {path: self.typed[path] for path in paths}
+
+
+def unit_stamp(info: os.stat_result, now_ns: int) -> str | None:
+    """A file's identity (artifacts.io.file_stamp) as a unit keeps it; None for a file
+    changed within a clock tick of now_ns (files.changed_lately)."""
+    if changed_lately(info, now_ns):
+        return None
+    return ":".join(map(str, file_stamp(info)))
+
+
+def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
+                        open_parse_cache: Callable, store: UnitStore,
+                        regular_files: Mapping[str, os.stat_result] | None = None,
+                        digested: dict[str, tuple[str, str, int]] | None = None) -> Checked:
+    """Validate the project's inputs, typing only what changed (see the module doc).
+    regular_files: the stat of the paths known to be regular files, not links, as this
+    run took it: a document whose stat is its unit's stamp, at the same place, is the
+    unit's, neither hashed nor its path resolved again (git's index). digested: where
+    the (file, relative path, sha256, size) of those documents are added (digests
+    gives the others': digests(file, relative path, volatile) -> sha256 or None, where
+    volatile says the document's unit has content_path passages, checked every build)."""
+    from ..document.rules import check_document
+    from ..kb import check_kb_wide
+    from ..skills import SKILL_FILE
+    from ..skills.rules import skill_names
+
+    root = config.root
+    previous, listed = store.documents()
+    documents, others = [], []
+    for item in inputs:
+        name = os.path.basename(item.source.path)
+        (others if name == SKILL_FILE or not name.endswith(".md") else documents).append(item)
+    looked = _look(documents, previous, root, regular_files or {}, digests,
+                   {} if digested is None else digested)
+    reader = _Reader(root, looked, open_parse_cache)
+    kb = reader.type_changed(others)
+    kb.skills_dir = config.skills_dir  # its folders are checked as `ctxfst validate` does
+    units = _units_now(looked, reader.typed, previous)
+    order, changed = looked.order, looked.changed
+    live = [units[path] for path in order if units[path].ctxfst]
+    # What the changed and removed documents declared before, and declare now: only
+    # these ids' standing in the view can change, and only they can make a conflict or
+    # close a cycle that spans documents.
+    removed = sorted(listed - set(units))
+    touched_paths = [*changed, *removed]
+    old_summaries = store.index.summaries(
+        [path for path in touched_paths if path in listed])
+    entity_ids, chunk_ids = _declared_ids(
+        [*old_summaries.values(), *(units[p].summary for p in changed if units[p].ctxfst)])
+    names = skill_names(kb.skills)
+    old_skills = store.value("skills")
+    everything = (not any(path in previous for path in touched_paths)
+                  and len(changed) == len(order)) or not _names_record(old_skills) \
+        or (old_skills["names"] is None) != (names is None)
+    standing = None if everything else store.index.standing(entity_ids, chunk_ids)
+    linked_before = store.value(LINKED)
+    reusable = _link_step_reusable(store, linked_before, previous)  # (before the units move)
+    store.put_units([units[path] for path in changed], removed, listed)
+    _restamp(store, looked, previous)
+    if everything:
+        recheck = set(order)  # nothing known to compare with: check everything
+    else:
+        recheck = set(changed) | _reached(store, standing, entity_ids, chunk_ids,
+                                          set(old_skills["names"] or ()) ^ (names or set()),
+                                          order)
+    relative_of = {path: unit.relative for path, unit in units.items()}
+    if reusable and not store.index.conflicted(entity_ids, chunk_ids) \
+            and not store.index.cycles_through(chunk_ids):
+        linked = store.index.link([], reader.position)
+        # the catalog rows of the entities whose declarations changed (kept, the others)
+        redeclared = _redeclared(changed, removed, previous, old_summaries, units)
+        if redeclared:
+            rows = catalog_rows(*store.index.catalog_of(redeclared, reader.position),
+                                relative_of)
+            store.index.put_catalog({entity_id: rows.get(entity_id)
+                                     for entity_id in redeclared})
+    else:  # in full, from every summary: the diagnostics in `ctxfst validate`'s order
+        store.load_summaries(live)
+        linked = link([unit.summary for unit in live], reader.position)
+        store.index.clear_catalog()
+        store.index.put_catalog(catalog_rows(linked.declarations, linked.merged,
+                                              relative_of))
+    typed = reader.typed
+    missing = [unit.path for unit in live if unit.path in recheck and unit.path not in typed]
+    if missing:  # typed together: in parallel, with one cache query
+        typed.update(reader.load(missing))
+    out: list[Diagnostic] = [*refused, *linked.diagnostics]
+    for item in kb.skills + kb.edge_files:
+        out.extend(item.diagnostics)
+    for unit in live:
+        if unit.path in recheck:
+            doc = typed[unit.path]
+            unit.diagnostics = doc.diagnostics + check_document(doc, linked.view, names, root)
+            store.put_diagnostics(unit)
+        out.extend(unit.diagnostics)
+    wide, edges = check_kb_wide(kb, linked.view)
+    out.extend(wide)
+    passages = _passages(root, [typed[u.path] for u in live if u.volatile])
+    store.put(PASSAGES, passages)
+    store.put("skills", {"names": sorted(names) if names is not None else None})
+    labels = store.entity_labels(live)  # (the facts catalogs)
+    mark = units_digest(units[path] for path in order)
+    store.put(LINKED, {"clean": not linked.diagnostics, "units": mark,
+                        "entities": store.index.catalog_count()})
+    store.save()
+    return Checked(root, live, typed, kb, linked, ordered(out), edges, reader.load, passages,
+                   {"documents_checked": len(recheck & {u.path for u in live}),
+                    "documents_typed": len(typed)}, labels, mark)
+
+
+@dataclass
+class _Looked:
+    """The documents as their stats and digests show them, before any is parsed."""
+
+    found: dict[str, tuple[Any, str, str | None]]  # path -> (input, relative, sha256)
+    changed: list[str]  # paths whose bytes (or place, or relative path) are not their unit's
+    stamps: dict[str, str | None]  # path -> its file's stamp now, when not its unit's
+    places: dict[str, bytes]  # path -> its place in the knowledge base's order
+    now_ns: int  # when the stamps were taken
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.found)
+
+
+def _look(documents: list, previous: dict[str, DocumentUnit], root: Path,
+          regular_files: Mapping[str, os.stat_result], digests,
+          digested: dict[str, tuple[str, str, int]]) -> _Looked:
+    """Which documents changed since their units: one whose stat is its unit's stamp is
+    its unit's without a read; the others are hashed (digests) and compared."""
+    from ..files import ProjectRelative
+
+    relative_to_root = ProjectRelative(root, regular_files)
+    places = document_places([(item.source.path, item.source.fs_path)
+                              for item in documents])
+    looked = _Looked({}, [], {}, places, time.time_ns())
+    found, stamps, now_ns = looked.found, looked.stamps, looked.now_ns
+    for item in documents:
+        path = item.source.path
+        if path in found:
+            continue  # (walked twice: the skills folder inside content/): one unit
+        fs_path = item.source.fs_path
+        unit = previous.get(path)
+        info = regular_files.get(fs_path)
+        if info is not None and unit is not None and unit.stamp is not None \
+                and unit.stamp == unit_stamp(info, now_ns) and unit.place == places[path] \
+                and not unit.volatile and unit.relative == relative_to_root.of_regular(fs_path):
+            found[path] = (item, unit.relative, unit.sha256)
+            digested[fs_path] = (unit.relative, unit.sha256, info.st_size)
+            continue
+        relative = relative_to_root(fs_path, path)
+        sha = digests(fs_path, relative, unit is not None and unit.volatile)
+        found[path] = (item, relative, sha)
+        stamp = unit_stamp(info, now_ns) if info is not None and sha is not None else None
+        if (sha is None or unit is None or unit.sha256 != sha or unit.relative != relative
+                or unit.volatile or unit.place != places[path]):
+            looked.changed.append(path)
+            stamps[path] = stamp
+        elif stamp != unit.stamp:
+            stamps[path] = stamp  # (its bytes are the unit's: its stamp is kept anew)
+    return looked
+
+
+class _Reader:
+    """Types documents from exactly the bytes the look hashed: a file edited since stops
+    the build (it would be checked from bytes its digest does not name)."""
+
+    def __init__(self, root: Path, looked: _Looked, open_parse_cache: Callable) -> None:
+        self.root, self.looked, self.open_parse_cache = root, looked, open_parse_cache
+        self.typed: dict[str, ParsedDocument] = {}  # path -> typed in this run
+
+    def type_changed(self, others: list):
+        """The knowledge base of the changed documents and the other inputs (skills,
+        extra-edge files), typed; a changed file's bytes become its digest."""
+        from ..kb import load_kb
+
+        cache = self.open_parse_cache()
+        try:
+            kb = load_kb(self.root, self._verified(self.looked.changed, False) + others,
+                         cache)
+        finally:
+            cache.close()
+        self.typed.update((doc.path, doc) for doc in kb.documents)
+        return kb
+
+    def load(self, paths: list[str]) -> dict[str, ParsedDocument]:
+        """Documents typed now, together, from the bytes their units record."""
+        from ..kb import load_kb
+
+        cache = self.open_parse_cache()
+        try:
+            loaded = {doc.path: doc for doc in load_kb(self.root, self._verified(paths, True),
+                                                       cache).documents}
+        finally:
+            cache.close()
+        gone = [path for path in paths if path not in loaded]
+        if gone:  # plain Markdown now: it changed during the build
+            raise BuildFailed(f"{gone[0]} changed during the build: run `doit` again")
+        return loaded
+
+    def position(self, path: str, key: tuple) -> tuple[int, int]:
+        """Where a document declares key (the link step's diagnostics point there)."""
+        if path not in self.typed:
+            self.typed.update(self.load([path]))
+        pos = self.typed[path].source_map.value(key)
+        return pos.line, pos.column
+
+    def _verified(self, paths: list[str], check: bool) -> list:
+        """The inputs of paths with the bytes to parse: exactly those whose sha256 the
+        unit records (check: a file edited since it was hashed stops the build). A
+        stamp is kept only when it is the identity of the file the bytes came from (a
+        folder link pointed elsewhere meanwhile reads another file)."""
+        from ..document.kb import Input
+        from ..document.source import Source
+
+        found, stamps, now_ns = self.looked.found, self.looked.stamps, self.looked.now_ns
+        chosen = []
+        for path in paths:
+            item, relative, sha = found[path]
+            data, problem, read_from = item.source.read_with_stat()
+            if stamps.get(path) is not None and (
+                    read_from is None or unit_stamp(read_from, now_ns) != stamps[path]):
+                stamps[path] = None
+            if problem is None and data is not None:
+                actual = hashlib.sha256(data).hexdigest()
+                if check and actual != sha:
+                    raise BuildFailed(f"{path} changed during the build: run `doit` again")
+                found[path] = (item, relative, actual)
+                item = Input(Source(item.source.path, item.source.fs_path, data), item.explicit)
+            chosen.append(item)
+        return chosen
+
+
+def _units_now(looked: _Looked, typed: dict[str, ParsedDocument],
+               previous: dict[str, DocumentUnit]) -> dict[str, DocumentUnit]:
+    """Every document's unit: made anew for a changed one, its unit's for the others."""
+    units: dict[str, DocumentUnit] = {}
+    changed = set(looked.changed)
+    for path in looked.order:
+        doc = typed.get(path)
+        _, relative, sha = looked.found[path]
+        place, stamp = looked.places[path], looked.stamps.get(path)
+        if doc is not None:
+            units[path] = DocumentUnit(path, relative, sha or "", summarize(doc), [],
+                                       is_volatile(doc), declared_tenant(doc), place,
+                                       stamp=stamp)
+        elif path in changed:  # plain Markdown beside the documents
+            units[path] = DocumentUnit(path, relative, sha or "", None, place=place,
+                                       stamp=stamp)
+        else:
+            units[path] = previous[path]
+    return units
+
+
+def _declared_ids(summaries: list[Summary]) -> tuple[set[str], set[str]]:
+    """The entity ids and the chunk ids these summaries declare."""
+    entity_ids: set[str] = set()
+    chunk_ids: set[str] = set()
+    for summary in summaries:
+        entity_ids.update(item[1] for item in summary.entities)
+        chunk_ids.update(item[1] for item in summary.chunks)
+    return entity_ids, chunk_ids
+
+
+def _link_step_reusable(store: UnitStore, linked_before: Any,
+                        previous: dict[str, DocumentUnit]) -> bool:
+    """Whether the saved link step holds for the units the store had: it was clean,
+    for exactly those units, and left its whole catalog."""
+    return (isinstance(linked_before, dict) and linked_before.get("clean") is True
+            and linked_before.get("units") == units_digest(previous.values())
+            and linked_before.get("entities") == store.index.catalog_count())
+
+
+def _restamp(store: UnitStore, looked: _Looked, previous: dict[str, DocumentUnit]) -> None:
+    """Keep the new stamps of documents whose bytes are their unit's."""
+    changed = set(looked.changed)
+    restamped = [previous[path] for path in looked.stamps if path not in changed]
+    for unit in restamped:
+        unit.stamp = looked.stamps[unit.path]
+    store.put_stamps(restamped)
+
+
+def _reached(store: UnitStore, standing: tuple, entity_ids: set[str], chunk_ids: set[str],
+             skill_names_changed: set[str], order: list[str]) -> set[str]:
+    """The documents a change reaches: those naming an id whose standing in the view
+    changed (standing: as it was before the units moved), or a skill name that came or
+    went."""
+    now = store.index.standing(entity_ids, chunk_ids)
+    ids = {i for i in entity_ids if standing[0].get(i) != now[0].get(i)}
+    ids |= standing[2] ^ now[2]
+    ids |= skill_names_changed
+    tails = {t for t in standing[1].keys() | now[1].keys()
+             if standing[1].get(t) != now[1].get(t)}
+    return store.index.referring(ids, tails) & set(order)
+
+
+def _redeclared(changed: list[str], removed: list[str], previous: dict[str, DocumentUnit],
+                old: dict[str, Summary], units: dict[str, DocumentUnit]) -> set[str]:
+    """The entity ids whose catalog rows these changes can change: those a changed
+    document declared, or declares, otherwise than before (another declaration, place
+    in entities[], or project-relative path), and those a removed document declared."""
+    def declarations(summary: Summary | None) -> list[tuple]:
+        if summary is None:
+            return []
+        return [(item[0], item[1], key) for item, key in
+                zip(summary.entities, summary.dump_keys(), strict=True)]
+
+    found: set[str] = set()
+    for path in [*changed, *removed]:
+        unit = units.get(path)
+        before = declarations(old.get(path))
+        now = declarations(unit.summary if unit is not None and unit.ctxfst else None)
+        was = previous.get(path)
+        if before != now or unit is None or was is None or was.relative != unit.relative:
+            found.update(item[1] for item in [*before, *now])
+    return found
+
+
+def _passages(root: Path, docs: list[ParsedDocument]) -> list[str]:
+    """The project-relative paths of the content_path files documents name (inside the
+    root): the build's task graph depends on them as on the documents."""
+    from ..document.rules import content_target
+    from ..files import ProjectRelative, inside
+
+    relative_to_root = ProjectRelative(root)
+    found = set()
+    for doc in docs:
+        for _, record in doc.chunks:
+            if record.content_path is not None:
+                target, _ = content_target(doc, record)
+                if target is not None and inside(root.resolve(), target):
+                    found.add(relative_to_root(target))
+    return sorted(found)
+
+
+def _names_record(value: Any) -> bool:
+    names = value.get("names", 0) if isinstance(value, dict) else 0
+    return names is None or (isinstance(names, list)
+                             and all(isinstance(name, str) for name in names))
