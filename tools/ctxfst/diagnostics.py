@@ -276,7 +276,7 @@ def json_text(payload: object) -> str:
 
 # The version of every `--format json` output's shape; each has a schema in schemas/
 # (docs/cli.md lists which). A field added is a minor step, one renamed or removed major.
-OUTPUT_SCHEMA_VERSION = "1.0.0"
+OUTPUT_SCHEMA_VERSION = "1.1.0"
 
 
 def output_json(data: dict) -> str:

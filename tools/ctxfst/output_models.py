@@ -95,6 +95,8 @@ class EvalRanked(Closed):
 class EvalQuery(Open):
     id: str
     query: str
+    half: Literal["dev", "test"] = Field(description="the half its id's seeded hash puts "
+                                         "it in")
     results: dict[str, list[EvalRanked]] = Field(description="each mode's top k")
 
 
@@ -104,6 +106,8 @@ class EvalOutput(Closed):
     schema_version: Version
     k: int = Field(ge=1)
     queries: int = Field(ge=0)
+    half: Literal["dev", "test"] | None = Field(None, description="the half scored "
+                                                "(--half); absent: every query")
     modes: dict[str, EvalScores]
     per_query: list[EvalQuery]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..cli_args import add_command, format_option, named_path, verbosity
 from ..retrieval import MODES
+from ..retrieval.evaluate import HALVES
 from .common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -102,6 +103,9 @@ def add_eval(commands) -> None:
                             help="hand-made skill graph for keyword-graph mode (default: "
                             "skill-graph.json in the project, when there is one)")
     evaluation.add_argument("--k", type=positive, default=3, help="the cut-off rank")
+    evaluation.add_argument("--half", choices=HALVES, default=None,
+                            help="score only this half of the queries (split by a seeded "
+                            "hash of each id: choose a change on dev, judge it on test)")
     evaluation.add_argument("--format", choices=("markdown", "json"), default="markdown",
                             help="a Markdown table, or one JSON object")
     build_option(evaluation)
@@ -177,7 +181,8 @@ def _retrieval(args: argparse.Namespace) -> int:
             raise Usage(f"{args.queries}: {error}") from None
         report = evaluate(workspace.index, queries, args.modes, args.k, workspace.embed,
                           skill_graph=skill_graph,
-                          bridge_for=lambda text: workspace.bridge_for(text, args.bridge_model))
+                          bridge_for=lambda text: workspace.bridge_for(text, args.bridge_model),
+                          half=args.half)
         print(output_json(report) if args.format == "json" else markdown(report),
               end="" if args.format == "markdown" else "\n")
         return EXIT_OK

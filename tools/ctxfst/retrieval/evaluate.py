@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +34,20 @@ def load_queries(data: Any) -> list[dict[str, Any]]:
     return queries
 
 
+# Every question belongs to a dev half (ranking changes are chosen on it) or a test half
+# (they are judged on it), by a seeded hash of its id alone: adding or removing a question
+# never moves another one.
+HALVES = ("dev", "test")
+SPLIT_SEED = "ctxfst-eval-split-1"
+
+
+def half_of(query: dict[str, Any]) -> str:
+    """The half a question is in (its id, or its text when it has none, hashed)."""
+    key = str(query.get("id") or query["query"])
+    digest = hashlib.sha256(f"{SPLIT_SEED}\0{key}".encode()).digest()
+    return HALVES[digest[0] & 1]
+
+
 def _texts(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
@@ -40,17 +55,26 @@ def _texts(value: Any) -> bool:
 def evaluate(index: Index, queries: list[dict[str, Any]], modes: list[str], k: int,
              embed: Callable[[list[str]], np.ndarray], hops: int = 2,
              skill_graph: dict[str, Any] | None = None,
-             bridge_for: Callable[[str], Bridge | None] | None = None) -> dict[str, Any]:
+             bridge_for: Callable[[str], Bridge | None] | None = None,
+             half: str | None = None) -> dict[str, Any]:
+    """Each mode's scores over the queries (those of one half, when given)."""
+    if half is not None:
+        queries = [query for query in queries if half_of(query) == half]
+        if not queries:
+            raise RetrievalError(f"no query is in the {half} half")
     vectors = embed([q["query"] for q in queries])
     entities = {c["chunk_id"]: set(c["entities"]) for c in index.chunks}
     report: dict[str, Any] = {"k": k, "queries": len(queries), "modes": {}, "per_query": []}
+    if half is not None:
+        report["half"] = half
     rows = {mode: [] for mode in modes}
     for query, vector in zip(queries, vectors, strict=True):
         expected = set(query.get("expected_entities", []))
         wanted_chunks = set(query.get("expected_chunks", []))
         # Graded queries: their grades say which chunks are relevant, and how much.
         grades: dict[str, float] = query.get("grades") or {}
-        detail = {"id": query.get("id", ""), "query": query["query"], "results": {}}
+        detail = {"id": query.get("id", ""), "query": query["query"], "half": half_of(query),
+                  "results": {}}
         bridge = bridge_for(query["query"]) if bridge_for and {"graph", "hybrid"} & set(
             modes) else None
         for mode in modes:
