@@ -28,7 +28,7 @@ from ctxfst.retrieval.evaluate import HALVES, evaluate, load_queries
 from ctxfst.workspace import Workspace
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
-SETS = ["ch22", "zhtw"]
+SETS = ["ch22", "zhtw", "en-ops", "zhtw-hiking"]
 MODES = ["vector", "lexical", "graph", "hybrid"]
 
 
