@@ -14,7 +14,7 @@ import yaml
 from ctxfst.pipeline.runner import run_build
 from ctxfst.retrieval.evaluate import HALVES, half_of, load_queries
 
-from .conftest import FIXTURES, copy_example, write
+from .conftest import FIXTURES, write
 
 SUITE = ["ch22", "zhtw", "en-ops", "zhtw-hiking"]
 CJK = re.compile(r"[\u3400-\u9fff]")
@@ -76,15 +76,8 @@ def test_a_questions_half_is_a_seeded_hash_of_its_id_alone():
     assert set(halves) == set(HALVES) and min(halves.values()) > 160
 
 
-@pytest.fixture
-def example(tmp_path, capsys):
-    copy_example(tmp_path)
-    assert run_build(tmp_path, []) == 0
-    capsys.readouterr()
-    return tmp_path
-
-
-def test_eval_scores_the_half_it_is_asked_for(example, cli):
+def test_eval_scores_the_half_it_is_asked_for(built_example, cli):
+    example = built_example
     questions = [{"id": f"q-{n}", "query": "Hono on Cloudflare Workers",
                   "expected_entities": ["entity:hono"]} for n in range(12)]
     queries = example / "queries.yaml"
@@ -104,7 +97,8 @@ def test_eval_scores_the_half_it_is_asked_for(example, cli):
     assert {q["half"] for q in whole["per_query"]} == set(HALVES)
 
 
-def test_eval_of_a_half_with_no_question_says_so(example, cli):
+def test_eval_of_a_half_with_no_question_says_so(built_example, cli):
+    example = built_example
     question = {"id": "q-0", "query": "Hono", "expected_entities": ["entity:hono"]}
     empty = next(h for h in HALVES if h != half_of(question))
     queries = example / "queries.yaml"

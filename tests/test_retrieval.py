@@ -19,11 +19,8 @@ from .conftest import CH22, copy_example, make_project, run_process, write
 
 
 @pytest.fixture
-def built(tmp_path, capsys):
-    copy_example(tmp_path)
-    assert run_build(tmp_path, []) == 0
-    capsys.readouterr()
-    return tmp_path
+def built(built_example):
+    return built_example
 
 
 def embed(text: str):
