@@ -2,14 +2,15 @@
 and test half apart (`ctxfst eval --half`'s split: a seeded hash of each question id).
 
     .venv/bin/python benchmarks/model_eval.py [--models minilm use-multilingual e5-small]
-        [--sets ch22 zhtw ...] [--k 3]
+        [--sets ch22 zhtw ...] [--k 3] [--builds DIR]
 
 A ranking change is chosen on the dev halves and judged on the test halves
 (docs/retrieval.md says the rule). Sets: the names in SETS (folders of tests/fixtures/
 holding content/ and queries.yaml; ch22 is one document beside its queries), or the path
 of any such folder. Prints one row per set, model, mode and half, then each model's
-relevant@k summed over the sets' halves. Load times and throughput:
-benchmarks/embedders.py.
+relevant@k summed over the sets' halves. --builds DIR keeps each set's build there
+(DIR/<set>-<model>) and builds it again incrementally on the next run, so that a ranking
+change is scored in seconds. Load times and throughput: benchmarks/embedders.py.
 """
 
 from __future__ import annotations
@@ -46,10 +47,15 @@ def make_project(name: str, root: Path) -> Path:
     return root / "queries.yaml"
 
 
-def score_set(set_name: str, model: str, k: int) -> dict[str, dict]:
-    """{half: ctxfst eval's report} of one set built with one model."""
-    root = Path(tempfile.mkdtemp(prefix="ctxfst-model-eval-"))
+def score_set(set_name: str, model: str, k: int, builds: Path | None = None
+              ) -> dict[str, dict]:
+    """{half: ctxfst eval's report} of one set built with one model (in builds, kept,
+    when given)."""
+    kept = builds / f"{Path(set_name).name}-{model}" if builds is not None else None
+    root = kept or Path(tempfile.mkdtemp(prefix="ctxfst-model-eval-"))
     try:
+        if kept is not None and kept.exists():
+            shutil.rmtree(kept / "content")  # (the set as it is now; the build catches up)
         queries_file = make_project(set_name, root)
         (root / "ctxfst.toml").write_text(
             'content_dir = "content"\nskills_dir = "skills"\nbuild_dir = "build"\n'
@@ -65,7 +71,8 @@ def score_set(set_name: str, model: str, k: int) -> dict[str, dict]:
         return {half: evaluate(workspace.index, queries, MODES, k, workspace.embed,
                                bridge_for=bridge_for, half=half) for half in HALVES}
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if kept is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:
@@ -74,6 +81,8 @@ def main() -> None:
                                                         "e5-small"])
     parser.add_argument("--sets", nargs="+", default=SETS)
     parser.add_argument("--k", type=int, default=3)
+    parser.add_argument("--builds", type=Path, default=None,
+                        help="keep the builds in this folder and reuse them")
     args = parser.parse_args()
     k = args.k
     print(f"| set | model | mode | half | Hit@{k} | relevant@{k} | MRR | nDCG@{k} |")
@@ -82,7 +91,7 @@ def main() -> None:
     summed: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
     for set_name in args.sets:
         for model in args.models:
-            reports = score_set(set_name, model, k)
+            reports = score_set(set_name, model, k, args.builds)
             for mode in MODES:
                 for half, report in reports.items():
                     m, n = report["modes"][mode], report["queries"]
