@@ -13,7 +13,7 @@ from ctxfst.artifacts.reader import published_folder
 from ctxfst.compile.embed import get_embedder
 from ctxfst.pipeline.runner import run_build
 from ctxfst.retrieval.evaluate import load_queries
-from ctxfst.retrieval.search import Index, RetrievalError, search
+from ctxfst.retrieval.search import Index, Result, RetrievalError, search
 
 from .conftest import CH22, copy_example, make_project, run_process, write
 
@@ -163,10 +163,14 @@ def test_graph_mode_adds_cjk_bigram_evidence_by_how_much_the_kb_holds(
     chinese, english = "滾動更新與回滾", "Kubernetes rolling update and rollback"
 
     def both(idx: Index, query: str) -> tuple:
-        monkeypatch.setattr(retrieval, "LEXICAL_WEIGHT", 1.0)
-        counted = search(idx, query, embed(query), "graph", 10)
-        monkeypatch.setattr(retrieval, "LEXICAL_WEIGHT", 0.0)
-        return counted, search(idx, query, embed(query), "graph", 10)
+        """The graph's own ranking (before graph mode fuses it with the other views)
+        with the evidence counted and without."""
+        def ranking(weight: float) -> Result:
+            monkeypatch.setattr(retrieval, "LEXICAL_WEIGHT", weight)
+            return Result(query, "graph",
+                          retrieval.graph_search(idx, query, embed(query), 10, 2)[0])
+
+        return ranking(1.0), ranking(0.0)
 
     # Every bigram of the query is in the KB's text: the best BM25 chunk gains the full
     # weight, and leads.
@@ -510,8 +514,10 @@ def test_no_cache_setting_keeps_no_decoded_vectors(built, tmp_path, monkeypatch)
 
 def test_hits_read_their_rows_alone_and_match_the_whole_table(built):
     index = Index(built / "build", "hash-64")
-    hits = search(index, "Kubernetes rollout", embed("Kubernetes rollout"), "graph", 5).hits
-    assert index._chunks is None  # graph mode never materialised every chunk
+    query = "Kubernetes rollout"
+    hits = search(index, query, embed(query), "vector", 5).hits
+    assert index._chunks is None  # (only the lexical index, built once, reads every chunk)
+    hits += search(index, query, embed(query), "graph", 5).hits
     rows = {c["chunk_id"]: c for c in index.chunks}
     for hit in hits:
         row = rows[hit.chunk_id]

@@ -251,7 +251,9 @@ class Index:
         return self._lexical
 
     def _lexical_cache_path(self) -> Path | None:
-        if self.cache_dir is None:
+        from ..artifacts.cache import caches_disabled
+
+        if self.cache_dir is None or caches_disabled():  # (CTXFST_NO_CACHE: keep none)
             return None
         from ..version import __version__  # the tokenizer and layout may change between versions
 
@@ -338,8 +340,11 @@ def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
     return sorted(scores, key=lambda row: (-scores[row], index.chunk_ids[row]))[:k]
 
 
-def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
-    sims = index.chunk_matrix @ query_vector
+def vector_search(index: Index, query_vector: np.ndarray, k: int,
+                  sims: np.ndarray | None = None) -> list[Hit]:
+    """The k chunks most similar to the query (sims: their similarities, when taken)."""
+    if sims is None:
+        sims = index.chunk_matrix @ query_vector
     return [index.hit(row, float(sims[row])) for row in top_rows(sims, k)]
 
 
@@ -350,6 +355,34 @@ def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
 
 def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
                  bridge: Bridge | None = None) -> tuple[list[Hit], list[dict], list[dict]]:
+    """The graph's ranking alone (graph mode fuses it with the other views): k chunks,
+    the seeds and the entities reached."""
+    ranking = graph_ranking(index, query, query_vector, k, hops, bridge)
+    return ([index.hit(row, ranking.scores[row], ranking.via(row)) for row in ranking.rows],
+            ranking.seeds, ranking.expanded)
+
+
+@dataclass
+class GraphRanking:
+    rows: list[int]                  # best first
+    scores: dict[int, float]         # of those rows (and the rest of the pool)
+    activation: dict[str, float]     # entity -> its activation
+    paths: dict[str, list[str]]      # entity -> the names and relations that reached it
+    seeds: list[dict]
+    expanded: list[dict]
+    index: Index
+
+    def via(self, row: int) -> list[str]:
+        """The path to the entity a chunk's activation came from ([]: none)."""
+        return _via(self.paths.get(_best_entity(self.index, row, self.activation) or "", []))
+
+
+def graph_ranking(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
+                  bridge: Bridge | None = None, chunk_sims: np.ndarray | None = None,
+                  depth: int = 0) -> GraphRanking:
+    """The graph's ranking: k chunks picked for relevance and variety (MMR), then the
+    next best by score down to `depth` rows. chunk_sims: the chunks' similarities to
+    the query, when taken (they are overwritten)."""
     # Seeds: names in the query (full weight), then the most similar entity profiles.
     seeds: dict[str, tuple[float, str]] = {}
     for entity_id in index.name_matches(query):
@@ -365,7 +398,8 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
             weight = scale * math.exp((float(sims[i]) - best) / SEED_TEMPERATURE)
             if weight >= SEED_MIN and weight > seeds.get(index.entity_ids[i], (0.0, ""))[0]:
                 seeds[index.entity_ids[i]] = (weight, by)
-    chunk_sims = index.chunk_matrix @ query_vector
+    if chunk_sims is None:
+        chunk_sims = index.chunk_matrix @ query_vector
     top_chunks = top_rows(chunk_sims, FEEDBACK_CHUNKS)
     if top_chunks:
         best_chunk = float(chunk_sims[top_chunks[0]])
@@ -420,18 +454,18 @@ def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hop
     lexical = _lexical_evidence(index, query)
     if lexical is not None:
         combined_array += lexical
-    pool = top_rows(combined_array, max(k * 5, 20))
+    pool = top_rows(combined_array, max(k * 5, depth, 20))
     combined = {row: float(combined_array[row]) for row in pool}
     picked = _mmr(index, combined, k, DIVERSITY)
-    hits = [index.hit(row, combined[row], _via(path.get(_best_entity(index, row, activation)
-                                                        or "", [])))
-            for row in picked]
+    if depth > k:
+        chosen = set(picked)
+        picked += [row for row in pool if row not in chosen][:depth - len(picked)]
     seed_list = [{"entity": e, "name": index.names.get(e, e), "score": round(s, 4), "by": by}
                  for e, (s, by) in sorted(seeds.items(), key=lambda kv: -kv[1][0])]
     expanded = [{"entity": e, "name": index.names.get(e, e), "activation": round(v, 4)}
                 for e, v in sorted(activation.items(), key=lambda kv: (-kv[1], kv[0]))
                 if e not in seeds][:50]
-    return hits, seed_list, expanded
+    return GraphRanking(picked, combined, activation, path, seed_list, expanded, index)
 
 
 def _lexical_evidence(index: Index, query: str) -> np.ndarray | None:
@@ -573,17 +607,40 @@ def keyword_graph_search(index: Index, query: str, graph: dict[str, Any], k: int
     return hits, seeds, expanded
 
 
-def fuse(rankings: list[list[Hit]], k: int) -> list[Hit]:
-    """Reciprocal rank fusion: sum of 1 / (60 + rank) over the rankings."""
-    scores: dict[str, float] = {}
+def fuse(rankings: list[tuple[list[Hit], float]], k: int) -> list[Hit]:
+    """Reciprocal rank fusion of (ranking, weight) pairs: the sum of weight / (60 + rank)
+    over the rankings; a chunk keeps the hit that says how the graph reached it."""
     first: dict[str, Hit] = {}
-    for ranking in rankings:
-        for rank, hit in enumerate(ranking, 1):
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (RRF_K + rank)
+    for ranking, _ in rankings:
+        for hit in ranking:
             if hit.chunk_id not in first or (hit.via and not first[hit.chunk_id].via):
                 first[hit.chunk_id] = hit
-    order = sorted(scores, key=lambda cid: (-scores[cid], cid))[:k]
-    return [replace(first[cid], score=scores[cid]) for cid in order]
+    fused = fused_order([([hit.chunk_id for hit in ranking], weight)
+                         for ranking, weight in rankings], k)
+    return [replace(first[chunk_id], score=score) for chunk_id, score in fused]
+
+
+def fused_order(rankings: list[tuple[list, float]], k: int) -> list[tuple[Any, float]]:
+    """The k best keys (chunk ids, or rows: both sort as the ids do) by weighted
+    reciprocal rank fusion, with their scores."""
+    scores: dict[Any, float] = {}
+    for ranking, weight in rankings:
+        for rank, key in enumerate(ranking, 1):
+            scores[key] = scores.get(key, 0.0) + weight / (RRF_K + rank)
+    order = sorted(scores, key=lambda key: (-scores[key], key))[:k]
+    return [(key, scores[key]) for key in order]
+
+
+def _coverage_weight(index: Index, query: str) -> float:
+    """How far BM25 can read the query: the share of its tokens the KB's text holds,
+    mapped through LEXICAL_COVERAGE (nothing up to 30%, fully from 60%)."""
+    query_tokens = set(tokens(query))
+    if not query_tokens:
+        return 0.0
+    bm25 = index.bm25
+    known = sum(1 for token in query_tokens if token in bm25.term_ids) / len(query_tokens)
+    low, high = LEXICAL_COVERAGE
+    return min(1.0, max(0.0, (known - low) / (high - low)))
 
 
 def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str, k: int = 5,
@@ -612,10 +669,31 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
                              f"{np.shape(query_vector)[-1:]}: {REBUILD}")
     if mode == "vector":
         return Result(query, mode, vector_search(index, query_vector, k))
-    hits, seeds, expanded = graph_search(index, query, query_vector, k if mode == "graph"
-                                         else k * 4, hops, bridge)
-    if mode == "graph":
-        return Result(query, mode, hits, seeds, expanded)
-    fused = fuse([vector_search(index, query_vector, k * 4),
-                  lexical_search(index, query, k * 4), hits], k)
-    return Result(query, mode, fused, seeds, expanded)
+    if mode == "hybrid":
+        hits, seeds, expanded = graph_search(index, query, query_vector, k * 4, hops, bridge)
+        fused = fuse([(vector_search(index, query_vector, k * 4), 1.0),
+                      (lexical_search(index, query, k * 4), 1.0), (hits, 1.0)], k)
+        return Result(query, mode, fused, seeds, expanded)
+    # Graph mode: the graph's ranking, fused with those of the views that can read the
+    # query: the model's (unless it needed the bridge) and BM25's (by how much of the
+    # query the KB's words cover). Fused by rows; hits are made for the k kept.
+    sims = index.chunk_matrix @ query_vector
+    depth = k * 4
+    vector_rows = top_rows(sims, depth) if bridge is None else []
+    graph = graph_ranking(index, query, query_vector, k, hops, bridge, sims, depth)
+    views = [(graph.rows, 1.0), (vector_rows, 1.0)]
+    covered = _coverage_weight(index, query)
+    if covered > 0.0:
+        scores = index.bm25.scores(tokens(query))
+        views.append(([row for row in top_rows(scores, depth) if scores[row] > 0], covered))
+    fused = fused_order(views, k)
+    # What graph mode is for: the graph's best chunk that vector search leaves out of its
+    # top k keeps the last place (and its score), when agreement alone gave it none.
+    vector_top = set(vector_rows[:k])
+    found = next((row for row in graph.rows[:k] if row not in vector_top), None)
+    if vector_rows and found is not None and all(row != found for row, _ in fused):
+        fused = fused[:k - 1] + [(found, fused[-1][1])]
+    in_graph = set(graph.rows)
+    hits = [index.hit(row, score, graph.via(row) if row in in_graph else [])
+            for row, score in fused]
+    return Result(query, mode, hits, graph.seeds, graph.expanded)
