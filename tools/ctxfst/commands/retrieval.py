@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 
 from ..cli_args import add_command, format_option, named_path, verbosity
-from ..retrieval import MODES
-from ..retrieval.evaluate import HALVES
+from ..retrieval import HALVES, MODES
 from .common import (
     EXIT_OK,
     EXIT_USAGE,

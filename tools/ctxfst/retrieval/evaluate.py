@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..diagnostics import escape_lines
+from . import HALVES
 from .search import Bridge, Index, RetrievalError, search
 
 
@@ -37,7 +38,6 @@ def load_queries(data: Any) -> list[dict[str, Any]]:
 # Every question belongs to a dev half (ranking changes are chosen on it) or a test half
 # (they are judged on it), by a seeded hash of its id alone: adding or removing a question
 # never moves another one.
-HALVES = ("dev", "test")
 SPLIT_SEED = "ctxfst-eval-split-1"
 
 
