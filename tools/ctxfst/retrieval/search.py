@@ -475,15 +475,10 @@ def _lexical_evidence(index: Index, query: str) -> np.ndarray | None:
     (and literal matches would crowd out the chunks the graph finds), while bigrams are
     what MiniLM cannot read and what pins a Chinese question to its passage."""
     query_tokens = {token for token in tokens(query) if is_cjk_token(token)}
-    if not query_tokens:
-        return None
-    bm25 = index.bm25
-    known = sum(1 for token in query_tokens if token in bm25.term_ids) / len(query_tokens)
-    low, high = LEXICAL_COVERAGE
-    weight = LEXICAL_WEIGHT * min(1.0, max(0.0, (known - low) / (high - low)))
+    weight = LEXICAL_WEIGHT * _coverage_weight(index, query_tokens)
     if weight <= 0.0:
         return None
-    scores = bm25.scores(sorted(query_tokens)).astype(np.float32)
+    scores = index.bm25.scores(sorted(query_tokens)).astype(np.float32)
     best = float(scores.max())
     if best <= 0.0:
         return None
@@ -631,10 +626,9 @@ def fused_order(rankings: list[tuple[list, float]], k: int) -> list[tuple[Any, f
     return [(key, scores[key]) for key in order]
 
 
-def _coverage_weight(index: Index, query: str) -> float:
-    """How far BM25 can read the query: the share of its tokens the KB's text holds,
+def _coverage_weight(index: Index, query_tokens: set[str]) -> float:
+    """How far BM25 can read a query: the share of its tokens the KB's text holds,
     mapped through LEXICAL_COVERAGE (nothing up to 30%, fully from 60%)."""
-    query_tokens = set(tokens(query))
     if not query_tokens:
         return 0.0
     bm25 = index.bm25
@@ -682,7 +676,7 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
     vector_rows = top_rows(sims, depth) if bridge is None else []
     graph = graph_ranking(index, query, query_vector, k, hops, bridge, sims, depth)
     views = [(graph.rows, 1.0), (vector_rows, 1.0)]
-    covered = _coverage_weight(index, query)
+    covered = _coverage_weight(index, set(tokens(query)))
     if covered > 0.0:
         scores = index.bm25.scores(tokens(query))
         views.append(([row for row in top_rows(scores, depth) if scores[row] > 0], covered))
