@@ -3,7 +3,6 @@ linter's tokens (words and CJK bigrams), and a deterministic top-k."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,28 +43,28 @@ class BM25:
 
     @classmethod
     def build(cls, documents: list[list[str]]) -> BM25:
+        """The index of tokenised documents. Terms are numbered in order of first
+        appearance; each term's postings list its documents in ascending order. (One
+        flat pass in Python, then numpy: a Counter a document took 2 s at 70,000.)"""
+        size = len(documents)
+        lengths = np.fromiter((len(doc) for doc in documents), np.int64, size)
         vocabulary: dict[str, int] = {}
-        term_ids: list[int] = []
-        doc_rows: list[int] = []
-        counts: list[int] = []
-        lengths = np.array([len(doc) for doc in documents], np.float64)
-        for row, doc in enumerate(documents):
-            for term, count in Counter(doc).items():
-                term_ids.append(vocabulary.setdefault(term, len(vocabulary)))
-                doc_rows.append(row)
-                counts.append(count)
-        ids = np.asarray(term_ids, np.int64)
-        order = np.argsort(ids, kind="stable")  # rows stay ascending within a term
-        ids, rows = ids[order], np.asarray(doc_rows, np.int32)[order]
-        tf = np.asarray(counts, np.float64)[order]
-        average = float(lengths.mean()) if len(documents) else 0.0
+        number = vocabulary.setdefault
+        ids = np.fromiter((number(term, len(vocabulary)) for doc in documents for term in doc),
+                          np.int64, int(lengths.sum()))
+        owners = np.repeat(np.arange(size, dtype=np.int64), lengths)
+        # each (term, document) pair once, with its count, ordered by term then document
+        pairs, tf = np.unique(ids * max(size, 1) + owners, return_counts=True)
+        ids, rows = pairs // max(size, 1), (pairs % max(size, 1)).astype(np.int32)
+        tf = tf.astype(np.float64)
+        average = float(lengths.mean()) if size else 0.0
         norm = tf + cls.K1 * (1 - cls.B + cls.B * lengths[rows] / (average or 1.0))
         frequency = np.bincount(ids, minlength=len(vocabulary)).astype(np.float64)
-        idf = np.log(1 + (len(documents) - frequency + 0.5) / (frequency + 0.5))
+        idf = np.log(1 + (size - frequency + 0.5) / (frequency + 0.5))
         starts = np.concatenate([[0], np.cumsum(frequency)]).astype(np.int64)
-        terms = sorted(vocabulary, key=vocabulary.__getitem__)
+        terms = list(vocabulary)  # (in number order: a dict keeps insertion order)
         return cls(terms, idf, starts, rows, (tf * (cls.K1 + 1) / norm).astype(np.float32),
-                   len(documents))
+                   size)
 
     def save(self, path: Path) -> None:
         import io
