@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -602,22 +602,9 @@ def keyword_graph_search(index: Index, query: str, graph: dict[str, Any], k: int
     return hits, seeds, expanded
 
 
-def fuse(rankings: list[tuple[list[Hit], float]], k: int) -> list[Hit]:
-    """Reciprocal rank fusion of (ranking, weight) pairs: the sum of weight / (60 + rank)
-    over the rankings; a chunk keeps the hit that says how the graph reached it."""
-    first: dict[str, Hit] = {}
-    for ranking, _ in rankings:
-        for hit in ranking:
-            if hit.chunk_id not in first or (hit.via and not first[hit.chunk_id].via):
-                first[hit.chunk_id] = hit
-    fused = fused_order([([hit.chunk_id for hit in ranking], weight)
-                         for ranking, weight in rankings], k)
-    return [replace(first[chunk_id], score=score) for chunk_id, score in fused]
-
-
 def fused_order(rankings: list[tuple[list, float]], k: int) -> list[tuple[Any, float]]:
-    """The k best keys (chunk ids, or rows: both sort as the ids do) by weighted
-    reciprocal rank fusion, with their scores."""
+    """The k best rows by weighted reciprocal rank fusion (the sum of weight / (60 +
+    rank) over the rankings; ties by row, as the ids sort), with their scores."""
     scores: dict[Any, float] = {}
     for ranking, weight in rankings:
         for rank, key in enumerate(ranking, 1):
@@ -663,30 +650,34 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
                              f"{np.shape(query_vector)[-1:]}: {REBUILD}")
     if mode == "vector":
         return Result(query, mode, vector_search(index, query_vector, k))
-    if mode == "hybrid":
-        hits, seeds, expanded = graph_search(index, query, query_vector, k * 4, hops, bridge)
-        fused = fuse([(vector_search(index, query_vector, k * 4), 1.0),
-                      (lexical_search(index, query, k * 4), 1.0), (hits, 1.0)], k)
-        return Result(query, mode, fused, seeds, expanded)
-    # Graph mode: the graph's ranking, fused with those of the views that can read the
-    # query: the model's (unless it needed the bridge) and BM25's (by how much of the
-    # query the KB's words cover). Fused by rows; hits are made for the k kept.
+    # Graph and hybrid modes fuse rankings by rows; hits are made for the k kept. Hybrid:
+    # the model's, BM25's and the graph's (4k picked by MMR), weighed alike. Graph mode:
+    # the graph's ranking with those of the views that can read the query: the model's
+    # (unless it needed the bridge) and BM25's (by how much of the query the KB's words
+    # cover).
     sims = index.chunk_matrix @ query_vector
     depth = k * 4
-    vector_rows = top_rows(sims, depth) if bridge is None else []
-    graph = graph_ranking(index, query, query_vector, k, hops, bridge, sims, depth)
-    views = [(graph.rows, 1.0), (vector_rows, 1.0)]
-    covered = _coverage_weight(index, set(tokens(query)))
-    if covered > 0.0:
-        scores = index.bm25.scores(tokens(query))
-        views.append(([row for row in top_rows(scores, depth) if scores[row] > 0], covered))
-    fused = fused_order(views, k)
-    # What graph mode is for: the graph's best chunk that vector search leaves out of its
-    # top k keeps the last place (and its score), when agreement alone gave it none.
-    vector_top = set(vector_rows[:k])
-    found = next((row for row in graph.rows[:k] if row not in vector_top), None)
-    if vector_rows and found is not None and all(row != found for row, _ in fused):
-        fused = fused[:k - 1] + [(found, fused[-1][1])]
+    query_tokens = tokens(query)
+    hybrid = mode == "hybrid"
+    vector_rows = top_rows(sims, depth) if hybrid or bridge is None else []
+    graph = graph_ranking(index, query, query_vector, depth if hybrid else k, hops, bridge,
+                          sims, depth)
+    lexical_weight = 1.0 if hybrid else _coverage_weight(index, set(query_tokens))
+    lexical_rows = []
+    if lexical_weight > 0.0:
+        scores = index.bm25.scores(query_tokens)
+        lexical_rows = [row for row in top_rows(scores, depth) if scores[row] > 0]
+    if hybrid:
+        fused = fused_order([(vector_rows, 1.0), (lexical_rows, 1.0), (graph.rows, 1.0)], k)
+    else:
+        fused = fused_order([(graph.rows, 1.0), (vector_rows, 1.0),
+                             (lexical_rows, lexical_weight)], k)
+        # What graph mode is for: the graph's best chunk that vector search leaves out of
+        # its top k keeps the last place (and its score), when agreement gave it none.
+        vector_top = set(vector_rows[:k])
+        found = next((row for row in graph.rows[:k] if row not in vector_top), None)
+        if vector_rows and found is not None and all(row != found for row, _ in fused):
+            fused = fused[:k - 1] + [(found, fused[-1][1])]
     in_graph = set(graph.rows)
     hits = [index.hit(row, score, graph.via(row) if row in in_graph else [])
             for row, score in fused]
