@@ -83,10 +83,6 @@ class BM25:
         save() wrote: the cache folder may come with a stranger's knowledge base."""
         import zipfile
 
-        from ..artifacts.cache import caches_disabled
-
-        if caches_disabled():
-            raise ValueError(f"{path}: caches are turned off (CTXFST_NO_CACHE)")
         try:
             # save() stores members uncompressed; a compressed one could inflate to any size.
             with zipfile.ZipFile(path) as archive:
