@@ -215,6 +215,37 @@ def test_graph_mode_beats_vector_on_the_held_out_zhtw_set_with_minilm(tmp_path, 
     assert modes["graph"]["recall_at_k"] > modes["lexical"]["recall_at_k"]
 
 
+@pytest.mark.model
+def test_graph_mode_keeps_a_clear_lexical_winner_the_model_cannot_read(
+        tmp_path, capsys, cli, monkeypatch):
+    """en-ops: the question never names tracing, and MiniLM ranks payment chunks first;
+    BM25's best chunk (the tracing set-up) leads the next by far, and its own vote keeps
+    it in graph mode's top 3."""
+    import ctxfst.retrieval.search as retrieval
+
+    from .conftest import FIXTURES
+
+    root = make_project(tmp_path)
+    write(root, "ctxfst.toml", 'embedding_model = "minilm"\n')
+    shutil.copytree(FIXTURES / "en-ops" / "content", root / "content", dirs_exist_ok=True)
+    assert run_build(root, []) == 0
+    capsys.readouterr()
+    question = ("How can I follow one customer's purchase from the browser to the "
+                "confirmation e-mail sent hours later?")
+
+    def top(mode: str) -> list[str]:
+        result = cli("query", question, "--mode", mode, "--top-k", "3", "--format", "json",
+                     cwd=root)
+        assert result.code == 0, result.err
+        return [hit["chunk_id"] for hit in json.loads(result.out)["results"]]
+
+    assert top("lexical")[0] == "observability:tracing-setup"
+    assert "observability:tracing-setup" not in top("vector")
+    assert "observability:tracing-setup" in top("graph")
+    monkeypatch.setattr(retrieval, "LEXICAL_LEAD_WEIGHT", 0.0)
+    assert "observability:tracing-setup" not in top("graph")
+
+
 def test_lancedb_export_works_with_the_course_code(built, cli, tmp_path):
     import lancedb
 

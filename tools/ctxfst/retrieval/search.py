@@ -49,6 +49,7 @@ LEXICAL_WEIGHT = 1.0   # weight of a chunk's BM25 score (over the best one) in g
 # to the first share (Chinese questions over English notes: BM25 there is noise), fully
 # from the second (docs/retrieval.md).
 LEXICAL_COVERAGE = (0.3, 0.6)
+LEXICAL_LEAD_WEIGHT = 2.0  # graph mode: BM25's best chunk's extra vote, times its lead
 
 
 class RetrievalError(Exception):
@@ -670,8 +671,15 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
     if hybrid:
         fused = fused_order([(vector_rows, 1.0), (lexical_rows, 1.0), (graph.rows, 1.0)], k)
     else:
-        fused = fused_order([(graph.rows, 1.0), (vector_rows, 1.0),
-                             (lexical_rows, lexical_weight)], k)
+        rankings = [(graph.rows, 1.0), (vector_rows, 1.0), (lexical_rows, lexical_weight)]
+        if lexical_rows:
+            # A clear lexical winner gets a vote of its own, by how far its BM25 score
+            # leads the next: literal words that neither the model nor the graph read.
+            best = float(scores[lexical_rows[0]])
+            runner_up = float(scores[lexical_rows[1]]) if len(lexical_rows) > 1 else 0.0
+            lead = LEXICAL_LEAD_WEIGHT * lexical_weight * (best - runner_up) / best
+            rankings.append((lexical_rows[:1], lead))
+        fused = fused_order(rankings, k)
         # What graph mode is for: the graph's best chunk that vector search leaves out of
         # its top k keeps the last place (and its score), when agreement gave it none.
         vector_top = set(vector_rows[:k])
