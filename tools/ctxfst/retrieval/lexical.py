@@ -29,6 +29,13 @@ def top_rows(values: np.ndarray, count: int) -> list[int]:
     return [int(row) for row in candidates[order][:count]]
 
 
+def top_positive_rows(values: np.ndarray, count: int) -> list[int]:
+    """top_rows among the rows with a value above zero (BM25: the chunks a query's words
+    reach), ranked over those rows alone."""
+    rows = np.flatnonzero(values > 0)
+    return [int(rows[slot]) for slot in top_rows(values[rows], count)]
+
+
 class BM25:
     """Okapi BM25 with postings as flat arrays: a query adds a few array slices into one
     score vector, so its cost follows the postings it touches, not Python loops."""
@@ -106,11 +113,13 @@ class BM25:
         return cls(terms.tolist(), idf, starts, rows, weights, saved)
 
     def scores(self, query: list[str]) -> np.ndarray:
-        total = np.zeros(self.size, np.float64)
-        for term in sorted(set(query)):  # a fixed order: float sums do not depend on hashing
-            number = self.term_ids.get(term)
-            if number is None:
-                continue
-            span = slice(self.starts[number], self.starts[number + 1])
-            total[self.rows[span]] += self.idf[number] * self.weights[span]
-        return total
+        # The query's postings in one pass (bincount), terms in a fixed order: each row
+        # sums its terms in that order, so the floats do not depend on hashing.
+        numbers = [self.term_ids[term] for term in sorted(set(query)) if term in self.term_ids]
+        if not numbers:
+            return np.zeros(self.size, np.float64)
+        spans = [slice(self.starts[number], self.starts[number + 1]) for number in numbers]
+        rows = np.concatenate([self.rows[span] for span in spans])
+        weights = np.concatenate([self.idf[number] * self.weights[span]
+                                  for number, span in zip(numbers, spans, strict=True)])
+        return np.bincount(rows, weights, minlength=self.size)

@@ -25,7 +25,7 @@ import numpy as np
 from ..document.mentions import NameFinder
 from ..document.text import is_cjk_token, normalize, tokens
 from . import MODES
-from .lexical import BM25, lexical_text, top_rows
+from .lexical import BM25, lexical_text, top_positive_rows, top_rows
 
 # What a hit shows of its chunk (read from the chunk's row group when it is shown).
 HIT_COLUMNS = ["chunk_id", "source", "context", "content", "document_title", "line_start",
@@ -351,7 +351,7 @@ def vector_search(index: Index, query_vector: np.ndarray, k: int,
 
 def lexical_search(index: Index, query: str, k: int) -> list[Hit]:
     scores = index.bm25.scores(tokens(query))
-    return [index.hit(row, float(scores[row])) for row in top_rows(scores, k) if scores[row] > 0]
+    return [index.hit(row, float(scores[row])) for row in top_positive_rows(scores, k)]
 
 
 def graph_search(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
@@ -380,10 +380,11 @@ class GraphRanking:
 
 def graph_ranking(index: Index, query: str, query_vector: np.ndarray, k: int, hops: int,
                   bridge: Bridge | None = None, chunk_sims: np.ndarray | None = None,
-                  depth: int = 0) -> GraphRanking:
+                  depth: int = 0, sim_order: list[int] | None = None) -> GraphRanking:
     """The graph's ranking: k chunks picked for relevance and variety (MMR), then the
     next best by score down to `depth` rows. chunk_sims: the chunks' similarities to
-    the query, when taken (they are overwritten)."""
+    the query, when taken (they are overwritten); sim_order: their best rows, first
+    FEEDBACK_CHUNKS at least, when taken too."""
     # Seeds: names in the query (full weight), then the most similar entity profiles.
     seeds: dict[str, tuple[float, str]] = {}
     for entity_id in index.name_matches(query):
@@ -401,7 +402,9 @@ def graph_ranking(index: Index, query: str, query_vector: np.ndarray, k: int, ho
                 seeds[index.entity_ids[i]] = (weight, by)
     if chunk_sims is None:
         chunk_sims = index.chunk_matrix @ query_vector
-    top_chunks = top_rows(chunk_sims, FEEDBACK_CHUNKS)
+    if sim_order is None:
+        sim_order = top_rows(chunk_sims, FEEDBACK_CHUNKS)
+    top_chunks = sim_order[:FEEDBACK_CHUNKS]
     if top_chunks:
         best_chunk = float(chunk_sims[top_chunks[0]])
         for row in top_chunks[:FEEDBACK_CHUNKS]:
@@ -660,14 +663,15 @@ def search(index: Index, query: str, query_vector: np.ndarray | None, mode: str,
     depth = k * 4
     query_tokens = tokens(query)
     hybrid = mode == "hybrid"
-    vector_rows = top_rows(sims, depth) if hybrid or bridge is None else []
+    sim_order = top_rows(sims, max(depth, FEEDBACK_CHUNKS))
+    vector_rows = sim_order[:depth] if hybrid or bridge is None else []
     graph = graph_ranking(index, query, query_vector, depth if hybrid else k, hops, bridge,
-                          sims, depth)
+                          sims, depth, sim_order)
     lexical_weight = 1.0 if hybrid else _coverage_weight(index, set(query_tokens))
     lexical_rows = []
     if lexical_weight > 0.0:
         scores = index.bm25.scores(query_tokens)
-        lexical_rows = [row for row in top_rows(scores, depth) if scores[row] > 0]
+        lexical_rows = top_positive_rows(scores, depth)
     if hybrid:
         fused = fused_order([(vector_rows, 1.0), (lexical_rows, 1.0), (graph.rows, 1.0)], k)
     else:
