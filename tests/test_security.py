@@ -869,6 +869,8 @@ def test_settings_errors_are_located_with_a_code(tmp_path, cli):
         ('content_dir = "content"\nbuild_dir = [\n', "CTX801", 3, 1),
         ('[facts]\nfallback_limit = 1000\n', "CTX803", 2, 18),
         ('embedding_device = "gpu0"\n', "CTX803", 1, 20),
+        ('engine = "spark"\n', "CTX803", 1, 10),
+        ('ray_concurrency = -1\n', "CTX803", 1, 19),
         ('[facts]\nunknown = 1\n', "CTX802", 2, 1),
         ('[facts.tenants]\n"content/a" = "has space"\n', "CTX803", 2, 15),
         ('content_dir = "a\\u0000b"\n', "CTX803", 1, 15),

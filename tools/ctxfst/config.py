@@ -281,6 +281,11 @@ class Config:
     # Where models run: it does not shape the artifacts (not a BuildSettings), so a
     # change re-embeds nothing; the cache keeps a text's vector once it is made.
     embedding_device: str = "auto"
+    # Where the build embeds its cache misses: "local" (this process) or "ray" (a Ray
+    # Data pipeline, ray_concurrency actors; 0: one a GPU, or a CPU, of the cluster).
+    # The artifacts are the same either way, so neither is a BuildSetting.
+    engine: str = "local"
+    ray_concurrency: int = 0
     # [lint]: which warnings and infos are shown (rule_selection.py); the artifacts never
     # change.
     lint: RuleSelection = field(default_factory=RuleSelection)
@@ -497,7 +502,8 @@ def typed_path(config: Config | None, path: Path, what: str, cwd: Path | None = 
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
           "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts",
-          "lint", "report"}
+          "lint", "report", "engine", "ray_concurrency"}
+ENGINES = ("local", "ray")
 _LINT_KNOWN = {"select", "ignore", "per_file_ignores"}
 # auto: a CUDA GPU, else Apple's MPS, else the CPU (compile/embed.py resolves it)
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,2})?")
@@ -729,6 +735,10 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
     if not _DEVICE.fullmatch(device):
         raise source.error("CTX803", f"'embedding_device' {device!r}: use auto, cpu, cuda, "
                            "cuda:N or mps", "embedding_device")
+    engine = text_value("engine", "local")
+    if engine not in ENGINES:
+        raise source.error("CTX803", f"'engine' {engine!r}: use {' or '.join(ENGINES)}",
+                           "engine")
     patterns = settings.get("extra_edges", list(DEFAULT_EXTRA_EDGES))
     if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
         raise source.error("CTX803", "'extra_edges' must be a list of glob patterns",
@@ -778,5 +788,6 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
     _check_tool_folder(root)
     return Config(root=root, content_dir=content_dir, skills_dir=skills_dir,
                   build_dir=build_dir, config_file=config_file, build=build,
-                  embedding_device=device,
+                  embedding_device=device, engine=engine,
+                  ray_concurrency=number("ray_concurrency", 0, int, 0, 4096),
                   lint=_lint_settings(settings.get("lint"), source), report=report)

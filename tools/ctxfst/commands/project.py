@@ -26,6 +26,10 @@ def add_build(commands) -> None:
                                     "content/ and skills/ into build/, incrementally.")
     build.add_argument("--root", type=Path, default=Path("."),
                        help="the knowledge-base repository")
+    build.add_argument("--engine", choices=("local", "ray"), default=None,
+                       help="where cache misses are embedded: this process, or a Ray "
+                            "cluster (RAY_ADDRESS, else a local one); default: the "
+                            "`engine` setting")
     build.add_argument("doit_args", nargs=argparse.REMAINDER, metavar="DOIT_ARGS",
                        help="passed to doit (for example: clean, list, embed)")
     build.set_defaults(run=_build)
@@ -101,7 +105,7 @@ def _install_hook(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from ..pipeline.runner import run_build
 
-    return run_build(args.root, args.doit_args, quiet=verbosity(args) < 0)
+    return run_build(args.root, args.doit_args, quiet=verbosity(args) < 0, engine=args.engine)
 
 
 def _init(args: argparse.Namespace) -> int:

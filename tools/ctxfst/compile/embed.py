@@ -473,11 +473,13 @@ def text_keys(texts: list[str]) -> list[str]:
 
 def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: int = 32,
                 stats: EmbedStats | None = None, keys: list[str] | None = None,
-                known: dict[str, np.ndarray] | None = None, device: str = "auto"
-                ) -> tuple[np.ndarray, str]:
+                known: dict[str, np.ndarray] | None = None, device: str = "auto",
+                engine: Any = None) -> tuple[np.ndarray, str]:
     """Vectors for texts (cached where possible) and the model id that made them. keys:
     the texts' text_keys, when made already; known: vectors of this model by key, known
-    without the cache (the previous build's); device: the embedding_device setting."""
+    without the cache (the previous build's); device: the embedding_device setting;
+    engine: a RayEngine that embeds the misses (compile/ray_engine.py), else this
+    process does."""
     stats = stats if stats is not None else EmbedStats()
     embedder = get_embedder(spec, device)
     keys = text_keys(texts) if keys is None else keys
@@ -492,13 +494,18 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
     found.update(reused)
     # A fixed order for the misses: the same texts always meet in the same batches.
     missing = sorted(key for key in unique if key not in found)
+
+    def encode(texts: list[str]) -> np.ndarray:
+        if engine is not None:
+            return engine.encode(spec, device, texts, batch_size)
+        return embedder.encode(texts, batch_size, sys.stderr.isatty() and len(texts) > 256)
+
     if missing:
-        progress = sys.stderr.isatty() and len(missing) > 256
-        vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
+        vectors = encode([unique[key] for key in missing])
         if found and len(next(iter(found.values()))) != vectors.shape[1]:
             # The cached vectors have another dimension than the model's: a foreign cache.
             found, missing, hits = {}, sorted(unique), 0
-            vectors = embedder.encode([unique[key] for key in missing], batch_size, progress)
+            vectors = encode([unique[key] for key in missing])
     stats.cache_hits += hits
     if missing:
         fresh = {key: vectors[row] for row, key in enumerate(missing)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -9,7 +10,10 @@ from pathlib import Path
 from ..config import ConfigError, find_project
 
 
-def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
+def run_build(root: Path, doit_args: list[str], quiet: bool = False,
+              engine: str | None = None) -> int:
+    """Build the project at root (doit_args: doit's command line); engine: "local" or
+    "ray" instead of the `engine` setting."""
     from doit.cmd_base import ModuleTaskLoader
     from doit.doit_cmd import DoitMain
 
@@ -18,6 +22,8 @@ def run_build(root: Path, doit_args: list[str], quiet: bool = False) -> int:
     config = find_project(root)  # settings and paths are checked before anything is touched
     if config is None:
         raise ConfigError(f"{root}: no ctxfst project (no ctxfst.toml or [tool.ctxfst])")
+    if engine is not None:
+        config = dataclasses.replace(config, engine=engine)
     check_build_folder(config)
     previous = Path.cwd()
     os.chdir(config.root)  # as doit does for a dodo.py: its relative paths start here

@@ -436,6 +436,7 @@ def stage_embed(run: BuildRun) -> None:
     from ..artifacts.io import write_pieces
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts, skill_text
+    from ..compile.ray_engine import RayEngineError
     from .published import PUBLISHED
 
     config = run.config
@@ -452,18 +453,22 @@ def stage_embed(run: BuildRun) -> None:
     stats = EmbedStats()
     store = unit_store(config)  # what the staged vectors were made from (owner-checked)
     previous = None  # the previous vectors file, open: its kept groups are copied from it
+    engine = _embedding_engine(config)
     try:
         try:
-            vectors, state, unchanged, rows, previous = _chunk_vectors(
-                config, cache, stats, store, store.value(PUBLISHED))
-            # one call for both: one batch of cache misses, one model load at most
-            matrix, model_id = embed_texts(
-                [p["representation"] for p in profiles] + [skill_text(s) for s in skills],
-                settings.embedding_model, cache, settings.embed_batch_size, stats,
-                device=config.embedding_device)
+            with engine as on_ray:
+                vectors, state, unchanged, rows, previous = _chunk_vectors(
+                    config, cache, stats, store, store.value(PUBLISHED), on_ray)
+                # one call for both: one batch of cache misses, one model load at most
+                matrix, model_id = embed_texts(
+                    [p["representation"] for p in profiles] + [skill_text(s) for s in skills],
+                    settings.embedding_model, cache, settings.embed_batch_size, stats,
+                    device=config.embedding_device, engine=on_ray)
         except (ImportError, OSError, ValueError) as error:  # a model that cannot load
             raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not "
                               f"be used: {error}") from None
+        except RayEngineError as error:
+            raise BuildFailed(f"the ray engine failed: {error}") from None
         finally:
             cache.close()
         state["sha256"] = write_pieces(staged(config, "chunk_vectors.parquet"), vectors)
@@ -477,7 +482,10 @@ def stage_embed(run: BuildRun) -> None:
                   matrix[:len(profiles)], model_id, "entity_vectors")
     write_vectors(staged(config, "skill_vectors.parquet"), [s["node_id"] for s in skills],
                   matrix[len(profiles):], model_id, "skill_vectors")
-    _record(config, "embed", started, model_id=model_id,
+    on_engine = {"engine": config.engine}
+    if config.engine == "ray":
+        on_engine["ray_actors"] = engine.actors
+    _record(config, "embed", started, model_id=model_id, **on_engine,
             texts=stats.texts + unchanged, unique_texts=stats.unique,
             cache_hits=stats.cache_hits, embedded=stats.embedded,
             unchanged=unchanged + stats.reused,
@@ -487,10 +495,19 @@ def stage_embed(run: BuildRun) -> None:
                            "skill_vectors.parquet": len(skills)})
 
 
+def _embedding_engine(config: Config):
+    """What embeds the cache misses: this process, or a Ray cluster (`engine = "ray"`)."""
+    if config.engine != "ray":
+        return contextlib.nullcontext()
+    from ..compile.ray_engine import RayEngine
+
+    return RayEngine(config.ray_concurrency)
+
+
 _VECTOR_TEXTS = "vector-texts:"  # + a chunks.parquet group's digest: its rows' text keys
 
 
-def _chunk_vectors(config: Config, cache, stats, store, published: Any
+def _chunk_vectors(config: Config, cache, stats, store, published: Any, engine: Any = None
                    ) -> tuple[list, dict[str, Any], int, int, int | None]:
     """chunk_vectors.parquet with one row group per row group of chunks.parquet: a group
     whose chunks group holds the bytes it held at the last embed (the unit store's
@@ -564,7 +581,7 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any
                                       set(keys))
             matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
                                            settings.embed_batch_size, stats, keys, known,
-                                           config.embedding_device)
+                                           config.embedding_device, engine)
             if not ids and dim:  # every group kept: the footer still needs the vectors' type
                 matrix = np.zeros((0, dim), np.float32)
             fresh = read_parts(parquet_bytes(

@@ -1,0 +1,91 @@
+"""The ray engine: cache misses embedded by a Ray Data pipeline on a local cluster, and
+the artifacts the local engine builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxfst.mock import generate
+from ctxfst.pipeline.runner import run_build
+from ctxfst.pipeline.table import ARTIFACTS
+
+from .conftest import write
+
+PUBLISHED = [*ARTIFACTS, "manifest.json"]
+
+
+def knowledge_base(root: Path, documents: int, model: str, extra: str = "") -> Path:
+    generate(root, documents, seed=7)
+    write(root, "ctxfst.toml", f'embedding_model = "{model}"\n{extra}')
+    return root
+
+
+def build_on_ray(root: Path, *options: str) -> subprocess.CompletedProcess:
+    """`ctxfst build --engine ray` in a process of its own, on a local cluster it starts
+    (and stops)."""
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "-m", "ctxfst", "build", "--root", str(root),
+                           *options], capture_output=True, text=True, env=env, timeout=900)
+
+
+def embed_record(root: Path) -> dict:
+    results = json.loads((root / "build" / "run_results.json").read_text())
+    return next(stage for stage in results["stages"] if stage["stage"] == "embed")
+
+
+def artifacts(root: Path) -> dict[str, bytes]:
+    return {name: (root / "build" / name).read_bytes() for name in PUBLISHED}
+
+
+def test_the_ray_engine_builds_what_the_local_engine_builds(tmp_path, capsys):
+    local = knowledge_base(tmp_path / "local", 300, "hash-64")
+    on_ray = knowledge_base(tmp_path / "ray", 300, "hash-64")
+    assert run_build(local, [], quiet=True) == 0
+    done = build_on_ray(on_ray, "--engine", "ray")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert artifacts(on_ray) == artifacts(local)
+    record = embed_record(on_ray)
+    assert record["engine"] == "ray" and record["ray_actors"] >= 1
+    assert record["embedded"] == embed_record(local)["embedded"] > 2000
+    assert embed_record(local)["engine"] == "local"
+    # The vectors the cluster made filled this project's cache: the local engine, after
+    # an edit, embeds only the edited document's new texts.
+    note = next((on_ray / "content").rglob("*.ctxfst.md"))
+    note.write_text(note.read_text().replace('context: "', 'context: "Edited. ', 1))
+    assert run_build(on_ray, [], quiet=True) == 0
+    record = embed_record(on_ray)
+    assert record["engine"] == "local" and 1 <= record["embedded"] <= 8
+
+
+def test_the_engine_setting_and_a_missing_ray(tmp_path, capsys, cli):
+    root = knowledge_base(tmp_path / "kb", 5, "hash-64", 'engine = "ray"\n')
+    # `ray` not importable: the build fails, says what to install, publishes nothing
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['ray'] = None; from ctxfst.cli import "
+         "main; sys.exit(main(['build', '--root', sys.argv[1]]))", str(root)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "pip install 'ctxfst[ray]'" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (root / "build" / "manifest.json").exists()
+    # --engine local overrides the setting
+    assert run_build(root, [], quiet=True, engine="local") == 0
+    assert embed_record(root)["engine"] == "local"
+
+
+@pytest.mark.model
+def test_the_ray_engine_makes_the_real_models_vectors_byte_for_byte(tmp_path, capsys):
+    """MiniLM's floats depend on how many threads split its sums: an actor runs as many
+    as the local engine would, so its vectors are the same bytes."""
+    local = knowledge_base(tmp_path / "local", 12, "minilm")
+    on_ray = knowledge_base(tmp_path / "ray", 12, "minilm")
+    assert run_build(local, [], quiet=True) == 0
+    done = build_on_ray(on_ray, "--engine", "ray")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert artifacts(on_ray) == artifacts(local)
