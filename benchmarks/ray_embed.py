@@ -1,0 +1,74 @@
+"""The build's embedding on the ray engine against the local one, with a real model.
+
+    .venv/bin/python benchmarks/ray_embed.py [--docs 300] [--model minilm] [--concurrency 0]
+
+Generates a mock knowledge base, then builds two copies from nothing (each its own
+embedding cache): one with the local engine, one with `--engine ray` on a local Ray
+cluster started for it. Prints each embed stage's time and throughput (texts embedded
+a second, the stage's whole time: the cluster's start and the model's load in every
+actor included), and whether the artifacts are the same bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ctxfst.mock import generate
+from ctxfst.pipeline.table import ARTIFACTS
+
+
+def embed_record(root: Path) -> dict:
+    results = json.loads((root / "build" / "run_results.json").read_text())
+    return next(stage for stage in results["stages"] if stage["stage"] == "embed")
+
+
+def build(root: Path, engine: str) -> float:
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "ctxfst", "build", "-q", "--root", str(root),
+                    "--engine", engine], check=True, env=env)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--docs", type=int, default=300)
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--concurrency", type=int, default=0,
+                        help="ray_concurrency (0: the cluster's CPUs over the threads an "
+                             "actor runs)")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="ctxfst-ray-embed-"))
+    try:
+        roots = {}
+        for engine in ("local", "ray"):
+            root = roots[engine] = base / engine
+            generate(root, args.docs, seed=11)
+            (root / "ctxfst.toml").write_text(
+                f'embedding_model = "{args.model}"\nray_concurrency = {args.concurrency}\n')
+        for engine, root in roots.items():
+            whole = build(root, engine)
+            record = embed_record(root)
+            actors = f", {record['ray_actors']} actor(s)" if engine == "ray" else ""
+            print(f"{engine:<5} engine{actors}: embed stage {record['seconds']:.1f} s for "
+                  f"{record['embedded']:,} texts, {record['embedded'] / record['seconds']:.1f}"
+                  f" texts/s; whole build {whole:.1f} s", flush=True)
+        same = all((roots["local"] / "build" / name).read_bytes()
+                   == (roots["ray"] / "build" / name).read_bytes()
+                   for name in [*ARTIFACTS, "manifest.json"])
+        print(f"{args.docs} documents, {args.model}: artifacts "
+              f"{'byte-identical' if same else 'DIFFERENT'}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
