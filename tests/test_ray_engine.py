@@ -3,7 +3,6 @@ the artifacts the local engine builds."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,11 +12,9 @@ import pytest
 
 from ctxfst.mock import generate
 from ctxfst.pipeline.runner import run_build
-from ctxfst.pipeline.table import ARTIFACTS
 
 from .conftest import write
-
-PUBLISHED = [*ARTIFACTS, "manifest.json"]
+from .test_build import artifact_bytes, stage
 
 
 def knowledge_base(root: Path, documents: int, model: str, extra: str = "") -> Path:
@@ -35,21 +32,23 @@ def build_on_ray(root: Path, *options: str) -> subprocess.CompletedProcess:
 
 
 def embed_record(root: Path) -> dict:
-    results = json.loads((root / "build" / "run_results.json").read_text())
-    return next(stage for stage in results["stages"] if stage["stage"] == "embed")
+    return stage(root, "embed")
 
 
-def artifacts(root: Path) -> dict[str, bytes]:
-    return {name: (root / "build" / name).read_bytes() for name in PUBLISHED}
-
-
-def test_the_ray_engine_builds_what_the_local_engine_builds(tmp_path, capsys):
-    local = knowledge_base(tmp_path / "local", 300, "hash-64")
-    on_ray = knowledge_base(tmp_path / "ray", 300, "hash-64")
+def built_both_ways(base: Path, documents: int, model: str) -> tuple[Path, Path]:
+    """Two copies of a generated knowledge base, built from nothing on each engine, whose
+    artifacts are the same bytes."""
+    local = knowledge_base(base / "local", documents, model)
+    on_ray = knowledge_base(base / "ray", documents, model)
     assert run_build(local, [], quiet=True) == 0
     done = build_on_ray(on_ray, "--engine", "ray")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert artifacts(on_ray) == artifacts(local)
+    assert artifact_bytes(on_ray) == artifact_bytes(local)
+    return local, on_ray
+
+
+def test_the_ray_engine_builds_what_the_local_engine_builds(tmp_path, capsys):
+    local, on_ray = built_both_ways(tmp_path, 300, "hash-64")
     record = embed_record(on_ray)
     assert record["engine"] == "ray" and record["ray_actors"] >= 1
     assert record["embedded"] == embed_record(local)["embedded"] > 2000
@@ -83,9 +82,4 @@ def test_the_engine_setting_and_a_missing_ray(tmp_path, capsys, cli):
 def test_the_ray_engine_makes_the_real_models_vectors_byte_for_byte(tmp_path, capsys):
     """MiniLM's floats depend on how many threads split its sums: an actor runs as many
     as the local engine would, so its vectors are the same bytes."""
-    local = knowledge_base(tmp_path / "local", 12, "minilm")
-    on_ray = knowledge_base(tmp_path / "ray", 12, "minilm")
-    assert run_build(local, [], quiet=True) == 0
-    done = build_on_ray(on_ray, "--engine", "ray")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert artifacts(on_ray) == artifacts(local)
+    built_both_ways(tmp_path, 12, "minilm")
