@@ -871,6 +871,7 @@ def test_settings_errors_are_located_with_a_code(tmp_path, cli):
         ('embedding_device = "gpu0"\n', "CTX803", 1, 20),
         ('engine = "spark"\n', "CTX803", 1, 10),
         ('ray_concurrency = -1\n', "CTX803", 1, 19),
+        ('similar_exact_max = 1\n', "CTX803", 1, 21),
         ('[facts]\nunknown = 1\n', "CTX802", 2, 1),
         ('[facts.tenants]\n"content/a" = "has space"\n', "CTX803", 2, 15),
         ('content_dir = "a\\u0000b"\n', "CTX803", 1, 15),

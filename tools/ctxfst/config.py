@@ -241,6 +241,9 @@ class BuildSettings:
     embedding_model: str = DEFAULT_MODEL
     similar_top_k: int = 5
     similar_min_score: float = 0.35
+    # Above this many entities SIMILAR edges come from an approximate index (HNSW) whose
+    # candidates are scored exactly; at or below it, from the exact kNN.
+    similar_exact_max: int = 100_000
     extra_edges: tuple[str, ...] = DEFAULT_EXTRA_EDGES
     embed_batch_size: int = 32
     # [facts]: folder -> tenant, entity type -> keys declared complete ("namespace/key"),
@@ -502,7 +505,7 @@ def typed_path(config: Config | None, path: Path, what: str, cwd: Path | None = 
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
           "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts",
-          "lint", "report", "engine", "ray_concurrency"}
+          "lint", "report", "engine", "ray_concurrency", "similar_exact_max"}
 ENGINES = ("local", "ray")
 _LINT_KNOWN = {"select", "ignore", "per_file_ignores"}
 # auto: a CUDA GPU, else Apple's MPS, else the CPU (compile/embed.py resolves it)
@@ -761,6 +764,7 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
         embedding_model=model,
         similar_top_k=number("similar_top_k", 5, int, 0, 1000),
         similar_min_score=number("similar_min_score", 0.35, float, -1.0, 1.0),
+        similar_exact_max=number("similar_exact_max", 100_000, int, 2, 1_000_000_000),
         extra_edges=tuple(patterns),
         embed_batch_size=number("embed_batch_size", 32, int, 1, 4096),
         **_facts_settings(settings.get("facts"), source, root),

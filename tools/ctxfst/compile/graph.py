@@ -69,12 +69,89 @@ def knn(matrix: np.ndarray, top_k: int, block_rows: int = BLOCK_ROWS,
     return out_index, out_score
 
 
+# The approximate index (above similar_exact_max): HNSW links per node, the candidate
+# list while building, the candidates each entity takes to exact scoring (times k), and
+# the entities whose exact neighbours measure its recall.
+HNSW_LINKS = 32
+HNSW_BUILD_DEPTH = 80
+CANDIDATES_PER_NEIGHBOUR = 4
+RECALL_SAMPLE = 1000
+
+
+def approximate_knn(matrix: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """knn()'s answer from an HNSW index (faiss): each row's candidates scored exactly,
+    the best top_k kept as knn() keeps them. The index is built on one thread, so the
+    same vectors always give the same graph and the same edges."""
+    from .extras import require_extra
+
+    faiss = require_extra("faiss", "ann")
+    count, dim = matrix.shape
+    k = min(top_k, count - 1)
+    wanted = min(count - 1, max(CANDIDATES_PER_NEIGHBOUR * k, 16))
+    vectors = np.ascontiguousarray(matrix, np.float32)
+    index = faiss.IndexHNSWFlat(dim, HNSW_LINKS, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_BUILD_DEPTH
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        index.add(vectors)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    index.hnsw.efSearch = max(2 * wanted, 64)
+    _, candidates = index.search(vectors, wanted + 1)  # (a row finds itself too)
+    out_index = np.zeros((count, k), np.int64)
+    out_score = np.zeros((count, k), np.float32)
+    for start in range(0, count, BLOCK_ROWS):
+        found = candidates[start:start + BLOCK_ROWS]
+        own = np.arange(start, start + len(found))[:, None]
+        scores = np.einsum("id,ikd->ik", vectors[start:start + len(found)],
+                           vectors[np.maximum(found, 0)])
+        scores[(found < 0) | (found == own)] = -np.inf
+        best_score, best_index = _best(scores, found, k)
+        out_score[start:start + len(found)] = best_score
+        out_index[start:start + len(found)] = best_index
+    return out_index, out_score
+
+
+def knn_recall(matrix: np.ndarray, neighbours: np.ndarray, min_score: float
+               ) -> dict[str, Any]:
+    """How much of the exact kNN approximate neighbours hold, on an even sample of the
+    rows: recall@k (of each sampled row's exact top k) and the edges' recall (of those
+    exact neighbours scoring min_score or more, the ones that become SIMILAR edges)."""
+    count, k = neighbours.shape
+    rows = np.unique(np.linspace(0, count - 1, min(count, RECALL_SAMPLE)).astype(np.int64))
+    held = wanted_edges = found_edges = 0
+    for start in range(0, len(rows), 64):
+        sample = rows[start:start + 64]
+        exact = matrix[sample] @ matrix.T
+        exact[np.arange(len(sample)), sample] = -np.inf
+        top = _top_in_block(exact, k)
+        exact_scores, exact_index = _best(np.take_along_axis(exact, top, axis=1), top, k)
+        for slot, row in enumerate(sample):
+            found = set(neighbours[row].tolist())
+            hits = [int(column) in found for column in exact_index[slot]]
+            held += sum(hits)
+            strong = exact_scores[slot] >= min_score
+            wanted_edges += int(strong.sum())
+            found_edges += sum(hit for hit, keep in zip(hits, strong, strict=True) if keep)
+    return {"sample": len(rows), "recall_at_k": round(held / (len(rows) * k), 4),
+            "edge_recall": round(found_edges / wanted_edges, 4) if wanted_edges else 1.0}
+
+
 def similar_edges(ids: list[str], matrix: np.ndarray, top_k: int, min_score: float,
-                  mentions: dict[str, set[str]]) -> list[dict[str, Any]]:
-    """Undirected SIMILAR edges: the union of each entity's top_k above min_score."""
+                  mentions: dict[str, set[str]], exact_max: int | None = None
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Undirected SIMILAR edges: the union of each entity's top_k above min_score; and
+    how they were found (exact, or approximate above exact_max entities, with its
+    recall measured on a sample)."""
     if len(ids) < 2 or top_k <= 0:
-        return []
-    neighbours, scores = knn(matrix, top_k)
+        return [], {"method": "exact"}
+    if exact_max is not None and len(ids) > exact_max:
+        neighbours, scores = approximate_knn(matrix, top_k)
+        report = {"method": "hnsw", **knn_recall(matrix, neighbours, min_score)}
+    else:
+        neighbours, scores = knn(matrix, top_k)
+        report = {"method": "exact"}
     pairs: dict[tuple[int, int], float] = {}
     for row in range(len(ids)):
         for column in range(neighbours.shape[1]):
@@ -92,7 +169,7 @@ def similar_edges(ids: list[str], matrix: np.ndarray, top_k: int, min_score: flo
                                                 & mentions.get(target, set())),
                       "properties": {}})
     edges.sort(key=lambda e: (-e["score"], e["source"], e["target"]))
-    return edges
+    return edges, report
 
 
 def condition_edges(nodes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -763,8 +763,13 @@ def stage_graph(run: BuildRun) -> None:
                           "stage again")
     settings = config.build
     mentions = {p["id"]: set(p["mentioned_chunks"]) for p in profiles}
-    similar = similar_edges(ids, matrix, settings.similar_top_k, settings.similar_min_score,
-                            mentions)
+    try:
+        similar, found_by = similar_edges(ids, matrix, settings.similar_top_k,
+                                          settings.similar_min_score, mentions,
+                                          settings.similar_exact_max)
+    except ImportError as error:  # the approximate index's package
+        raise BuildFailed(f"{len(ids):,} entities are over similar_exact_max "
+                          f"({settings.similar_exact_max:,}): {error}") from None
     from ..skills.index import graph_nodes_and_links
 
     entity_nodes = [graph_node(p) for p in profiles]
@@ -785,7 +790,7 @@ def stage_graph(run: BuildRun) -> None:
     for edge in edges:
         counts[edge["relation"]] = counts.get(edge["relation"], 0) + 1
     _record(config, "graph", started, nodes=len(nodes), edges=len(edges),
-            edges_by_relation=dict(sorted(counts.items())),
+            edges_by_relation=dict(sorted(counts.items())), similar=found_by,
             artifact_rows={"entity-graph.json": len(nodes), "edges.parquet": len(edges)})
 
 

@@ -105,7 +105,7 @@ _MAKERS = (
           reads=("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json",
                  "skill-index.json"),
           publishes=_published("entity-graph.json", "edges.parquet"),
-          settings=("similar_top_k", "similar_min_score"),
+          settings=("similar_top_k", "similar_min_score", "similar_exact_max"),
           lineage=("entity-profiles.json", "entity_vectors.parquet", "skill-index.json",
                    "inputs:extra-edges"),
           summary="{nodes} nodes, {edges} edges"),
