@@ -70,10 +70,12 @@ def knn(matrix: np.ndarray, top_k: int, block_rows: int = BLOCK_ROWS,
 
 
 # The approximate index (above similar_exact_max): HNSW links per node, the candidate
-# list while building, the candidates each entity takes to exact scoring (times k), and
-# the entities whose exact neighbours measure its recall.
+# lists while building and while searching, the candidates each entity takes to exact
+# scoring (times k), and the entities whose exact neighbours measure its recall
+# (benchmarks/similar_scale.py measures the choice: docs/scale.md).
 HNSW_LINKS = 32
 HNSW_BUILD_DEPTH = 80
+HNSW_SEARCH_DEPTH = 128
 CANDIDATES_PER_NEIGHBOUR = 4
 RECALL_SAMPLE = 1000
 
@@ -97,7 +99,7 @@ def approximate_knn(matrix: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndar
         index.add(vectors)
     finally:
         faiss.omp_set_num_threads(threads)
-    index.hnsw.efSearch = max(2 * wanted, 64)
+    index.hnsw.efSearch = max(2 * wanted, HNSW_SEARCH_DEPTH)
     _, candidates = index.search(vectors, wanted + 1)  # (a row finds itself too)
     out_index = np.zeros((count, k), np.int64)
     out_score = np.zeros((count, k), np.float32)
