@@ -29,10 +29,15 @@ def _run_one(index: int) -> Any:
     return function(items[index])
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the system says)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+
+
 def worker_count() -> int:
     """How many workers forked_map() forks when it does: the usable cores, up to 8."""
-    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-               else os.cpu_count() or 1, 8)
+    return min(usable_cores(), 8)
 
 
 def forked_map(function: Callable[[Any], Any], items: Sequence[Any],

@@ -51,15 +51,16 @@ def _thread_settings() -> dict[str, str]:
     a model's floats depend on how many threads split its sums (by 1e-7 with torch),
     and Ray gives an actor of one CPU one thread. (Vectors made on a GPU, or another
     kind of CPU, differ anyway: docs/scale.md.)"""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else os.cpu_count() or 1
-    return {name: os.environ.get(name) or str(cores) for name in THREAD_VARIABLES}
+    from ..parallel import usable_cores
+
+    return {name: os.environ.get(name) or str(usable_cores()) for name in THREAD_VARIABLES}
 
 
 class RayEngine:
     """A connection to a Ray cluster for one stage: the one RAY_ADDRESS names, else a
     local one started for it (and stopped after). `concurrency`: actors at once; 0 is
-    one for each GPU of the cluster, or each CPU where it has none."""
+    one for each GPU of the cluster, or, where it has none, as many as its CPUs hold
+    (each actor takes as many CPUs as the threads it runs)."""
 
     def __init__(self, concurrency: int = 0) -> None:
         self.concurrency = concurrency
