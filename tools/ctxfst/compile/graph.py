@@ -37,25 +37,32 @@ def _best(scores: np.ndarray, index: np.ndarray, k: int) -> tuple[np.ndarray, np
 
 
 def knn(matrix: np.ndarray, top_k: int, block_rows: int = BLOCK_ROWS,
-        block_cols: int = BLOCK_COLS) -> tuple[np.ndarray, np.ndarray]:
-    """For each row, its top_k most similar other rows (cosine on L2-normalised rows).
+        block_cols: int = BLOCK_COLS, only: np.ndarray | None = None
+        ) -> tuple[np.ndarray, np.ndarray]:
+    """For each row (or each of the rows `only` lists, in its order), its top_k most
+    similar other rows (cosine on L2-normalised rows).
 
     Blocked over rows and columns, so memory is O(block_rows * block_cols), never
     O(n^2). Equal scores go to the lower index (ids are sorted: the smaller id).
-    Returns (indexes, scores), each (n, k) with k = min(top_k, n - 1), best first.
+    Returns (indexes, scores), each (rows, k) with k = min(top_k, n - 1), best first.
     """
     count = matrix.shape[0]
     k = min(top_k, count - 1)
-    out_index = np.zeros((count, max(k, 0)), np.int64)
-    out_score = np.zeros((count, max(k, 0)), np.float32)
+    asked = count if only is None else len(only)
+    out_index = np.zeros((asked, max(k, 0)), np.int64)
+    out_score = np.zeros((asked, max(k, 0)), np.float32)
     if k <= 0:
         return out_index, out_score
-    for start in range(0, count, block_rows):
-        rows = matrix[start:start + block_rows]
+    for start in range(0, asked, block_rows):
+        if only is None:
+            own = np.arange(start, min(start + block_rows, count))
+            rows = matrix[start:start + block_rows]
+        else:
+            own = np.asarray(only[start:start + block_rows], np.int64)
+            rows = matrix[own]
         size = rows.shape[0]
         best_score = np.zeros((size, 0), np.float32)
         best_index = np.zeros((size, 0), np.int64)
-        own = np.arange(start, start + size)
         for col in range(0, count, block_cols):
             scores = rows @ matrix[col:col + block_cols].T
             inside = (own >= col) & (own < col + scores.shape[1])
@@ -122,20 +129,15 @@ def knn_recall(matrix: np.ndarray, neighbours: np.ndarray, min_score: float
     exact neighbours scoring min_score or more, the ones that become SIMILAR edges)."""
     count, k = neighbours.shape
     rows = np.unique(np.linspace(0, count - 1, min(count, RECALL_SAMPLE)).astype(np.int64))
+    exact_index, exact_scores = knn(matrix, k, only=rows)
     held = wanted_edges = found_edges = 0
-    for start in range(0, len(rows), 64):
-        sample = rows[start:start + 64]
-        exact = matrix[sample] @ matrix.T
-        exact[np.arange(len(sample)), sample] = -np.inf
-        top = _top_in_block(exact, k)
-        exact_scores, exact_index = _best(np.take_along_axis(exact, top, axis=1), top, k)
-        for slot, row in enumerate(sample):
-            found = set(neighbours[row].tolist())
-            hits = [int(column) in found for column in exact_index[slot]]
-            held += sum(hits)
-            strong = exact_scores[slot] >= min_score
-            wanted_edges += int(strong.sum())
-            found_edges += sum(hit for hit, keep in zip(hits, strong, strict=True) if keep)
+    for slot, row in enumerate(rows):
+        found = set(neighbours[row].tolist())
+        hits = [int(column) in found for column in exact_index[slot]]
+        held += sum(hits)
+        strong = exact_scores[slot] >= min_score
+        wanted_edges += int(strong.sum())
+        found_edges += sum(hit for hit, keep in zip(hits, strong, strict=True) if keep)
     return {"sample": len(rows), "recall_at_k": round(held / (len(rows) * k), 4),
             "edge_recall": round(found_edges / wanted_edges, 4) if wanted_edges else 1.0}
 

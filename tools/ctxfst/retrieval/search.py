@@ -341,11 +341,9 @@ def _ranked(scores: dict[int, float], index: Index, k: int) -> list[int]:
     return sorted(scores, key=lambda row: (-scores[row], index.chunk_ids[row]))[:k]
 
 
-def vector_search(index: Index, query_vector: np.ndarray, k: int,
-                  sims: np.ndarray | None = None) -> list[Hit]:
-    """The k chunks most similar to the query (sims: their similarities, when taken)."""
-    if sims is None:
-        sims = index.chunk_matrix @ query_vector
+def vector_search(index: Index, query_vector: np.ndarray, k: int) -> list[Hit]:
+    """The k chunks most similar to the query."""
+    sims = index.chunk_matrix @ query_vector
     return [index.hit(row, float(sims[row])) for row in top_rows(sims, k)]
 
 
@@ -407,7 +405,7 @@ def graph_ranking(index: Index, query: str, query_vector: np.ndarray, k: int, ho
     top_chunks = sim_order[:FEEDBACK_CHUNKS]
     if top_chunks:
         best_chunk = float(chunk_sims[top_chunks[0]])
-        for row in top_chunks[:FEEDBACK_CHUNKS]:
+        for row in top_chunks:
             weight = FEEDBACK_WEIGHT * math.exp((float(chunk_sims[row]) - best_chunk)
                                                 / SEED_TEMPERATURE)
             for entity in index.chunk_entities(row):
