@@ -1005,7 +1005,7 @@ def test_one_build_run_validates_the_kb_once_and_again_after_an_edit(tmp_path, c
     calls = []
     real = incremental.check_incrementally
     monkeypatch.setattr(incremental, "check_incrementally",
-                        lambda *args: calls.append(1) or real(*args))
+                        lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
     root = example(tmp_path)
     assert build(root, capsys)[0] == 0
     assert len(calls) == 1

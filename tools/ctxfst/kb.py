@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .diagnostics import Diagnostic, ordered
 from .document.edges import EdgeFile, ExtraEdge
-from .document.kb import DocumentSet, Input, parse_inputs
+from .document.kb import DocumentSet, Input, Mapper, parse_inputs
 from .document.link import View
 from .document.rules import (
     Validation,
@@ -41,11 +41,12 @@ class KnowledgeBase(DocumentSet):
         return [*self.documents, *self.skills, *self.edge_files]
 
 
-def load_kb(root: Path, inputs: list[Input], cache=None) -> KnowledgeBase:
+def load_kb(root: Path, inputs: list[Input], cache=None, mapper: Mapper | None = None
+            ) -> KnowledgeBase:
     """Parse and type every input. With a ParseCache, unchanged documents are not
-    parsed again."""
+    parsed again. mapper: what runs the parses (document.kb.parse_inputs)."""
     kb = KnowledgeBase(root=root)
-    for parsed in parse_inputs(inputs, cache, PARSERS):
+    for parsed in parse_inputs(inputs, cache, PARSERS, mapper):
         if isinstance(parsed, ParsedSkill):
             kb.skills.append(parsed)
         elif isinstance(parsed, EdgeFile):

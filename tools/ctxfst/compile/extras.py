@@ -1,9 +1,12 @@
-"""The packages the embedding models come in, which the core install leaves out."""
+"""The packages the embedding models (and the ray engine, and the SIMILAR index) come
+in, which the core install leaves out."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+MODEL_EXTRAS = ("embed", "multilingual", "e5")
 
 
 def require_extra(module: str, extra: str) -> Any:
@@ -12,5 +15,7 @@ def require_extra(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
-        raise ImportError(f"{error.name} is not installed: pip install 'ctxfst[{extra}]' "
-                          "(a hash-N embedding_model needs no extra)") from None
+        model_note = " (a hash-N embedding_model needs no extra)" if extra in MODEL_EXTRAS \
+            else ""
+        raise ImportError(f"{error.name} is not installed: pip install "
+                          f"'ctxfst[{extra}]'{model_note}") from None

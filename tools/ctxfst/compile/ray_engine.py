@@ -1,11 +1,18 @@
-"""The `ray` engine: the build's cache misses embedded by a Ray Data pipeline.
+"""The `ray` engine: the build's per-document parsing and its embedding cache misses
+run as Ray Data pipelines.
 
-The driver (the build) cuts the texts into batches of `embed_batch_size`, in the order
-the local engine embeds them; each batch goes whole to one actor, which loads the model
+Parsing: the driver (the build) reads each document it has no parse-cache row for and
+hands its bytes to the cluster; a task parses it and returns the row the local engine
+would have cached (document/kb.py), which the driver decodes, caches and links.
+
+Embedding: the driver cuts the texts into batches of `embed_batch_size`, in the order the
+local engine embeds them; each batch goes whole to one actor, which loads the model
 once and embeds its texts as the local engine does (one text at a time), so a text's
 vector does not depend on where it was made. The vectors come back to the driver, which
-fills the embedding cache, links and publishes as ever. Nothing imports Ray unless the
-engine is `ray`.
+fills the embedding cache.
+
+Linking, checking and publishing stay on the driver. Nothing imports Ray unless the
+engine is `ray`, and nothing connects to a cluster until a stage has enough work for it.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..parallel import PARALLEL_THRESHOLD, forked_map, usable_cores
 from .extras import require_extra
 
 
@@ -51,23 +60,32 @@ def _thread_settings() -> dict[str, str]:
     a model's floats depend on how many threads split its sums (by 1e-7 with torch),
     and Ray gives an actor of one CPU one thread. (Vectors made on a GPU, or another
     kind of CPU, differ anyway: docs/scale.md.)"""
-    from ..parallel import usable_cores
-
     return {name: os.environ.get(name) or str(usable_cores()) for name in THREAD_VARIABLES}
+
+
+def _apply(batch: dict[str, np.ndarray], function: Callable[[Any], Any]
+           ) -> dict[str, np.ndarray]:
+    """One task's share of RayEngine.map: function of each item, with its place."""
+    results = np.empty(len(batch["item"]), dtype=object)
+    results[:] = [function(item) for item in batch["item"]]
+    return {"index": batch["index"], "result": results}
 
 
 class RayEngine:
     """A connection to a Ray cluster for one stage: the one RAY_ADDRESS names, else a
-    local one started for it (and stopped after). `concurrency`: actors at once; 0 is
-    one for each GPU of the cluster, or, where it has none, as many as its CPUs hold
-    (each actor takes as many CPUs as the threads it runs)."""
+    local one started for it (and stopped by close()), made when the stage first has
+    work for it. `concurrency`: embedding actors at once; 0 is one for each GPU of the
+    cluster, or, where it has none, as many as its CPUs hold (each actor takes as many
+    CPUs as the threads it runs)."""
 
     def __init__(self, concurrency: int = 0) -> None:
+        require_extra("ray", "ray")  # (missing: an ImportError now, before any work)
         self.concurrency = concurrency
-        self.actors = 0
+        self.actors = 0  # embedding actors the stage ran
+        self.mapped = 0  # items the stage's map() sent to the cluster
         self._ray: Any = None
 
-    def __enter__(self) -> RayEngine:
+    def _connect(self) -> None:
         ray = require_extra("ray", "ray")
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS") or None
@@ -84,19 +102,48 @@ class RayEngine:
 
         logging.getLogger("ray.data").setLevel(logging.ERROR)
         ray.data.DataContext.get_current().print_on_execution_start = False
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         if self._ray is not None:
             self._ray.shutdown()  # (a cluster it connected to keeps running)
             self._ray = None
 
-    def encode(self, spec: str, device: str, texts: list[str], batch_size: int) -> np.ndarray:
-        """The texts' vectors, in their order, as the local engine makes them."""
+    def map(self, function: Callable[[Any], Any], items: Sequence[Any],
+            threshold: int = PARALLEL_THRESHOLD) -> list[Any]:
+        """[function(item) for item in items], as Ray tasks over the cluster's CPUs, in
+        the items' order. function and items travel pickled, so function must be
+        importable where it runs (a module's function, or a partial of one). Fewer than
+        threshold items (the local engine's own): the driver's forked workers, with no
+        cluster."""
+        if len(items) < threshold:
+            return forked_map(function, items, threshold)
+        self._connect()
         import ray
 
+        # a few blocks for each CPU: a slow block does not hold the others back
+        blocks = max(1, min(len(items), 4 * int(ray.cluster_resources().get("CPU", 1))))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                rows = ray.data.from_items(
+                    [{"index": index, "item": item} for index, item in enumerate(items)],
+                    override_num_blocks=blocks) \
+                    .map_batches(_apply, fn_kwargs={"function": function},
+                                 batch_size=None).take_all()
+        except ray.exceptions.RayError as error:
+            raise RayEngineError(f"a pipeline over the documents failed: {error}") from None
+        if sorted(row["index"] for row in rows) != list(range(len(items))):
+            raise RayEngineError("the pipeline did not return every item once")
+        self.mapped += len(items)
+        return [row["result"] for row in sorted(rows, key=lambda row: row["index"])]
+
+    def encode(self, spec: str, device: str, texts: list[str], batch_size: int) -> np.ndarray:
+        """The texts' vectors, in their order, as the local engine makes them."""
         if not texts:
             return np.zeros((0, 0), np.float32)
+        self._connect()
+        import ray
+
         threads = _thread_settings()
         # An actor on CPUs gets as many as the threads it runs (the local engine's).
         per_actor = int(threads["OMP_NUM_THREADS"])

@@ -24,6 +24,8 @@ from .parse import looks_like_ctxfst, parse_document, type_document
 from .source import Source, decode_text
 
 Parsers = Mapping[str, Callable[[Source], Any]]  # file name -> its parser (module level)
+# How a batch of independent parses runs: forked_map's signature (the ray engine's map)
+Mapper = Callable[[Callable[[Any], Any], list], list]
 
 
 @dataclass
@@ -103,8 +105,8 @@ def _parse_to_row(job: tuple[Input, int | None], parsers: Parsers) -> Any:
     return value
 
 
-def _parse_all(inputs: list[Input], parsers: Parsers) -> list:
-    return forked_map(partial(_parse_input, parsers=parsers), inputs)
+def _parse_all(inputs: list[Input], parsers: Parsers, mapper: Mapper) -> list:
+    return mapper(partial(_parse_input, parsers=parsers), inputs)
 
 
 _PLAIN = object()  # a cache hit meaning "plain Markdown, no document" (None is a miss)
@@ -120,7 +122,7 @@ def _still_plain(item: Input) -> bool:
     return problem is None and not looks_like_ctxfst(text)
 
 
-def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
+def _parse_cached(inputs: list[Input], cache, parsers: Parsers, mapper: Mapper) -> list:
     """Parse inputs, taking documents whose exact bytes were parsed before from cache.
 
     Rows are data checked on read (syntax_cache): a damaged or foreign row is parsed again.
@@ -154,8 +156,8 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
     todo = [index for index, key in enumerate(keys) if key not in hits]
     results: list = [hits.get(key) if key else None for key in keys]
     fresh: dict[str, bytes] = {}
-    parsed = forked_map(partial(_parse_to_row, parsers=parsers),
-                        [(prepared[i], wanted.get(keys[i]) if keys[i] else None) for i in todo])
+    parsed = mapper(partial(_parse_to_row, parsers=parsers),
+                    [(prepared[i], wanted.get(keys[i]) if keys[i] else None) for i in todo])
     for index, value in zip(todo, parsed, strict=True):
         key = keys[index]
         if isinstance(value, bytes):  # a row (the syntax pass: typing happens after this)
@@ -171,13 +173,16 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers) -> list:
     return [None if value is _PLAIN else value for value in results]
 
 
-def parse_inputs(inputs: list[Input], cache=None, parsers: Parsers | None = None) -> list:
+def parse_inputs(inputs: list[Input], cache=None, parsers: Parsers | None = None,
+                 mapper: Mapper | None = None) -> list:
     """Parse every input, in order: documents typed, extra-edge files, and what parsers
     (file name -> parser) make of the files they name; plain Markdown is left out. With
-    a ParseCache, unchanged documents are not parsed again."""
+    a ParseCache, unchanged documents are not parsed again. mapper: what runs the parses
+    (forked workers by default; the ray engine's map)."""
     parsers = parsers or {}
-    results = (_parse_cached(inputs, cache, parsers) if cache is not None
-               else _parse_all(inputs, parsers))
+    mapper = mapper or forked_map
+    results = (_parse_cached(inputs, cache, parsers, mapper) if cache is not None
+               else _parse_all(inputs, parsers, mapper))
     for parsed in results:
         if isinstance(parsed, ParsedDocument):
             type_document(parsed)  # here, not in a worker: typed models pickle slowly

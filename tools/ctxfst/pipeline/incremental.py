@@ -17,6 +17,7 @@ from typing import Any
 
 from ..artifacts.cache import PASSAGES
 from ..diagnostics import Diagnostic, ordered
+from ..document.kb import Mapper
 from ..document.link import Summary, link, summarize
 from ..document.model import ParsedDocument
 from ..files import changed_lately, file_stamp
@@ -88,14 +89,17 @@ def unit_stamp(info: os.stat_result, now_ns: int) -> str | None:
 def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests,
                         open_parse_cache: Callable, store: UnitStore,
                         regular_files: Mapping[str, os.stat_result] | None = None,
-                        digested: dict[str, tuple[str, str, int]] | None = None) -> Checked:
+                        digested: dict[str, tuple[str, str, int]] | None = None,
+                        mapper: Mapper | None = None) -> Checked:
     """Validate the project's inputs, typing only what changed (see the module doc).
     regular_files: the stat of the paths known to be regular files, not links, as this
     run took it: a document whose stat is its unit's stamp, at the same place, is the
     unit's, neither hashed nor its path resolved again (git's index). digested: where
     the (file, relative path, sha256, size) of those documents are added (digests
     gives the others': digests(file, relative path, volatile) -> sha256 or None, where
-    volatile says the document's unit has content_path passages, checked every build)."""
+    volatile says the document's unit has content_path passages, checked every build).
+    mapper: what parses the documents the parse cache has no row for (forked workers
+    by default; the ray engine's map)."""
     from ..document.rules import check_document
     from ..kb import check_kb_wide
     from ..skills import SKILL_FILE
@@ -109,7 +113,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         (others if name == SKILL_FILE or not name.endswith(".md") else documents).append(item)
     looked = _look(documents, previous, root, regular_files or {}, digests,
                    {} if digested is None else digested)
-    reader = _Reader(root, looked, open_parse_cache)
+    reader = _Reader(root, looked, open_parse_cache, mapper)
     kb = reader.type_changed(others)
     kb.skills_dir = config.skills_dir  # its folders are checked as `ctxfst validate` does
     units = _units_now(looked, reader.typed, previous)
@@ -242,8 +246,10 @@ class _Reader:
     """Types documents from exactly the bytes the look hashed: a file edited since stops
     the build (it would be checked from bytes its digest does not name)."""
 
-    def __init__(self, root: Path, looked: _Looked, open_parse_cache: Callable) -> None:
+    def __init__(self, root: Path, looked: _Looked, open_parse_cache: Callable,
+                 mapper: Mapper | None = None) -> None:
         self.root, self.looked, self.open_parse_cache = root, looked, open_parse_cache
+        self.mapper = mapper
         self.typed: dict[str, ParsedDocument] = {}  # path -> typed in this run
 
     def type_changed(self, others: list):
@@ -254,7 +260,7 @@ class _Reader:
         cache = self.open_parse_cache()
         try:
             kb = load_kb(self.root, self._verified(self.looked.changed, False) + others,
-                         cache)
+                         cache, self.mapper)
         finally:
             cache.close()
         self.typed.update((doc.path, doc) for doc in kb.documents)
@@ -267,7 +273,7 @@ class _Reader:
         cache = self.open_parse_cache()
         try:
             loaded = {doc.path: doc for doc in load_kb(self.root, self._verified(paths, True),
-                                                       cache).documents}
+                                                       cache, self.mapper).documents}
         finally:
             cache.close()
         gone = [path for path in paths if path not in loaded]

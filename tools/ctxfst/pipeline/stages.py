@@ -146,38 +146,46 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
         caches.append(ParseCache(config.cache_dir / "parse.sqlite"))
         return caches[-1]
 
-    store = unit_store(config)
-    try:
+    # (on the ray engine, the documents the parse cache has no row for are parsed on
+    # the cluster: cluster_engine())
+    with cluster_engine(config) as engine:
+        parse_map = None if engine is None else engine.map
+        store = unit_store(config)
         try:
-            checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store, run.stats, digested)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
-            # Units that are not what this toolchain wrote (a damaged or edited cache; a
-            # copied one is emptied on open): start over from the sources alone. A
-            # failure then is a real one, and is raised.
-            store.clear()
-            digested.clear()  # (what the units gave is not trusted either)
-            checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store, digested=digested)
-        except sqlite3.DatabaseError as error:  # damaged pages: a fresh file, computed again
-            from ..artifacts.cache import busy, discard
+            try:
+                checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
+                                              store, run.stats, digested,
+                                              mapper=parse_map)
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+                # Units that are not what this toolchain wrote (a damaged or edited cache; a
+                # copied one is emptied on open): start over from the sources alone. A
+                # failure then is a real one, and is raised.
+                store.clear()
+                digested.clear()  # (what the units gave is not trusted either)
+                checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
+                                              store, digested=digested,
+                                              mapper=parse_map)
+            except sqlite3.DatabaseError as error:  # damaged pages: a fresh file, computed again
+                from ..artifacts.cache import busy, discard
 
-            if busy(error):  # another process held it all the while: not damaged
-                raise BuildFailed(f"{config.unit_store} stayed locked by another process; "
-                                  "run the build again") from None
+                if busy(error):  # another process held it all the while: not damaged
+                    raise BuildFailed(f"{config.unit_store} stayed locked by another process; "
+                                      "run the build again") from None
+                store.close()
+                discard(config.unit_store)
+                store = unit_store(config)
+                digested.clear()
+                checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
+                                              store, digested=digested,
+                                              mapper=parse_map)
+        finally:
             store.close()
-            discard(config.unit_store)
-            store = unit_store(config)
-            digested.clear()
-            checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                          store, digested=digested)
-    finally:
-        store.close()
     run.input_digests().save()
     checked.digested = digested
     if counts is not None:
         counts.update(documents_parsed=sum(c.misses for c in caches),
-                      documents_from_cache=sum(c.hits for c in caches), **checked.counts)
+                      documents_from_cache=sum(c.hits for c in caches), **checked.counts,
+                      **_on_engine(config, "ray_parsed", engine and engine.mapped))
     errors = [d for d in checked.diagnostics if d.severity.value == "error"]
     if errors:
         _show(run, checked.diagnostics, checked.files)
@@ -436,7 +444,6 @@ def stage_embed(run: BuildRun) -> None:
     from ..artifacts.io import write_pieces
     from ..artifacts.vectors import write_vectors
     from ..compile.embed import EmbedStats, embed_texts, skill_text
-    from ..compile.ray_engine import RayEngineError
     from .published import PUBLISHED
 
     config = run.config
@@ -453,22 +460,19 @@ def stage_embed(run: BuildRun) -> None:
     stats = EmbedStats()
     store = unit_store(config)  # what the staged vectors were made from (owner-checked)
     previous = None  # the previous vectors file, open: its kept groups are copied from it
-    engine = _embedding_engine(config)
     try:
         try:
-            with engine as on_ray:
+            with cluster_engine(config) as engine:
                 vectors, state, unchanged, rows, previous = _chunk_vectors(
-                    config, cache, stats, store, store.value(PUBLISHED), on_ray)
+                    config, cache, stats, store, store.value(PUBLISHED), engine)
                 # one call for both: one batch of cache misses, one model load at most
                 matrix, model_id = embed_texts(
                     [p["representation"] for p in profiles] + [skill_text(s) for s in skills],
                     settings.embedding_model, cache, settings.embed_batch_size, stats,
-                    device=config.embedding_device, engine=on_ray)
+                    device=config.embedding_device, engine=engine)
         except (ImportError, OSError, ValueError) as error:  # a model that cannot load
             raise BuildFailed(f"the embedding model {settings.embedding_model!r} could not "
                               f"be used: {error}") from None
-        except RayEngineError as error:
-            raise BuildFailed(f"the ray engine failed: {error}") from None
         finally:
             cache.close()
         state["sha256"] = write_pieces(staged(config, "chunk_vectors.parquet"), vectors)
@@ -482,10 +486,8 @@ def stage_embed(run: BuildRun) -> None:
                   matrix[:len(profiles)], model_id, "entity_vectors")
     write_vectors(staged(config, "skill_vectors.parquet"), [s["node_id"] for s in skills],
                   matrix[len(profiles):], model_id, "skill_vectors")
-    on_engine = {"engine": config.engine}
-    if config.engine == "ray":
-        on_engine["ray_actors"] = engine.actors
-    _record(config, "embed", started, model_id=model_id, **on_engine,
+    _record(config, "embed", started, model_id=model_id,
+            **_on_engine(config, "ray_actors", engine and engine.actors),
             texts=stats.texts + unchanged, unique_texts=stats.unique,
             cache_hits=stats.cache_hits, embedded=stats.embedded,
             unchanged=unchanged + stats.reused,
@@ -495,13 +497,32 @@ def stage_embed(run: BuildRun) -> None:
                            "skill_vectors.parquet": len(skills)})
 
 
-def _embedding_engine(config: Config):
-    """What embeds the cache misses: this process, or a Ray cluster (`engine = "ray"`)."""
+@contextlib.contextmanager
+def cluster_engine(config: Config):
+    """What parses the documents and embeds the texts no cache holds: this process and
+    its forked workers (None), or a Ray cluster (`engine = "ray"`: a RayEngine,
+    connected when a stage first has work for it). Its failures fail the build."""
     if config.engine != "ray":
-        return contextlib.nullcontext()
-    from ..compile.ray_engine import RayEngine
+        yield None
+        return
+    from ..compile.ray_engine import RayEngine, RayEngineError
 
-    return RayEngine(config.ray_concurrency)
+    try:
+        engine = RayEngine(config.ray_concurrency)
+    except ImportError as error:
+        raise BuildFailed(f"the ray engine cannot run here: {error}") from None
+    try:
+        yield engine
+    except RayEngineError as error:
+        raise BuildFailed(f"the ray engine failed: {error}") from None
+    finally:
+        engine.close()
+
+
+def _on_engine(config: Config, name: str, count: int | None) -> dict[str, Any]:
+    """A stage record's engine, and how much of its work (count, as name) the cluster
+    did, where it did some."""
+    return {"engine": config.engine, **({name: count} if count else {})}
 
 
 _VECTOR_TEXTS = "vector-texts:"  # + a chunks.parquet group's digest: its rows' text keys
