@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxfst.compile.graph import approximate_knn, knn, knn_recall
+from ctxfst.compile.graph import approximate_knn, knn, knn_recall, similar_edges
 from ctxfst.mock import generate
 from ctxfst.pipeline.runner import run_build
 
@@ -78,3 +78,30 @@ def test_without_the_index_package_the_build_says_what_to_install(tmp_path, caps
     assert done.returncode == 1 and "pip install 'ctxfst[ann]'" in output, output
     assert "similar_exact_max" in output and "Traceback" not in output
     assert not (root / "build" / "manifest.json").exists()
+
+
+def test_similar_edges_are_each_pair_once_best_first_then_by_id():
+    """Each entity's neighbours above the minimum become undirected edges: a pair both
+    ends list is one edge; the edges run by score, then source and target id (the ids
+    in any order), each with the chunks both ends are mentioned in."""
+    angles = np.radians([0.0, 10.0, 30.0, 100.0, 12.0])
+    matrix = np.stack([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
+    ids = ["entity:e", "entity:b", "entity:d", "entity:a", "entity:c"]
+    mentions = {"entity:e": {"c1", "c2"}, "entity:b": {"c2"}, "entity:c": {"c1", "c2"}}
+    edges, found_by = similar_edges(ids, matrix, 2, 0.8, mentions)
+    assert found_by == {"method": "exact"}
+    pairs = [frozenset((edge["source"], edge["target"])) for edge in edges]
+    assert len(set(pairs)) == len(pairs)
+    expected = {frozenset((ids[i], ids[j])): round(float(matrix[i] @ matrix[j]), 4)
+                for i in range(5) for j in range(i + 1, 5) if matrix[i] @ matrix[j] >= 0.8}
+    # entity:a (100 degrees) has no neighbour above 0.8; the pair e-d (30 degrees, 0.87)
+    # is in neither end's top 2
+    assert {pair: edge["score"] for pair, edge in zip(pairs, edges, strict=True)} == \
+        {pair: score for pair, score in expected.items()
+         if pair != frozenset(("entity:e", "entity:d"))}
+    assert [(-edge["score"], edge["source"], edge["target"]) for edge in edges] == \
+        sorted((-edge["score"], edge["source"], edge["target"]) for edge in edges)
+    shared = {pair: edge["shared_chunk_count"] for pair, edge in zip(pairs, edges, strict=True)}
+    assert shared[frozenset(("entity:e", "entity:c"))] == 2
+    assert shared[frozenset(("entity:b", "entity:c"))] == 1
+    assert edges[0]["score"] == round(float(matrix[1] @ matrix[4]), 4)  # 2 degrees apart

@@ -107,7 +107,16 @@ def approximate_knn(matrix: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndar
     finally:
         faiss.omp_set_num_threads(threads)
     index.hnsw.efSearch = max(2 * wanted, HNSW_SEARCH_DEPTH)
-    _, candidates = index.search(vectors, wanted + 1)  # (a row finds itself too)
+    # Every row is in the index: its search starts at its own node on the bottom layer
+    # (the descent through the upper layers would only find it again)
+    # (each array named: a pointer does not keep its array alive)
+    candidates = np.empty((count, wanted + 1), np.int64)  # (a row finds itself too)
+    found_scores = np.empty((count, wanted + 1), np.float32)
+    own_nodes = np.arange(count, dtype=np.int32).reshape(count, 1)
+    own_scores = np.ones((count, 1), np.float32)
+    index.search_level_0(count, faiss.swig_ptr(vectors), wanted + 1,
+                         faiss.swig_ptr(own_nodes), faiss.swig_ptr(own_scores),
+                         faiss.swig_ptr(found_scores), faiss.swig_ptr(candidates))
     out_index = np.zeros((count, k), np.int64)
     out_score = np.zeros((count, k), np.float32)
     for start in range(0, count, BLOCK_ROWS):
@@ -142,6 +151,26 @@ def knn_recall(matrix: np.ndarray, neighbours: np.ndarray, min_score: float
             "edge_recall": round(found_edges / wanted_edges, 4) if wanted_edges else 1.0}
 
 
+def _similar_pairs(neighbours: np.ndarray, scores: np.ndarray, min_score: float
+                   ) -> tuple[list[int], list[int], np.ndarray]:
+    """The unordered pairs (lower row, higher row) in the rows' neighbours scoring
+    min_score or more, once each, with the score the last row to list it gave (the two
+    rows' products can differ in the last bit)."""
+    count, k = neighbours.shape
+    row = np.repeat(np.arange(count, dtype=np.int64), k)
+    other = neighbours.ravel().astype(np.int64)
+    score = scores.ravel()
+    keep = score >= min_score
+    row, other, score = row[keep], other[keep], score[keep]
+    low, high = np.minimum(row, other), np.maximum(row, other)
+    pair = low * count + high
+    order = np.lexsort((np.arange(len(pair)), pair))  # each pair's listings, in order
+    last = np.ones(len(order), bool)
+    last[:-1] = pair[order][1:] != pair[order][:-1]
+    chosen = order[last]
+    return low[chosen].tolist(), high[chosen].tolist(), score[chosen]
+
+
 def similar_edges(ids: list[str], matrix: np.ndarray, top_k: int, min_score: float,
                   mentions: dict[str, set[str]], exact_max: int | None = None
                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -156,23 +185,20 @@ def similar_edges(ids: list[str], matrix: np.ndarray, top_k: int, min_score: flo
     else:
         neighbours, scores = knn(matrix, top_k)
         report = {"method": "exact"}
-    pairs: dict[tuple[int, int], float] = {}
-    for row in range(len(ids)):
-        for column in range(neighbours.shape[1]):
-            score = float(scores[row, column])
-            if score < min_score:
-                break
-            other = int(neighbours[row, column])
-            pairs[(min(row, other), max(row, other))] = score
+    left, right, found_score = _similar_pairs(neighbours, scores, min_score)
+    # in the edges' order: score (as written, 4 places), then source and target id
+    written = [round(float(score), 4) for score in found_score]
+    rank = np.empty(len(ids), np.int64)
+    rank[np.argsort(np.array(ids))] = np.arange(len(ids))
+    order = np.lexsort((rank[right], rank[left], -np.array(written, np.float64)))
     edges = []
-    for (left, right), score in pairs.items():
-        source, target = ids[left], ids[right]
+    for at in order.tolist():
+        source, target = ids[left[at]], ids[right[at]]
         edges.append({"source": source, "target": target, "relation": "SIMILAR",
-                      "score": round(score, 4),
+                      "score": written[at],
                       "shared_chunk_count": len(mentions.get(source, set())
                                                 & mentions.get(target, set())),
                       "properties": {}})
-    edges.sort(key=lambda e: (-e["score"], e["source"], e["target"]))
     return edges, report
 
 
