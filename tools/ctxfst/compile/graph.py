@@ -24,10 +24,12 @@ def _top_in_block(scores: np.ndarray, k: int) -> np.ndarray:
         return np.broadcast_to(np.arange(width), scores.shape).copy()
     top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     kth = np.take_along_axis(scores, top, axis=1).min(axis=1, keepdims=True)
-    # argpartition picks arbitrarily among scores equal to the k-th; redo those rows.
-    tied = ((scores > kth).sum(axis=1) + (scores == kth).sum(axis=1)) != k
+    # argpartition picks arbitrarily among scores equal to the k-th; redo those rows,
+    # ordering only the columns that score at least the k-th
+    tied = (scores >= kth).sum(axis=1) != k
     for row in np.nonzero(tied)[0]:
-        top[row] = np.argsort(-scores[row], kind="stable")[:k]
+        near = np.flatnonzero(scores[row] >= kth[row, 0])
+        top[row] = near[np.lexsort((near, -scores[row, near]))][:k]
     return top
 
 
@@ -192,12 +194,13 @@ def similar_edges(ids: list[str], matrix: np.ndarray, top_k: int, min_score: flo
     rank[np.argsort(np.array(ids))] = np.arange(len(ids))
     order = np.lexsort((rank[right], rank[left], -np.array(written, np.float64)))
     edges = []
+    nothing: frozenset[str] = frozenset()
     for at in order.tolist():
         source, target = ids[left[at]], ids[right[at]]
         edges.append({"source": source, "target": target, "relation": "SIMILAR",
                       "score": written[at],
-                      "shared_chunk_count": len(mentions.get(source, set())
-                                                & mentions.get(target, set())),
+                      "shared_chunk_count": len(mentions.get(source, nothing)
+                                                & mentions.get(target, nothing)),
                       "properties": {}})
     return edges, report
 
