@@ -14,7 +14,6 @@ the parsing at sizes a real model would take hours to embed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -23,13 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from build_speed import stage
 from ctxfst.mock import generate
 from ctxfst.pipeline.table import ARTIFACTS
-
-
-def stage_record(root: Path, name: str) -> dict:
-    results = json.loads((root / "build" / "run_results.json").read_text())
-    return next(stage for stage in results["stages"] if stage["stage"] == name)
 
 
 def build(root: Path, engine: str) -> float:
@@ -58,8 +53,8 @@ def main() -> None:
                 f'embedding_model = "{args.model}"\nray_concurrency = {args.concurrency}\n')
         for engine, root in roots.items():
             whole = build(root, engine)
-            parsed = stage_record(root, "validate")
-            record = stage_record(root, "embed")
+            parsed = stage(root, "validate")
+            record = stage(root, "embed")
             actors = f", {record['ray_actors']} actor(s)" if engine == "ray" else ""
             print(f"{engine:<5} engine: validate stage {parsed['seconds']:.1f} s, "
                   f"{parsed['documents_parsed']:,} files parsed"
