@@ -65,6 +65,13 @@ def test_the_ray_engine_builds_what_the_local_engine_builds(tmp_path, capsys):
     assert run_build(on_ray, [], quiet=True) == 0
     record = embed_record(on_ray)
     assert record["engine"] == "local" and 1 <= record["embedded"] <= 8
+    # An edit on the ray engine: its one document is parsed where the build runs
+    note.write_text(note.read_text().replace('context: "', 'context: "Again. ', 1))
+    done = build_cli(on_ray, "--engine", "ray")
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = stage(on_ray, "validate")
+    assert parsed["engine"] == "ray" and parsed["documents_parsed"] == 1
+    assert "ray_parsed" not in parsed
 
 
 def test_the_engine_setting_and_a_missing_ray(tmp_path, capsys, cli):
