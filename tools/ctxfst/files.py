@@ -161,7 +161,11 @@ RACY_NS = 100_000_000
 def changed_lately(info: os.stat_result, now_ns: int, racy_ns: int = RACY_NS) -> bool:
     """Whether a file changed within a clock tick of now_ns: it could change again and
     keep its identity (git's "racily clean" entries), so none is remembered for it."""
-    return now_ns - max(info.st_mtime_ns, info.st_ctime_ns) < racy_ns
+    return _changed_within(info.st_mtime_ns, info.st_ctime_ns, now_ns, racy_ns)
+
+
+def _changed_within(mtime_ns: int, ctime_ns: int, now_ns: int, racy_ns: int) -> bool:
+    return now_ns - max(mtime_ns, ctime_ns) < racy_ns
 
 
 def _remembered_walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
@@ -194,7 +198,8 @@ def _settled(folders: list[tuple]) -> bool:
     import time
 
     now = time.time_ns()
-    return all(now - max(mtime, ctime) > RACY_NS for _, _, mtime, ctime, _ in folders)
+    return not any(_changed_within(mtime, ctime, now, RACY_NS)
+                   for _, _, mtime, ctime, _ in folders)
 
 
 def _folder_stamp(path: str) -> tuple[int, int, int, int] | None:
