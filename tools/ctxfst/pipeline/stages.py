@@ -149,22 +149,23 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
     # (on the ray engine, the documents the parse cache has no row for are parsed on
     # the cluster: cluster_engine())
     with cluster_engine(config) as engine:
-        parse_map = None if engine is None else engine.map
+
+        def check(store, regular_files=None):
+            return check_incrementally(config, inputs, refused, sha, open_parse_cache, store,
+                                       regular_files, digested,
+                                       mapper=None if engine is None else engine.map)
+
         store = unit_store(config)
         try:
             try:
-                checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                              store, run.stats, digested,
-                                              mapper=parse_map)
+                checked = check(store, run.stats)
             except (TypeError, ValueError, KeyError, IndexError, AttributeError):
                 # Units that are not what this toolchain wrote (a damaged or edited cache; a
                 # copied one is emptied on open): start over from the sources alone. A
                 # failure then is a real one, and is raised.
                 store.clear()
                 digested.clear()  # (what the units gave is not trusted either)
-                checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                              store, digested=digested,
-                                              mapper=parse_map)
+                checked = check(store)
             except sqlite3.DatabaseError as error:  # damaged pages: a fresh file, computed again
                 from ..artifacts.cache import busy, discard
 
@@ -175,9 +176,7 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
                 discard(config.unit_store)
                 store = unit_store(config)
                 digested.clear()
-                checked = check_incrementally(config, inputs, refused, sha, open_parse_cache,
-                                              store, digested=digested,
-                                              mapper=parse_map)
+                checked = check(store)
         finally:
             store.close()
     run.input_digests().save()
