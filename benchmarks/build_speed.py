@@ -2,7 +2,7 @@
 and SIMILAR kNN time and memory.
 
     .venv/bin/python benchmarks/build_speed.py [--docs 1000 10000] [--edits 5]
-        [--overhead-docs 60] [--knn 25000 50000]
+        [--overhead-docs 60] [--knn 25000 50000] [--no-json-exports]
 
 Scale runs use the deterministic hash embedder (`hash-256`) in place of a model; the
 overhead run uses the real bundled all-MiniLM-L6-v2.
@@ -54,10 +54,11 @@ def stage(root: Path, name: str) -> dict:
     return next(s for s in results["stages"] if s["stage"] == name)
 
 
-def make_project(root: Path, docs: int, model: str) -> None:
+def make_project(root: Path, docs: int, model: str, json_exports: bool = True) -> None:
     generate(root, docs, seed=7)
     (root / "ctxfst.toml").write_text(
-        f'content_dir = "content"\nskills_dir = "skills"\nembedding_model = "{model}"\n')
+        f'content_dir = "content"\nskills_dir = "skills"\nembedding_model = "{model}"\n'
+        f"json_exports = {str(json_exports).lower()}\n")
     shutil.copy(Path(__file__).resolve().parents[1] / "dodo.py", root / "dodo.py")
 
 
@@ -86,15 +87,27 @@ def _timed(root: Path) -> tuple[float, str]:
     return elapsed, _stages(root, output)
 
 
-def scale(docs: int, edits: int = 5) -> dict[str, float]:
+def published_sizes(root: Path) -> str:
+    """The published artifacts' bytes in all, and the JSON exports' among them."""
+    from ctxfst.pipeline.table import JSON_EXPORTS
+
+    manifest = json.loads((root / "build/manifest.json").read_text())
+    total = sum(item["bytes"] for item in manifest["artifacts"])
+    exports = sum(item["bytes"] for item in manifest["artifacts"]
+                  if item["path"] in JSON_EXPORTS)
+    return f"{total / 1e6:.0f} MB published, {exports / 1e6:.0f} MB of them JSON exports"
+
+
+def scale(docs: int, edits: int = 5, json_exports: bool = True) -> dict[str, float]:
     """Full build, no-op, and the medians of `edits` one-sentence edits, adds and deletes
     of one document; the figures, for the ratios between sizes."""
     root = Path(tempfile.mkdtemp(prefix="ctxfst-scale-"))
     try:
-        make_project(root, docs, "hash-256")
+        make_project(root, docs, "hash-256", json_exports)
         full, _, peak = doit_measured(root)
-        print(f"full build, {docs} documents (hash-256 embedder)      {full:8.2f} s, "
-              f"peak RSS {peak / 1024:.0f} MB")
+        print(f"full build, {docs} documents (hash-256 embedder, json_exports = "
+              f"{str(json_exports).lower()})      {full:8.2f} s, peak RSS {peak / 1024:.0f} MB, "
+              f"{published_sizes(root)}")
         print(f"  {' / '.join(STAGE_NAMES)}: {_stages(root)} s")
         noops = sorted(doit(root)[0] for _ in range(5))
         print(f"no-op doit, {docs} documents: median {noops[2]:.3f} s, best {noops[0]:.3f} s")
@@ -113,7 +126,7 @@ def scale(docs: int, edits: int = 5) -> dict[str, float]:
         print(f"  {' / '.join(STAGE_NAMES)}: {middle[1]} s")
         added = target.with_name("notes-added.ctxfst.md")
         adds, deletes = [], []
-        for number in range(max(1, edits // 2)):
+        for number in range(edits):
             added.write_text(target.read_text().replace("n00042", f"nadded{number}"))
             adds.append(_timed(root))
             added.unlink()
@@ -201,10 +214,14 @@ def main() -> None:
     parser.add_argument("--overhead-docs", type=int, default=60)
     parser.add_argument("--knn", type=int, nargs="*", default=[25_000, 50_000])
     parser.add_argument("--skip", nargs="*", default=[], choices=["scale", "overhead", "knn"])
+    parser.add_argument("--no-json-exports", action="store_true",
+                        help="build with json_exports = false (no chunks.json, "
+                             "entity-profiles.json)")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores")
     if "scale" not in args.skip:
-        figures = {docs: scale(docs, args.edits) for docs in args.docs}
+        figures = {docs: scale(docs, args.edits, not args.no_json_exports)
+                   for docs in args.docs}
         if len(figures) > 1:
             small, large = min(figures), max(figures)
             print(f"cost at {large} over cost at {small} documents: " + ", ".join(

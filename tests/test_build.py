@@ -196,7 +196,7 @@ def test_the_build_is_made_from_the_stage_table(tmp_path, capsys):
     assert [(a["path"], a["stage"], a["schema_version"]) for a in manifest["artifacts"]] == [
         (name, stage, version) for name, (stage, version) in ARTIFACTS.items()]
     lineage = {a["path"]: a["inputs"] for a in manifest["artifacts"]}
-    assert lineage["entities.parquet"] == ["chunks.json"]
+    assert lineage["entities.parquet"] == ["chunks.parquet"]
     assert lineage["semantic_facts.parquet"][-1] == "ledger:.ctxfst/facts"
     assert "content/backend-frameworks.ctxfst.md" in lineage["chunks.json"]
     results = json.loads((root / "build/run_results.json").read_text())
@@ -298,7 +298,7 @@ def test_artifact_contents(tmp_path, capsys):
                                                       "content/passages/gap-example.md"} - {
         "content/passages/gap-example.md"}
     graph_lineage = next(a for a in manifest["artifacts"] if a["path"] == "entity-graph.json")
-    assert graph_lineage["inputs"][:2] == ["entity-profiles.json", "entity_vectors.parquet"]
+    assert graph_lineage["inputs"][:2] == ["entities.parquet", "entity_vectors.parquet"]
 
 
 def test_incremental_build_equals_full_rebuild(tmp_path, capsys):

@@ -90,6 +90,12 @@ def build(root: Path) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def _published_bytes(root: Path, name: str) -> bytes | None:
+    """An artifact's bytes in build/; None when it is not there (a JSON export off)."""
+    path = root / "build" / name
+    return path.read_bytes() if os.path.lexists(path) else None
+
+
 def active_facts(root: Path) -> list:
     rows = pq.read_table(root / "build/semantic_facts.parquet").to_pylist()
     return sorted((r["fact_id"], r["fact_value_text"], r["evidence_start"],
@@ -119,8 +125,7 @@ def differences(incremental: Path, clean: Path) -> list[str]:
     """How incremental's build/ differs from clean's, by test_build's rules: [] if equal."""
     found = [name for name in PUBLISHED
              if name not in STATEFUL and name != "manifest.json"
-             and (incremental / "build" / name).read_bytes() != (
-                 clean / "build" / name).read_bytes()]
+             and _published_bytes(incremental, name) != _published_bytes(clean, name)]
     if active_facts(incremental) != active_facts(clean):
         found.append("semantic_facts.parquet (active facts)")
     if not _facts_as_written_whole(incremental):
@@ -635,12 +640,13 @@ BREAKS = ("undeclared entity", "unknown dependency", "yaml syntax", "chunk witho
 # --- the session: a project, its operations, its checks -----------------------------------
 
 class Session:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, json_exports: bool = True) -> None:
         self.base = base
         self.root = base / "kb"
+        self.json_exports = json_exports
         copy_example(self.root)
         generate(self.root, MOCK_DOCUMENTS, seed=MOCK_SEED)
-        project(self.root)
+        project(self.root, json_exports=json_exports)
         self.sources = Sources(self.root)
         assert self.sources.problems() == []
         self.log: list[str] = []
@@ -739,9 +745,22 @@ class Session:
         self.pending = True
         self.check(f"fixing {kind} in {path}")
 
+    def switch_json_exports(self) -> None:
+        """Turn the JSON exports off, or on again: the next build's artifacts are those
+        of a clean build with the new setting (clean_rebuild copies it)."""
+        self.json_exports = not self.json_exports
+        project(self.root, json_exports=self.json_exports)
+        self.say(f"switch: json_exports = {str(self.json_exports).lower()}")
+        self.pending = True
+
     def step(self, name: str, pick: int, build_now: bool) -> None:
         if name == "break_and_fix":
             self.break_and_fix(pick)
+            return
+        if name == "switch_json_exports":
+            self.switch_json_exports()
+            if build_now:
+                self.check("switching json_exports")
             return
         applied = self.apply(name, pick)
         if build_now:
@@ -754,30 +773,37 @@ class Session:
 
 # --- the tests ----------------------------------------------------------------------------
 
-STEP_NAMES = [*OPERATIONS, "break_and_fix"]
+STEP_NAMES = [*OPERATIONS, "break_and_fix", "switch_json_exports"]
 steps = st.lists(st.tuples(st.sampled_from(STEP_NAMES), st.integers(0, 2**16), st.booleans()),
                  min_size=3, max_size=6)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
-@given(steps)
-def test_incremental_builds_equal_clean_rebuilds(sequence):
+@given(st.booleans(), steps)
+def test_incremental_builds_equal_clean_rebuilds(json_exports, sequence):
     with tempfile.TemporaryDirectory(prefix="ctxfst-incremental-") as base:
-        session = Session(Path(base))
+        session = Session(Path(base), json_exports)
         for name, pick, build_now in sequence:
             session.step(name, pick, build_now)
         session.finish()
 
 
-def test_every_operation_in_one_sequence(tmp_path):
-    """Each operation at least once, whatever Hypothesis draws: one build after each."""
-    session = Session(tmp_path)
+@pytest.mark.parametrize("json_exports", [True, False])
+def test_every_operation_in_one_sequence(tmp_path, json_exports):
+    """Each operation at least once, whatever Hypothesis draws: one build after each,
+    with the JSON exports on and off."""
+    session = Session(tmp_path, json_exports)
     for pick, name in enumerate(STEP_NAMES):
         if name == "break_and_fix":
             for number, kind in enumerate(BREAKS):
                 for fix in ("revert", "repair")[:1 if kind == "yaml syntax" else 2]:
                     session.break_and_fix(number, kind, fix)
+            continue
+        if name == "switch_json_exports":
+            for _ in range(2):  # (off and on again, or on and off)
+                session.switch_json_exports()
+                session.check(name)
             continue
         assert session.apply(name, pick) == name, session.context()  # not a fallback
         session.check(name)
@@ -905,16 +931,22 @@ sys.exit(run_build(Path(sys.argv[1]), []))
 """
 
 
-@pytest.mark.parametrize("stop_after", [1, 2, 3])
-def test_a_build_killed_between_unit_cache_writes_recovers_exactly(tmp_path, stop_after):
+@pytest.mark.parametrize("stop_after, switch", [(1, False), (2, False), (3, False),
+                                                (2, True), (3, True)])
+def test_a_build_killed_between_unit_cache_writes_recovers_exactly(tmp_path, stop_after,
+                                                                   switch):
     """Units, chunk rows and the record of the staged chunks.parquet are written at
     different moments; a kill between any two leaves them out of step, and the next
-    build must still equal a clean one (a unit cache that lies is never trusted)."""
+    build must still equal a clean one (a unit cache that lies is never trusted). So
+    too when the build killed had the JSON exports turned off (chunks.json no longer
+    made): the build published before stays whole, JSON exports and all."""
     root = tmp_path / "kb"
     copy_example(root)
     project(root)
     generate(root, MOCK_DOCUMENTS, seed=MOCK_SEED)
     assert build(root)[0] == 0
+    if switch:
+        project(root, json_exports=False)
     edited = next((root / "content").rglob("notes-00001.ctxfst.md"))
     edited.write_text(edited.read_text().replace("version: 1", "version: 2", 1))
     moved = next((root / "content").rglob("notes-00002.ctxfst.md"))
@@ -923,8 +955,10 @@ def test_a_build_killed_between_unit_cache_writes_recovers_exactly(tmp_path, sto
                             capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert_consistent(root)  # the published build is the previous one, whole
+    assert (root / "build/chunks.json").is_file()
     code, out = build(root)
     assert code == 0, out
+    assert (root / "build/chunks.json").exists() is not switch
     clean = clean_rebuild(root, tmp_path / "clean")
     found = differences(root, clean)
     assert found == [], explain(root, clean, found)

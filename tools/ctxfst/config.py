@@ -246,6 +246,8 @@ class BuildSettings:
     similar_exact_max: int = 100_000
     extra_edges: tuple[str, ...] = DEFAULT_EXTRA_EDGES
     embed_batch_size: int = 32
+    # false: chunks.json and entity-profiles.json are not made (their Parquet twins are)
+    json_exports: bool = True
     # [facts]: folder -> tenant, entity type -> keys declared complete ("namespace/key"),
     # extra extractors ("module:factory"), and the bounds of the lexical fallback.
     facts_tenants: tuple[tuple[str, str], ...] = ()
@@ -505,7 +507,8 @@ def typed_path(config: Config | None, path: Path, what: str, cwd: Path | None = 
 
 _KNOWN = {"content_dir", "skills_dir", "build_dir", "embedding_model", "similar_top_k",
           "similar_min_score", "extra_edges", "embed_batch_size", "embedding_device", "facts",
-          "lint", "report", "engine", "ray_concurrency", "similar_exact_max"}
+          "lint", "report", "engine", "ray_concurrency", "similar_exact_max",
+          "json_exports"}
 ENGINES = ("local", "ray")
 _LINT_KNOWN = {"select", "ignore", "per_file_ignores"}
 # auto: a CUDA GPU, else Apple's MPS, else the CPU (compile/embed.py resolves it)
@@ -760,6 +763,9 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
             raise source.error("CTX804", f"extra_edges pattern {pattern!r} may reach outside "
                                "the content folder: patterns are relative to it, without "
                                "'..'", "extra_edges", index)
+    json_exports = settings.get("json_exports", True)
+    if not isinstance(json_exports, bool):
+        raise source.error("CTX803", "'json_exports' must be true or false", "json_exports")
     build = BuildSettings(
         embedding_model=model,
         similar_top_k=number("similar_top_k", 5, int, 0, 1000),
@@ -767,6 +773,7 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
         similar_exact_max=number("similar_exact_max", 100_000, int, 2, 1_000_000_000),
         extra_edges=tuple(patterns),
         embed_batch_size=number("embed_batch_size", 32, int, 1, 4096),
+        json_exports=json_exports,
         **_facts_settings(settings.get("facts"), source, root),
     )
     content_dir = folder("content_dir", "content")

@@ -301,7 +301,15 @@ def profiles_document(profiles: list[dict[str, Any]], dangling: list[str]) -> di
     }
 
 
-def entities_table(profiles: list[dict[str, Any]]):
+DANGLING_KEY = "ctxfst.dangling_chunk_entity_refs"  # entities.parquet's metadata: a JSON list
+
+
+def entities_table(profiles: list[dict[str, Any]], dangling: list[str] | None = None):
+    """entities.parquet's table: the profiles' fields as columns, and in its metadata the
+    entity ids chunks name but no document declares (entity-profiles.json's
+    meta.dangling_chunk_entity_refs), so that it stands without the JSON export."""
+    import json
+
     import pyarrow as pa
 
     strings = pa.list_(pa.string())
@@ -326,5 +334,31 @@ def entities_table(profiles: list[dict[str, Any]]):
         "related_skills": column("related_skills", strings, []),
         "representation": column("representation", pa.string()),
     })
-    return table.replace_schema_metadata({"ctxfst.artifact": "entities",
-                                          "ctxfst.schema_version": PROFILES_SCHEMA_VERSION})
+    return table.replace_schema_metadata({
+        "ctxfst.artifact": "entities", "ctxfst.schema_version": PROFILES_SCHEMA_VERSION,
+        DANGLING_KEY: json.dumps(sorted(dangling or []), ensure_ascii=False)})
+
+
+GRAPH_FIELDS = ("name", "type", "aliases", "mention_count", "mentioned_chunks",
+                "preconditions", "postconditions", "related_skills")
+
+
+def read_entities(path, fields: tuple[str, ...] = GRAPH_FIELDS
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The profiles in an entities.parquet (`id` and these fields, named as in
+    entity-profiles.json) and its dangling entity references; ValueError when it is
+    not such a file."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path, columns=["entity_id", *fields])
+        dangling = json.loads((table.schema.metadata or {}).get(DANGLING_KEY.encode(), b"[]"))
+    except (OSError, KeyError, pa.ArrowException, ValueError) as error:
+        raise ValueError(f"{path}: not an entities table ({error})") from None
+    if not (isinstance(dangling, list) and all(isinstance(item, str) for item in dangling)):
+        raise ValueError(f"{path}: its dangling entity references are not a list of ids")
+    profiles = table.rename_columns(["id", *fields]).to_pylist()
+    return profiles, dangling

@@ -40,7 +40,7 @@ class Compiled:
     """The chunk artifacts (chunks.json and chunks.parquet as pieces, some of them spans
     of the previous files, still open) and what they were made from."""
 
-    json: list[bytes | Span]
+    json: list[bytes | Span] | None  # (None: chunks.json is not made)
     parquet: list[bytes | memoryview | Span]
     chunks: int
     entities_json: bytes  # the entity catalog's rows, compact (catalog.json)
@@ -52,14 +52,15 @@ class Compiled:
     read_from: dict[str, Any] = field(default_factory=dict)  # (load_compiled)
 
     def write(self, json_path: Path, parquet_path: Path) -> None:
-        """Write chunks.json and chunks.parquet, and note their sha256 in the record
-        (the next compile reads them only while they are still those files)."""
+        """Write chunks.json (when made) and chunks.parquet, and note their sha256 in the
+        record (the next compile reads them only while they are still those files)."""
         try:
-            json_sha256 = write_pieces(json_path, self.json)
+            json_sha256 = write_pieces(json_path, self.json) if self.json is not None \
+                else None
             self.made_from["sha256"] = write_pieces(parquet_path, self.parquet)
         finally:
             self.close()
-        if self.made_from["json"] is not None:
+        if self.made_from["json"] is not None and json_sha256 is not None:
             self.made_from["json"]["sha256"] = json_sha256
 
     def close(self) -> None:
@@ -92,12 +93,14 @@ def _row_start(chunk_id: str) -> bytes:
 
 
 def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
-                   previous_json: Path | None = None) -> Compiled:
-    """chunks.json and chunks.parquet from the units: rows are compiled only for the
-    documents without kept rows. With the layout of the previous chunks.json (the file
-    the last compile recorded), only the changed documents' rows are read: the others'
-    texts are copied from it; without it, chunks.json is joined from every document's
-    kept rows. chunks.parquet splices the changed documents' rows into the previous one."""
+                   previous_json: Path | None = None, json_exports: bool = True) -> Compiled:
+    """chunks.json (with json_exports) and chunks.parquet from the units: rows are
+    compiled only for the documents without kept rows. With the layout of the previous
+    files (the ones the last compile recorded: chunks.json, or without JSON exports
+    chunks.parquet), only the changed documents' rows are read: the others' texts are
+    copied from chunks.json, their Arrow rows from chunks.parquet; without it (or with
+    previous_json None), every document's kept rows are joined. chunks.parquet splices
+    the changed documents' rows into the previous one."""
     from ..compile.chunks import CompileError, chunks_json
 
     # Each document's entry: its rows are unchanged while it is (and it is not volatile).
@@ -111,11 +114,19 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     else:  # (no record, or not one this module writes: nothing is copied from)
         changed, previous, made_from = set(entries), None, None
     published = store.value(PUBLISHED)
-    before = _previous_json(made_from, previous_json, published)
-    opened = [before[2]] if before is not None else []  # (the files spans copy from)
+    found = _previous_chunks(made_from, previous_parquet, published)
+    opened = [found[1]] if found is not None else []  # (the files spans copy from)
     try:
+        if previous_json is None:
+            before = None
+        elif json_exports:
+            before = _previous_json(made_from, previous_json, published)
+        else:
+            before = _previous_layout(made_from, found)
+        if before is not None and before[2] is not None:
+            opened.append(before[2])
         errors: list[Diagnostic] = []
-        # (without the previous chunks.json, it is joined from every document's rows)
+        # (without the previous layout, every document's rows are read)
         kept, fresh = _unit_rows(checked, store, changed if before is not None
                                  else set(entries), errors)
         if errors:
@@ -124,12 +135,11 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         store.save()
         rows = _ChunkRows(kept, before, set(entries) - changed)
         entities = _catalog(checked, store)
-        parquet, layout = _chunks_parquet(rows, fresh, made_from, previous_parquet, changed,
-                                          published, opened)
+        parquet, layout = _chunks_parquet(rows, fresh, made_from, found, changed)
         recompiled = len(fresh)
         fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
         entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
-        pieces = chunks_json(entities_json, rows.texts())
+        pieces = chunks_json(entities_json, rows.texts()) if json_exports else None
         made_from = {"sha256": None, "documents": [entries[unit.path] for unit in
                                                    checked.units],
                      "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
@@ -303,7 +313,9 @@ class _ChunkRows:
     def __init__(self, read: dict[str, list[tuple[str, bytes]]],
                  before: tuple[bytes, dict] | None, keep: set[str]) -> None:
         """read: rows by document; before: the previous chunks.json and its layout
-        (_previous_json); keep: the documents whose rows in it are kept."""
+        (_previous_json), or the layout alone (_previous_layout: the rows kept are then
+        taken from the previous chunks.parquet, and no chunks.json is made); keep: the
+        documents whose rows in it are kept."""
         added = sorted((chunk_id, path, text) for path, rows in read.items()
                        for chunk_id, text in rows)
         old_paths = before[1]["paths"] if before is not None else []
@@ -315,7 +327,8 @@ class _ChunkRows:
         lengths: list[np.ndarray] = []
         self.pieces: list[bytes | Span] = []  # joined by commas: the rows
         self._segments: list[tuple[int, int, int]] = []  # (first row, old row, rows)
-        self._old: tuple[memoryview, np.ndarray] | None = None
+        self._old: tuple[memoryview, np.ndarray] | None = None  # (chunks.json's rows)
+        self._old_count = 0
         self._read: dict[int, bytes] = {}  # new row -> its text, for the rows read now
         self.copied = 0
         events: list[tuple[int, int, Any]] = []  # (old row, 0 add | 1 drop, added row)
@@ -326,10 +339,12 @@ class _ChunkRows:
         if before is not None:
             data, old, self._fd, self._stamp = before
             old_lengths = old["lengths"]
-            starts = np.empty(len(old_lengths) + 1, np.int64)
-            starts[0] = 0
-            np.cumsum(old_lengths + 1, out=starts[1:])
-            self._old = (memoryview(data), starts + old["head"])
+            self._old_count = len(old["ids"])
+            if data is not None:
+                starts = np.empty(len(old_lengths) + 1, np.int64)
+                starts[0] = 0
+                np.cumsum(old_lengths + 1, out=starts[1:])
+                self._old = (memoryview(data), starts + old["head"])
             keeping = np.array([path in keep for path in old_paths], bool)
             remap = np.array([number.get(path, -1) for path in old_paths], np.int64)
             old_ids, old_docs = old["ids"], old["docs"]
@@ -345,7 +360,8 @@ class _ChunkRows:
             if row > at:  # the old rows at..row, kept: one block
                 self._copy(at, row, old_ids)
                 docs.append(remap[old_docs[at:row]])
-                lengths.append(old_lengths[at:row])
+                if self._old is not None:
+                    lengths.append(old_lengths[at:row])
                 at = row
             if kind == 0:
                 chunk_id, path, text = item
@@ -360,6 +376,11 @@ class _ChunkRows:
         self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
 
     def _copy(self, begin: int, end: int, ids: list[str]) -> None:
+        self._segments.append((len(self.ids), begin, end - begin))
+        self.ids.extend(ids[begin:end])
+        self.copied += end - begin
+        if self._old is None:
+            return  # (no chunks.json: the rows are taken from chunks.parquet)
         body, starts = self._old
         first, last = int(starts[begin]), int(starts[end])
         # (the layout must fit the block: its first row's start, and a comma or the
@@ -368,11 +389,8 @@ class _ChunkRows:
                 == _row_start(ids[begin]) and body[last - 1:last] in
                 (b",", _JSON_TAIL[:1])):
             raise ValueError("a chunks.json layout that does not fit the file")
-        self._segments.append((len(self.ids), begin, end - begin))
-        self.ids.extend(ids[begin:end])
         # (less the last comma; copied by the kernel when chunks.json is written)
         self.pieces.append(Span(self._fd, first, body[first:last - 1], self._stamp))
-        self.copied += end - begin
 
     def natural_starts(self, target: int) -> list[int]:
         """parquet_splice.natural_starts() of the rows' ids: for the rows copied, from
@@ -409,35 +427,41 @@ class _ChunkRows:
         """Row `index` of the new order, parsed from its text."""
         if index in self._read:
             return json.loads(self._read[index])
+        if self._old is None:  # (the stage compiles every row again)
+            raise ValueError("a kept chunk row without its chunks.json text")
         row = self.old_row(index)
         body, starts = self._old
         return json.loads(bytes(body[int(starts[row]):int(starts[row + 1]) - 1]))
 
     @property
     def old_count(self) -> int:
-        """The rows of the previous chunks.json (0 without one)."""
-        return len(self._old[1]) - 1 if self._old is not None else 0
+        """The rows of the previous files (0 without their layout)."""
+        return self._old_count
 
     def old_row(self, index: int) -> int | None:
         """Where row `index` of the new order lay in the previous chunks.json (None for a
         row read now)."""
         if index in self._read:
             return None
-        place = bisect.bisect_right(self._segments, (index, len(self._old[1]))) - 1
+        place = bisect.bisect_right(self._segments, (index, self._old_count + 1)) - 1
         first, old_row, count = self._segments[place]
         return old_row + index - first
 
-    def layout(self, pieces: list[bytes | Span]) -> dict[str, Any] | None:
-        """Where each row lies in chunks.json (these pieces), for the next compile (its
-        sha256 is added once it is written); None when an id could not be kept in it (a
+    def layout(self, pieces: list[bytes | Span] | None) -> dict[str, Any] | None:
+        """Each row's id and document, in order, and where it lies in chunks.json (these
+        pieces; None: no chunks.json, and no lengths), for the next compile (its sha256
+        is added once it is written); None when an id could not be kept in it (a
         newline)."""
         ids = "\n".join(self.ids)
         if ids.count("\n") != max(len(self.ids) - 1, 0):
             return None
-        size = sum(len(piece.data if isinstance(piece, Span) else piece) for piece in pieces)
-        return {"head": size - _body_size(self.lengths) - len(_JSON_TAIL),
-                "paths": self.paths, "ids": ids,
-                "docs": _packed(self.docs), "lengths": _packed(self.lengths),
+        where = {}
+        if pieces is not None:
+            size = sum(len(piece.data if isinstance(piece, Span) else piece)
+                       for piece in pieces)
+            where = {"head": size - _body_size(self.lengths) - len(_JSON_TAIL)}
+        return {**where, "paths": self.paths, "ids": ids, "docs": _packed(self.docs),
+                "lengths": _packed(self.lengths) if pieces is not None else "",
                 **({"natural": _packed(self.natural[0]), "natural_target": self.natural[1]}
                    if self.natural is not None else {})}
 
@@ -468,15 +492,13 @@ def _body_size(lengths: np.ndarray) -> int:
     return int(lengths.sum()) + max(0, len(lengths) - 1)
 
 
-def _previous_json(made_from: Any, path: Path | None, published: Any = None
-                   ) -> tuple[bytes, dict, int, tuple] | None:
-    """The previous chunks.json's bytes and layout (ids, docs and lengths unpacked), and
-    the file, open (the caller closes it), when it is the file the last compile recorded
-    and the layout fits it; else None."""
+def _recorded_layout(made_from: Any) -> dict | None:
+    """The last compile's layout of its rows (ids, docs, lengths and natural starts
+    unpacked), when it is well formed; else None."""
     old = made_from.get("json") if isinstance(made_from, dict) else None
-    if path is None or not isinstance(old, dict):
+    if not isinstance(old, dict):
         return None
-    ids, paths, head = old.get("ids"), old.get("paths"), old.get("head")
+    ids, paths = old.get("ids"), old.get("paths")
     docs, lengths = _unpacked(old.get("docs")), _unpacked(old.get("lengths"))
     if not isinstance(ids, str) or docs is None or lengths is None:
         return None
@@ -487,11 +509,25 @@ def _previous_json(made_from: Any, path: Path | None, published: Any = None
             int(natural[0]) >= 1 and int(natural[-1]) < len(ids)
             and bool((natural[1:] > natural[:-1]).all())):
         natural = None
-    if not (isinstance(paths, list) and len(ids) == len(docs) == len(lengths)
-            and all(type(p) is str for p in paths) and type(head) is int
+    if not (isinstance(paths, list) and len(ids) == len(docs)
+            and all(type(p) is str for p in paths)
             and (not len(docs) or int(docs.max()) < len(paths))
-            and (not len(lengths) or int(lengths.min()) > 0)
             and ids == sorted(ids)):
+        return None
+    return {**old, "ids": ids, "docs": docs, "lengths": lengths, "natural": natural}
+
+
+def _previous_json(made_from: Any, path: Path, published: Any = None
+                   ) -> tuple[bytes, dict, int, tuple] | None:
+    """The previous chunks.json's bytes and layout (_recorded_layout), and the file, open
+    (the caller closes it), when it is the file the last compile recorded and the layout
+    fits it; else None."""
+    old = _recorded_layout(made_from)
+    if old is None:
+        return None
+    lengths, head = old["lengths"], old.get("head")
+    if not (len(lengths) == len(old["ids"]) and type(head) is int
+            and (not len(lengths) or int(lengths.min()) > 0)):
         return None
     opened = recorded_file(path, old, keep_open=True, published=published)
     if opened is None:
@@ -500,19 +536,32 @@ def _previous_json(made_from: Any, path: Path | None, published: Any = None
     if head < 0 or head + _body_size(lengths) + len(_JSON_TAIL) != len(data):
         os.close(handle)
         return None
-    return data, {**old, "ids": ids, "docs": docs, "lengths": lengths, "natural": natural}, \
-        handle, stamp
+    return data, old, handle, stamp
+
+
+def _previous_layout(made_from: Any, parquet: tuple | None
+                     ) -> tuple[None, dict, None, None] | None:
+    """The layout of the previous rows alone (no chunks.json to copy them from), when
+    the previous chunks.parquet is the file the last compile recorded (`parquet`:
+    _previous_chunks) and holds as many rows; else None."""
+    old = _recorded_layout(made_from)
+    if old is None or parquet is None:
+        return None
+    groups = compiled_groups(made_from, len(parquet[0]))
+    if groups is None or sum(rows for _, rows in groups) != len(old["ids"]):
+        return None
+    return None, old, None, None
 
 
 CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
 
 
 def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: Any,
-                    previous: Path, changed: set[str], published: Any,
-                    opened: list[int]) -> tuple[list, dict]:
+                    found: tuple | None, changed: set[str]) -> tuple[list, dict]:
     """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
-    previous file's groups whose rows are all unchanged are copied (as spans of it, the
-    file left open in `opened`: the kernel copies them), the others encoded from the
+    previous file's groups whose rows are all unchanged are copied (as spans of it:
+    `found`, _previous_chunks, left open for the kernel to copy them), the others
+    encoded from the
     rows (compiled now, or parsed from their text); every group is encoded when there is
     no usable previous file. The bytes are the same either way. As the pieces to write
     end to end, and the file's layout (parquet_splice.file_record), for the next build
@@ -534,11 +583,9 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     keys = rows.ids
     starts = capped_starts(rows.natural_starts(CHUNK_GROUP_ROWS), len(keys), CHUNK_GROUP_ROWS)
     compiled = {row["id"]: row for document in fresh.values() for row in document}
-    found = _previous_chunks(made_from, previous, published)
     base, piece = None, group_bytes
     if found is not None:
-        base, handle, _ = found
-        opened.append(handle)
+        base = found[0]
         piece = copied_from(*found)
     copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
@@ -549,7 +596,7 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     def group(start: int, end: int):
         """The table of one row group's rows."""
         indexes = range(start, end)
-        # Rows copied from the previous chunks.json are taken from the previous
+        # Rows kept from the previous build are taken from the previous
         # chunks.parquet as Arrow (parsing their JSON was most of an edit's compile).
         old = {i: rows.old_row(i) for i in indexes if keys[i] not in compiled} \
             if copied is not None else {}
@@ -593,8 +640,8 @@ class _CopiedRows:
 
     @classmethod
     def of(cls, data: bytes, rows: int) -> _CopiedRows | None:
-        """The previous file's rows, when it holds as many as the previous chunks.json
-        (the file the last compile recorded: both hold the same rows, in id order)."""
+        """The previous file's rows, when it holds as many as the previous layout (the
+        last compile recorded both: they list the same rows, in id order)."""
         import pyarrow.parquet as pq
 
         try:

@@ -46,7 +46,7 @@ from .doit_state import inputs_state
 from .errors import BuildFailed
 from .publish import publish, written_entry
 from .run import BuildRun
-from .table import ARTIFACTS, BY_NAME, STAGES
+from .table import BY_NAME, STAGES, artifacts_for, exported
 
 
 def _record(config: Config, stage: str, started: float, **details: Any) -> None:
@@ -283,14 +283,18 @@ def stage_compile(run: BuildRun) -> None:
     started = time.perf_counter()
     checked = _load_validated(run)
     store = unit_store(config)
+    exports = config.build.json_exports
     try:
         try:
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
-                                      staged(config, "chunks.json"))
+                                      staged(config, "chunks.json"), exports)
         except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
             store.forget_rows()
-            compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"))
+            compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
+                                      None, exports)
         compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
+        if not exports:  # (a build with them on left it; it is never published now)
+            staged(config, "chunks.json").unlink(missing_ok=True)
         # for profiles: write_json(..., compact=True) of the rows, encoded once
         write_atomic(staged(config, "catalog.json"), compiled.entities_json + b"\n")
         compiled.record(store)  # what the staged chunk files were made from
@@ -306,7 +310,8 @@ def stage_compile(run: BuildRun) -> None:
             chunks=compiled.chunks, entities=compiled.entities,
             documents_recompiled=compiled.recompiled, chunks_copied=compiled.copied,
             # (the manifest need not parse them to count their rows)
-            artifact_rows={"chunks.json": compiled.chunks, "chunks.parquet": compiled.chunks})
+            artifact_rows={name: compiled.chunks for name in ("chunks.json", "chunks.parquet")
+                           if exported(config, name)})
 
 
 def skill_sources(run: BuildRun) -> tuple[list[str], str]:
@@ -364,6 +369,9 @@ def stage_profiles(run: BuildRun) -> None:
 
     config = run.config
     started = time.perf_counter()
+    files = [name for name in _PROFILE_FILES if exported(config, name)]
+    if "entity-profiles.json" not in files:  # (left by a build with JSON exports on)
+        staged(config, "entity-profiles.json").unlink(missing_ok=True)
     catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
     chunks = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
     try:
@@ -375,7 +383,7 @@ def stage_profiles(run: BuildRun) -> None:
     store = unit_store(config)
     try:
         count = _profiles_kept(config, store.value(_PROFILED), basis, texts,
-                               store.value(PUBLISHED))
+                               store.value(PUBLISHED), files)
         made = 0
         if count is None:
             store.remove(_PROFILED)  # (until the files below are written)
@@ -383,25 +391,27 @@ def stage_profiles(run: BuildRun) -> None:
             groups_read: set[int] = set()
             with pq.ParquetFile(arrow_reader(chunks)) as table:
                 profiles, dangling = build_profiles(parse_json(catalog), table, groups_read)
-            write_json(staged(config, "entity-profiles.json"),
-                       profiles_document(profiles, dangling))
-            write_parquet(staged(config, "entities.parquet"), entities_table(profiles))
+            if "entity-profiles.json" in files:
+                write_json(staged(config, "entity-profiles.json"),
+                           profiles_document(profiles, dangling))
+            write_parquet(staged(config, "entities.parquet"),
+                          entities_table(profiles, dangling))
             count = made = len(profiles)
             written = written_so_far()
             if mentions is not None and texts is not None:
                 store.put(_PROFILED, {**basis, "entities": count, "texts": {
                     str(group): texts[group] for group in sorted(groups_read)}, "outputs": {
                     name: written[str(staged(config, name))]["sha256"]
-                    for name in _PROFILE_FILES}})
+                    for name in files}})
                 store.save()
     finally:
         store.close()
     _record(config, "profiles", started, entities=count, entities_profiled=made,
-            artifact_rows={name: count for name in _PROFILE_FILES})
+            artifact_rows={name: count for name in files})
 
 
 def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | None,
-                   published: Any) -> int | None:
+                   published: Any, files: list[str]) -> int | None:
     """How many profiles the staged files hold, when they were made from what `basis`
     and `texts` (each row group's text columns) describe now; else None. The files kept
     are vouched for to the manifest (artifacts.io.note_written): it need not hash them."""
@@ -416,7 +426,7 @@ def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | 
     for group, digest in quoted.items():
         if not (group.isdecimal() and int(group) < len(texts) and texts[int(group)] == digest):
             return None
-    for name in _PROFILE_FILES:
+    for name in files:
         path, sha256 = staged(config, name), outputs.get(name)
         try:
             info = os.lstat(path)
@@ -426,7 +436,7 @@ def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | 
                 return None
         except OSError:
             return None
-    for name in _PROFILE_FILES:
+    for name in files:
         note_written(staged(config, name), outputs[name])
     return count
 
@@ -772,11 +782,14 @@ def stage_graph(run: BuildRun) -> None:
         similar_edges,
         skill_state_nodes,
     )
+    from ..compile.profiles import read_entities
 
     config = run.config
     started = time.perf_counter()
-    profiles_doc = read_json(staged(config, "entity-profiles.json"))
-    profiles = profiles_doc["entities"]
+    try:
+        profiles, dangling = read_entities(staged(config, "entities.parquet"))
+    except ValueError as error:
+        raise BuildFailed(f"{error}; run the profiles stage again") from None
     ids, matrix, model_id = _read_vectors(staged(config, "entity_vectors.parquet"))
     if ids != [p["id"] for p in profiles]:
         raise BuildFailed("entity vectors do not match the entity profiles; run the embed "
@@ -803,7 +816,7 @@ def stage_graph(run: BuildRun) -> None:
     document = graph_document(nodes, edges, model_id=model_id, top_k=settings.similar_top_k,
                               min_score=settings.similar_min_score, extra_count=len(extra),
                               inferred_count=len(inferred),
-                              dangling=profiles_doc["meta"]["dangling_chunk_entity_refs"])
+                              dangling=dangling)
     write_json(staged(config, "entity-graph.json"), document)
     write_parquet(staged(config, "edges.parquet"), edges_table(edges))
     counts: dict[str, int] = {}
@@ -908,7 +921,8 @@ def stage_manifest(run: BuildRun) -> None:
     finally:
         store.close()
     lineages: dict[str, list[str]] = {}  # stage -> its artifacts' inputs (one list)
-    for name, (stage, version) in ARTIFACTS.items():
+    made = artifacts_for(config)
+    for name, (stage, version) in made.items():
         path = staged(config, name)
         sha256, size = _staged_digest(path, name, stage, records.get(stage))
         rows = counted.get(name, counted_before.get(sha256))
@@ -936,7 +950,8 @@ def stage_manifest(run: BuildRun) -> None:
         "settings": {"embedding_model": config.build.embedding_model,
                      "similar_top_k": config.build.similar_top_k,
                      "similar_min_score": config.build.similar_min_score,
-                     "extra_edges": list(config.build.extra_edges)},
+                     "extra_edges": list(config.build.extra_edges),
+                     "json_exports": config.build.json_exports},
         "model": {"id": model_id_of(config.build.embedding_model)},
         "inputs": inputs,
         "artifacts": artifacts,
@@ -948,7 +963,7 @@ def stage_manifest(run: BuildRun) -> None:
     results = {"toolchain": __version__, "stages": [
         {key: value for key, value in records[stage].items() if key != "outputs"}
         for stage in STAGES if stage in records]}
-    publish(config, [*ARTIFACTS, MANIFEST], results)
+    publish(config, [*made, MANIFEST], results)
     store = unit_store(config)
     try:
         remember_published(store, staging(config), {item["path"]: item["sha256"]

@@ -62,6 +62,24 @@ class Stage:
     def outputs(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.publishes) + self.keeps
 
+    def outputs_for(self, config) -> tuple[str, ...]:
+        """What this stage writes with these settings (JSON exports may be off)."""
+        return tuple(name for name in self.outputs if exported(config, name))
+
+    def reads_for(self, config) -> tuple[str, ...]:
+        return tuple(name for name in self.reads if exported(config, name))
+
+
+# The JSON exports, in the reference implementation's shapes: each holds the rows of a
+# Parquet artifact (chunks.parquet, entities.parquet) that is always made. With
+# `json_exports = false` they are neither written nor published.
+JSON_EXPORTS = ("chunks.json", "entity-profiles.json")
+
+
+def exported(config, name: str) -> bool:
+    """Whether an artifact is made with these settings."""
+    return config.build.json_exports or name not in JSON_EXPORTS
+
 
 def _published(*names: str) -> tuple[tuple[str, str], ...]:
     return tuple((name, SCHEMA) for name in names)
@@ -78,7 +96,8 @@ _MAKERS = (
     Stage("compile", "Compile chunks and the entity catalog: chunks.json, chunks.parquet.",
           "stage_compile", reads=("validation.json",),
           publishes=_published("chunks.json", "chunks.parquet"),
-          keeps=("catalog.json", "extra-edges.json"), lineage=("inputs",),
+          keeps=("catalog.json", "extra-edges.json"), settings=("json_exports",),
+          lineage=("inputs",),
           summary="{documents_recompiled} of {documents} documents recompiled, {chunks} "
                   "chunks, {entities} entities"),
     Stage("skills", "Compile skills/*/SKILL.md into the skill index: skill-index.json, "
@@ -90,23 +109,23 @@ _MAKERS = (
     Stage("profiles", "Build entity profiles: entity-profiles.json, entities.parquet.",
           "stage_profiles", reads=("chunks.parquet", "catalog.json"),
           publishes=_published("entity-profiles.json", "entities.parquet"),
-          lineage=("chunks.json",),
+          settings=("json_exports",), lineage=("chunks.parquet",),
           summary="{entities_profiled} of {entities} entity profiles made"),
     Stage("embed", "Embed chunks, entity profiles and skills (cached by model and text).",
           "stage_embed", reads=("chunks.parquet", "entities.parquet", "skills.parquet"),
           publishes=tuple((name, VECTORS_SCHEMA) for name in (
               "chunk_vectors.parquet", "entity_vectors.parquet", "skill_vectors.parquet")),
           settings=("embedding_model", "embed_batch_size"),
-          lineage=("chunks.json", "entity-profiles.json", "skill-index.json"),
+          lineage=("chunks.parquet", "entities.parquet", "skills.parquet"),
           summary="{embedded} of {texts} texts embedded, {cache_hits} from the cache, "
                   "{unchanged} unchanged"),
     Stage("graph", "Build the entity graph: SIMILAR, REQUIRES/LEADS_TO and extra edges.",
           "stage_graph",
-          reads=("entity-profiles.json", "entity_vectors.parquet", "extra-edges.json",
+          reads=("entities.parquet", "entity_vectors.parquet", "extra-edges.json",
                  "skill-index.json"),
           publishes=_published("entity-graph.json", "edges.parquet"),
           settings=("similar_top_k", "similar_min_score", "similar_exact_max"),
-          lineage=("entity-profiles.json", "entity_vectors.parquet", "skill-index.json",
+          lineage=("entities.parquet", "entity_vectors.parquet", "skill-index.json",
                    "inputs:extra-edges"),
           summary="{nodes} nodes, {edges} edges"),
     Stage("facts", "Extract semantic facts with evidence; invalidate what sources stopped "
@@ -144,6 +163,15 @@ BY_NAME: dict[str, Stage] = {stage.name: stage for stage in STAGE_TABLE}
 ARTIFACTS: dict[str, tuple[str, str]] = {
     name: (stage.name, version) for stage in STAGE_TABLE for name, version in stage.publishes}
 PUBLISHED_FILES: tuple[str, ...] = (*ARTIFACTS, MANIFEST, RUN_RESULTS)
+
+
+def artifacts_for(config) -> dict[str, tuple[str, str]]:
+    """ARTIFACTS as these settings make them."""
+    return {name: made for name, made in ARTIFACTS.items() if exported(config, name)}
+
+
+def published_files_for(config) -> tuple[str, ...]:
+    return tuple(name for name in PUBLISHED_FILES if exported(config, name))
 
 
 def _reads_from(stage: Stage, other: Stage) -> bool:
@@ -192,7 +220,9 @@ def markdown_table() -> str:
                  ", ".join(filter(None, (names(stage.reads), stage.source_files))))
         published = (f"every artifact above, {names((MANIFEST, RUN_RESULTS))}" if stage.final
                      else names(stage.writes) + " (not in the manifest)" if stage.writes
-                     else names(name for name, _ in stage.publishes))
+                     else ", ".join(f"`{name}`" + (" (unless `json_exports = false`)"
+                                                   if name in JSON_EXPORTS else "")
+                                    for name, _ in stage.publishes))
         rows.append(f"| `{stage.name}` | {stage.doc} | {reads} | {published or '-'} | "
                     f"{names(stage.keeps) or '-'} | {names(stage.settings) or '-'} |")
     return "\n".join(rows) + "\n"

@@ -30,7 +30,15 @@ from .doit_state import IdentityChecker, racy_state, settled_state, states_match
 from .errors import BuildFailed
 from .run import BuildRun
 from .stages import describe, run_stage
-from .table import BY_NAME, PUBLISHED_FILES, RUN_ORDER, STAGE_TABLE, waiters, waits_for
+from .table import (
+    BY_NAME,
+    PUBLISHED_FILES,
+    RUN_ORDER,
+    STAGE_TABLE,
+    published_files_for,
+    waiters,
+    waits_for,
+)
 
 
 class StageStopped(TaskFailed):
@@ -201,7 +209,7 @@ def _task_maker(run: BuildRun, stage):
     def make_task() -> dict:
         from ..version import __version__
 
-        file_dep = [str(staged(config, name)) for name in stage.reads]
+        file_dep = [str(staged(config, name)) for name in stage.reads_for(config)]
         # Re-run when the settings this stage reads change, or the toolchain does.
         fingerprint = {"toolchain": __version__,
                        "settings": config.build.digest(*stage.settings) if stage.settings
@@ -213,16 +221,17 @@ def _task_maker(run: BuildRun, stage):
             uptodate.append(_sources_unchanged(run, stage, state))
         if waits_for(stage):  # first, before doit looks at the files they write
             uptodate.insert(0, _joined(run, waits_for(stage)))
-        targets = [str(staged(config, name)) for name in stage.outputs]
+        targets = [str(staged(config, name)) for name in stage.outputs_for(config)]
         targets.append(str(result_path(config, stage.name)))
         targets += [str(config.build_dir / name) for name in stage.writes]
         task = {"doc": stage.doc, "actions": [_action(run, stage)],
                 "file_dep": file_dep, "task_dep": list(stage.after), "targets": targets,
                 "uptodate": uptodate, "clean": True, "verbosity": 2}
         if stage.final:
-            task["targets"] += [str(config.build_dir / name) for name in PUBLISHED_FILES]
+            published = published_files_for(config)
+            task["targets"] += [str(config.build_dir / name) for name in published]
             task["clean"] = [lambda: _clean_all(config)]
-            uptodate.append(_published_whole(config, PUBLISHED_FILES))
+            uptodate.append(_published_whole(config, published))
         if stage.writes:
             uptodate.append(_published_plainly(
                 [str(config.build_dir / name) for name in stage.writes]))

@@ -22,7 +22,7 @@ PROFILE_FACTS = 12
 PROFILE_CHUNKS = 25
 FINDINGS_SHOWN = 2000
 
-NEEDED = ["entity-graph.json", "entity-profiles.json", "chunks.parquet",
+NEEDED = ["entity-graph.json", "entities.parquet", "chunks.parquet",
           "entity_vectors.parquet", "skill-index.json", "semantic_facts.parquet"]
 
 
@@ -39,7 +39,7 @@ def report_data(config, out: Path, lint: bool = True, with_world_state: bool = T
     try:
         build = BuildArtifacts(config.build_dir, NEEDED, config.cache_dir)
         graph = build.json("entity-graph.json")
-        profiles = build.json("entity-profiles.json")
+        profiles = _profiles(build)
         skills = build.json("skill-index.json")["skills"]
         chunks = _chunks(build)
         vectors = build.vectors("entity_vectors.parquet")
@@ -83,6 +83,19 @@ def _chunks(build) -> dict[str, Any]:
     table = build.parquet("chunks.parquet", chunk_columns(), CHUNK_NULLABLE,
                           read_columns=["chunk_id", "source", "line_start", "context"])
     return table.to_pydict()
+
+
+def _profiles(build) -> dict[str, dict[str, Any]]:
+    """Each entity's contexts and excerpts, by its id (entities.parquet: the build has it
+    with JSON exports on or off)."""
+    import pyarrow as pa
+
+    from ..artifacts.reader import entity_columns
+
+    quoted = ["contexts", "content_excerpts"]
+    table = build.parquet("entities.parquet", {**entity_columns(), **{
+        name: pa.list_(pa.string()) for name in quoted}}, read_columns=["entity_id", *quoted])
+    return {row["entity_id"]: row for row in table.to_pylist()}
 
 
 def _facts(build) -> dict[str, list[dict[str, Any]]]:
@@ -131,11 +144,9 @@ def _graph_view(graph, profiles, chunks, vectors, facts) -> dict[str, Any]:
     chunk_at = {chunk_id: n for n, chunk_id in enumerate(chunks["chunk_id"])}
     sources = sorted(set(chunks["source"]))
     source_at = {path: n for n, path in enumerate(sources)}
-    by_entity = {entry.get("id"): entry for entry in profiles.get("entities", [])
-                 if isinstance(entry, dict)}
     details = []
     for node in nodes:
-        profile = by_entity.get(node["id"], {})
+        profile = profiles.get(node["id"], {})
         chunk_refs = [chunk_at[c] for c in node.get("chunk_ids", []) if c in chunk_at]
         detail: dict[str, Any] = {
             "contexts": [_clip(c, 240) for c in profile.get("contexts", [])[:PROFILE_CONTEXTS]],
