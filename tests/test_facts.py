@@ -983,3 +983,24 @@ def test_ledger_files_as_published_are_not_hashed_again_and_one_changed_in_place
             (root / "build/run_results.json").read_text())["stages"]}["facts"]
         assert facts_stage["fact_groups_copied"] > 0  # the memo was used
         assert (sizes <= set(hashed)) == bool(number), (number, sizes, hashed)
+
+
+def test_an_answer_says_how_much_more_evidence_it_does_not_show(tmp_path, capsys, cli):
+    """An entity declared by five documents: its type fact cites each, an answer shows
+    the best three and says that two more support it; `facts show` lists all five."""
+    root = project(tmp_path)
+    for name in "abcde":
+        write(root, f"content/{name}.md", doc(f"note:{name}", "The xylophone rings.",
+                                              entities=ENTITY_X))
+    build(root, capsys)
+    answer = cli("facts", "ask", "--tenant", "default", "--op", "exists", "--namespace",
+                 "classification", "--key", "entity_type", "--value", "tool", cwd=root)
+    assert answer.code == 0, answer.err
+    lines = [line.strip() for line in answer.out.splitlines()]
+    cited = lines.index(next(line for line in lines if line.startswith("evidence: ")))
+    assert [line.split(":")[1].strip() for line in lines[cited:cited + 3]] == [
+        f"content/{name}.md" for name in "abc"]
+    assert lines[cited + 3] == "and 2 more"
+    fact = find(facts(root), fact_key="entity_type")[0]["fact_id"]
+    shown = cli("facts", "show", fact, "--tenant", "default", cwd=root)
+    assert shown.code == 0 and "5 evidence:" in shown.out and "more" not in shown.out

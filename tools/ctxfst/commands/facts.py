@@ -121,9 +121,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _evidence_lines(fact: dict, indent: str = "     evidence: ") -> list[str]:
-    return [f"{indent}{e['path']}:{e['start']}-{e['end']} "
-            f"{json.dumps(e['excerpt'], ensure_ascii=False)} ({e['extractor']}, "
-            f"{e['confidence']:g})" for e in fact["evidence"]]
+    lines = [f"{indent}{e['path']}:{e['start']}-{e['end']} "
+             f"{json.dumps(e['excerpt'], ensure_ascii=False)} ({e['extractor']}, "
+             f"{e['confidence']:g})" for e in fact["evidence"]]
+    more = fact["evidence_count"] - len(fact["evidence"])
+    if more > 0:  # (an answer shows the best few; an entity's facts cite every document)
+        lines.append(f"{' ' * len(indent)}and {more} more")
+    return lines
 
 
 def _fact_line(fact: dict) -> str:
