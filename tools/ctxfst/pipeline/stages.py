@@ -317,8 +317,9 @@ def stage_compile(run: BuildRun) -> None:
 def skill_sources(run: BuildRun) -> tuple[list[str], str]:
     from ..skills import SKILL_FILE
 
+    named = os.sep + SKILL_FILE  # (str.endswith: basename() of 100,000 paths took 0.08 s)
     return [path for path in run.walk().paths
-            if os.path.basename(path) == SKILL_FILE], ""
+            if path.endswith(named) or path == SKILL_FILE], ""
 
 
 def stage_skills(run: BuildRun) -> None:
@@ -694,9 +695,8 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     one whose keys do not fit its rows gives nothing."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from ..artifacts.arrays import arrow_reader
+    from .chunk_rows import RecordedParquet
 
     if found is None or not wanted:
         return {}
@@ -715,8 +715,16 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     if not places:
         return {}
     groups = sorted({group for group, _ in places.values()})
-    table = pq.ParquetFile(arrow_reader(found[0])).read_row_groups(groups,
-                                                                      columns=["vector"])
+    try:
+        previous_file = RecordedParquet(found)
+    except ValueError:
+        return {}
+    try:
+        table = previous_file.read_row_groups(groups, columns=["vector"])
+    except (ValueError, pa.ArrowException):  # (changed since it was hashed)
+        return {}
+    finally:
+        previous_file.close()
     first, rows = {}, 0  # each group's first row in what was read
     for group in groups:
         first[group] = rows
