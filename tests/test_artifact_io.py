@@ -158,37 +158,3 @@ def test_copy_atomic_copies_a_file_and_refuses_a_link(tmp_path, kernel_copies):
         copy_atomic(tmp_path / "link", tmp_path / "target")
     assert (tmp_path / "target").read_bytes() == data
 
-
-def test_rows_read_from_a_recorded_parquet_file_edited_in_place_are_refused(tmp_path):
-    """Kept rows are read from the previous Parquet file where it lies, after it was
-    hashed: an edit in place in between (its published twin is the same file) must not
-    put other rows into the new build."""
-    import hashlib
-    import os
-    import time
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from ctxfst.pipeline.chunk_rows import RecordedParquet, recorded_file
-
-    path = tmp_path / "rows.parquet"
-    pq.write_table(pa.table({"n": list(range(100))}), path, row_group_size=10)
-    found = recorded_file(path, {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
-                          keep_open=True)
-    assert found is not None
-    try:
-        rows = RecordedParquet(found)
-        try:
-            assert rows.metadata.num_row_groups == 10
-            assert rows.read_row_groups([3]).column("n").to_pylist() == list(range(30, 40))
-            time.sleep(0.01)
-            with open(path, "r+b") as edit:  # the same size, in place
-                edit.seek(4)
-                edit.write(edit.read(1))
-            with pytest.raises(ValueError, match="changed while it was read"):
-                rows.read_row_groups([4])
-        finally:
-            rows.close()
-    finally:
-        os.close(found[1])

@@ -1,6 +1,7 @@
-"""Arrow arrays from numpy ones, made from their buffers: pyarrow's own conversion
-(pa.array(), or an ndarray given to take()) imports numpy.ma to look for a mask, some
-0.1 s once a process, which an edit's build pays in each of its processes."""
+"""Arrow from what a build holds in memory: arrays from numpy ones, made from their
+buffers (pyarrow's own conversion, pa.array() or an ndarray given to take(), imports
+numpy.ma to look for a mask, some 0.1 s once a process, which an edit's build pays in
+each of its processes), and Parquet files read from their bytes."""
 
 from __future__ import annotations
 
@@ -26,3 +27,47 @@ def arrow_reader(data: bytes):
     buffer = pa.allocate_buffer(len(data))
     np.frombuffer(buffer, np.uint8)[:] = np.frombuffer(data, np.uint8)
     return pa.BufferReader(buffer)
+
+
+class ParquetParts:
+    """A Parquet file held in memory, read a part at a time: its footer and the columns
+    or row groups asked for are copied out for Arrow, not the whole file (arrow_reader's
+    copy of a 350 MB chunks.parquet took 0.3 s of an edit at 100,000 documents). Reads
+    run in this thread, so no Arrow worker ever holds a Python object (arrow_reader)."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._source = io.BytesIO(data)  # (it shares the bytes; nothing is copied)
+        try:
+            self._file = pq.ParquetFile(pa.PythonFile(self._source, mode="r"))
+        except BaseException:
+            self._source.close()
+            raise
+
+    @property
+    def metadata(self):
+        return self._file.metadata
+
+    @property
+    def num_row_groups(self) -> int:
+        return self._file.num_row_groups
+
+    def read(self, columns: list[str] | None = None):
+        return self._file.read(columns=columns, use_threads=False)
+
+    def read_row_groups(self, groups: list[int], columns: list[str] | None = None):
+        return self._file.read_row_groups(groups, columns=columns, use_threads=False)
+
+    def close(self) -> None:
+        self._file.close()
+        self._source.close()
+
+    def __enter__(self) -> ParquetParts:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

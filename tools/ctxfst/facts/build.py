@@ -908,9 +908,8 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     them (or would) are read and encoded again, and the others are copied."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    from ..artifacts.arrays import arrow_reader
+    from ..artifacts.arrays import ParquetParts
 
     memo = ledger.memo
     if not memo.keys:
@@ -927,21 +926,19 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
               for _, _, found, _ in merge.extracted for fid, c in found if fid in changed}
     groups = {memo.group_of(key) for key in placed.values()}
     unplaced = changed - placed.keys()  # facts only a source's old digests name
-    file = pq.ParquetFile(arrow_reader(ledger.data))
-    if unplaced:
-        ids = file.read(columns=["fact_id"]).column("fact_id")
-        found = pc.indices_nonzero(pc.is_in(ids, value_set=pa.array(sorted(unplaced),
-                                                                   pa.string())))
-        if len(found) != len(unplaced):
-            raise _MemoDoesNotFit
-        groups.update(memo.group_of_row(row) for row in found.to_pylist())
-    runs = _runs(memo, groups, changed)
-    numbers = [group for begin, end in runs for group in range(begin, end)]
-    if numbers:
+    # (a few row groups are read from the ledger's bytes: not a copy of them all)
+    with ParquetParts(ledger.data) as file:
+        if unplaced:
+            ids = file.read(columns=["fact_id"]).column("fact_id")
+            found = pc.indices_nonzero(pc.is_in(ids, value_set=pa.array(sorted(unplaced),
+                                                                       pa.string())))
+            if len(found) != len(unplaced):
+                raise _MemoDoesNotFit
+            groups.update(memo.group_of_row(row) for row in found.to_pylist())
+        runs = _runs(memo, groups, changed)
+        numbers = [group for begin, end in runs for group in range(begin, end)]
         region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
-            facts_schema())
-    else:
-        region = None
+            facts_schema()) if numbers else None
     # Each run's first row in the region; the memo's first rows must be the file's (it
     # places rows by them).
     first_rows = [*memo.starts, sum(k.rows for k in memo.keys)]

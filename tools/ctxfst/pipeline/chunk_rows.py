@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..artifacts.arrays import ParquetParts
 from ..artifacts.io import Span, compact_json, is_sha256, write_pieces
 from ..diagnostics import Diagnostic
 from ..document.link import Summary, link
@@ -637,7 +638,7 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
 class _CopiedRows:
     """Rows of the previous chunks.parquet, read as Arrow a row group at a time."""
 
-    def __init__(self, file: RecordedParquet, starts: list[int]) -> None:
+    def __init__(self, file: ParquetParts, starts: list[int]) -> None:
         self.file = file
         self.starts = starts  # each group's first row, and the rows in all
 
@@ -647,7 +648,7 @@ class _CopiedRows:
         the previous layout (the last compile recorded both: they list the same rows, in
         id order)."""
         try:
-            file = RecordedParquet(found)
+            file = ParquetParts(found[0])
         except (OSError, ValueError):
             return None
         metadata = file.metadata
@@ -685,44 +686,6 @@ def _previous_chunks(made_from: Any, path: Path, published: Any = None
     if not isinstance(made_from, dict):
         return None
     return recorded_file(path, made_from, keep_open=True, published=published)
-
-
-class RecordedParquet:
-    """A Parquet file recorded_file(keep_open=True) found, read where it lies: only its
-    footer and the row groups asked for are read (a copy of the whole file for Arrow
-    took 0.3 s of an edit at 100,000 documents), each read checked to come from the file
-    as it was hashed (its stamp: ValueError otherwise)."""
-
-    def __init__(self, found: tuple) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        _, handle, self.stamp = found
-        self._handle = handle
-        self._source = os.fdopen(os.dup(handle), "rb")
-        try:
-            self._file = pq.ParquetFile(pa.PythonFile(self._source, mode="r"))
-        except (pa.ArrowException, OSError) as error:
-            self._source.close()
-            raise ValueError(f"not a readable Parquet file ({error})") from None
-        self._check()
-
-    @property
-    def metadata(self):
-        return self._file.metadata
-
-    def read_row_groups(self, groups: list[int], columns: list[str] | None = None):
-        # (in this thread: Arrow's workers would read through Python's file object)
-        table = self._file.read_row_groups(groups, columns=columns, use_threads=False)
-        self._check()
-        return table
-
-    def _check(self) -> None:
-        if file_stamp(os.fstat(self._handle)) != self.stamp:
-            raise ValueError("a file changed while it was read")
-
-    def close(self) -> None:
-        self._source.close()
 
 
 def recorded_file(path: Path, record: dict, keep_open: bool = False,

@@ -696,7 +696,7 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     import numpy as np
     import pyarrow as pa
 
-    from .chunk_rows import RecordedParquet
+    from ..artifacts.arrays import ParquetParts
 
     if found is None or not wanted:
         return {}
@@ -715,16 +715,8 @@ def _replaced_vectors(store, recorded: Any, previous: dict, current: set[str],
     if not places:
         return {}
     groups = sorted({group for group, _ in places.values()})
-    try:
-        previous_file = RecordedParquet(found)
-    except ValueError:
-        return {}
-    try:
+    with ParquetParts(found[0]) as previous_file:
         table = previous_file.read_row_groups(groups, columns=["vector"])
-    except (ValueError, pa.ArrowException):  # (changed since it was hashed)
-        return {}
-    finally:
-        previous_file.close()
     first, rows = {}, 0  # each group's first row in what was read
     for group in groups:
         first[group] = rows
