@@ -439,8 +439,8 @@ class _ChunkRows:
         return self._old_count
 
     def old_row(self, index: int) -> int | None:
-        """Where row `index` of the new order lay in the previous chunks.json (None for a
-        row read now)."""
+        """Where row `index` of the new order lay in the previous files (None for a row
+        read now)."""
         if index in self._read:
             return None
         place = bisect.bisect_right(self._segments, (index, self._old_count + 1)) - 1
@@ -561,11 +561,10 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
     previous file's groups whose rows are all unchanged are copied (as spans of it:
     `found`, _previous_chunks, left open for the kernel to copy them), the others
-    encoded from the
-    rows (compiled now, or parsed from their text); every group is encoded when there is
-    no usable previous file. The bytes are the same either way. As the pieces to write
-    end to end, and the file's layout (parquet_splice.file_record), for the next build
-    to splice it by."""
+    encoded from the rows (compiled now, taken from the previous file, or parsed from
+    their text); every group is encoded when there is no usable previous file. The
+    bytes are the same either way. As the pieces to write end to end, and the file's
+    layout (parquet_splice.file_record), for the next build to splice it by."""
     import pyarrow as pa
 
     from ..artifacts.parquet import parquet_groups_bytes
@@ -587,7 +586,7 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     if found is not None:
         base = found[0]
         piece = copied_from(*found)
-    copied = _CopiedRows.of(found, rows.old_count) if base is not None and rows.old_count \
+    copied = _CopiedRows.of(base, rows.old_count) if base is not None and rows.old_count \
         else None
 
     def row(index: int) -> dict[str, Any]:
@@ -643,19 +642,21 @@ class _CopiedRows:
         self.starts = starts  # each group's first row, and the rows in all
 
     @classmethod
-    def of(cls, found: tuple, rows: int) -> _CopiedRows | None:
-        """The previous file's rows (found: _previous_chunks), when it holds as many as
-        the previous layout (the last compile recorded both: they list the same rows, in
-        id order)."""
+    def of(cls, data: bytes, rows: int) -> _CopiedRows | None:
+        """The previous file's rows, when it holds as many as the previous layout (the
+        last compile recorded both: they list the same rows, in id order)."""
         try:
-            file = ParquetParts(found[0])
+            file = ParquetParts(data)
         except (OSError, ValueError):
             return None
         metadata = file.metadata
         starts = [0]
         for index in range(metadata.num_row_groups):
             starts.append(starts[-1] + metadata.row_group(index).num_rows)
-        return cls(file, starts) if starts[-1] == rows else None
+        if starts[-1] != rows:
+            file.close()
+            return None
+        return cls(file, starts)
 
     def combined(self, old_rows: list[int], made, taken: list[int], made_at: list[int]):
         """The table of rows old_rows (of the previous file) and `made` (a table), put
