@@ -77,6 +77,7 @@ from .model import (
     rows_table,
     runs_schema,
     runs_table,
+    sorted_evidence,
     table_metadata,
 )
 
@@ -750,7 +751,7 @@ class Merge:
         facts in `only`, when given: the others come out as they were), invalidate what
         is left without evidence, and record the runs. Returns the delta and every fact's
         row, in the artifact's order (_settle)."""
-        before = {fid: (fact.is_active, tuple(sorted(fact.evidence, key=Evidence.sort_key)))
+        before = {fid: (fact.is_active, tuple(sorted_evidence(fact.evidence)))
                   for fid, fact in facts.items()}
         lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
         by_source: dict[str, set[str]] = {}  # source path -> active facts it supports
@@ -1269,7 +1270,7 @@ def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str
             # a slice, _replace is some 5x slower)
             first_run = {e.without_run_id(): e for e in previous[1]}
             fact.evidence = [first_run.get(e.without_run_id(), e) for e in fact.evidence]
-            if previous[1] != tuple(sorted(fact.evidence, key=Evidence.sort_key)):
+            if previous[1] != tuple(sorted_evidence(fact.evidence)):
                 fact.updated_build_seq = seq
                 changes[fid] = "updated"
     # Made in the order Arrow reads them: converting rows scattered in memory is 3x slower.
