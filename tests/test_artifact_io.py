@@ -157,4 +157,3 @@ def test_copy_atomic_copies_a_file_and_refuses_a_link(tmp_path, kernel_copies):
     with pytest.raises(NotAFile):
         copy_atomic(tmp_path / "link", tmp_path / "target")
     assert (tmp_path / "target").read_bytes() == data
-

@@ -52,10 +52,6 @@ class ParquetParts:
     def metadata(self):
         return self._file.metadata
 
-    @property
-    def num_row_groups(self) -> int:
-        return self._file.num_row_groups
-
     def read(self, columns: list[str] | None = None):
         return self._file.read(columns=columns, use_threads=False)
 

@@ -62,7 +62,11 @@ def _record(config: Config, stage: str, started: float, **details: Any) -> None:
 
 
 def run_stage(run: BuildRun, stage) -> None:
-    """Run a stage of the table, remembering the digests of what it writes."""
+    """Run a stage of the table, remembering the digests of what it writes. Staged files
+    it no longer makes with these settings (a JSON export switched off) go first: they
+    are never published again."""
+    for name in set(stage.outputs) - set(stage.outputs_for(run.config)):
+        staged(run.config, name).unlink(missing_ok=True)
     with recording_writes():
         globals()[stage.run](run)  # (the table names the functions of this module)
 
@@ -293,8 +297,6 @@ def stage_compile(run: BuildRun) -> None:
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
                                       None, exports)
         compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
-        if not exports:  # (a build with them on left it; it is never published now)
-            staged(config, "chunks.json").unlink(missing_ok=True)
         # for profiles: write_json(..., compact=True) of the rows, encoded once
         write_atomic(staged(config, "catalog.json"), compiled.entities_json + b"\n")
         compiled.record(store)  # what the staged chunk files were made from
@@ -371,8 +373,6 @@ def stage_profiles(run: BuildRun) -> None:
     config = run.config
     started = time.perf_counter()
     files = [name for name in _PROFILE_FILES if exported(config, name)]
-    if "entity-profiles.json" not in files:  # (left by a build with JSON exports on)
-        staged(config, "entity-profiles.json").unlink(missing_ok=True)
     catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
     chunks = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
     try:
