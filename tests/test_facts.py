@@ -7,6 +7,8 @@ import itertools
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 
 from ctxfst.config import find_project
 from ctxfst.facts.build import facts_bytes
-from ctxfst.facts.model import Fact, facts_schema, facts_table, runs_schema
+from ctxfst.facts.model import Fact, evidence_schema, facts_schema, facts_table, runs_schema
 from ctxfst.facts.query import FactsError, Store, ask
 from ctxfst.pipeline.runner import run_build
 
@@ -113,7 +115,7 @@ def test_example_facts_match_their_schema_ids_and_offsets(tmp_path, capsys):
         assert fact_schema["properties"][field.name]["x-arrow-type"] == str(field.type)
     table = pq.read_table(root / FACTS)
     assert table.schema.remove_metadata() == facts_schema()
-    assert table.schema.metadata[b"ctxfst.schema_version"] == b"1.0.0"
+    assert table.schema.metadata[b"ctxfst.schema_version"] == b"2.0.0"
     jsonschema.validate(delta(root), delta_schema)
     texts: dict[str, str] = {}
     for row in rows:
@@ -131,6 +133,26 @@ def test_example_facts_match_their_schema_ids_and_offsets(tmp_path, capsys):
     for run in runs(root):
         jsonschema.validate(run, runs_schema_json)
         assert run["status"] == "completed" and run["trigger"] == "create"
+    # Every evidence entry is in the evidence file, a fact's together and in its row's
+    # order; the row keeps the first of them.
+    evidence_json = json.loads((SCHEMAS / "semantic-fact-evidence.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(evidence_json)
+    assert list(evidence_json["properties"]) == evidence_schema().names
+    for field in evidence_schema():
+        assert evidence_json["properties"][field.name]["x-arrow-type"] == str(field.type)
+    evidence = pq.read_table(root / "build/semantic_fact_evidence.parquet")
+    assert evidence.schema.remove_metadata() == evidence_schema()
+    entries = evidence.to_pylist()
+    assert [e["fact_id"] for e in entries] == [r["fact_id"] for r in rows
+                                               for _ in range(r["evidence_count"])]
+    at = 0
+    for row in rows:
+        mine = entries[at:at + row["evidence_count"]]
+        at += row["evidence_count"]
+        for entry in mine:
+            jsonschema.validate(entry, evidence_json)
+        assert [{k: v for k, v in e.items() if k != "fact_id"}
+                for e in mine[:len(row["evidence"])]] == row["evidence"]
     # The derived rules: entity type and aliases, tags as themes, mentions with
     # exact offsets (also in Chinese text), skill capabilities, dates.
     assert find(rows, entity_id="entity:hono", fact_namespace="classification",
@@ -659,12 +681,13 @@ def test_changed_facts_are_spliced_into_the_previous_order():
 def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
     """A first build merges its candidates as Arrow columns (facts/columns.py); for any
     mix of sources, repeats, ties and dates, cut into any streams, the file and each run's
-    count of facts are those the merge of Fact objects (Merge.apply over no facts) gives."""
+    count of facts are those the merge of Fact objects (Merge.apply over no facts) gives,
+    and so is the evidence file."""
     import random
 
     from ctxfst.facts.build import Merge, Source, _run_id
     from ctxfst.facts.columns import candidate_batch, fresh_facts
-    from ctxfst.facts.model import Candidate, Evidence, rows_table
+    from ctxfst.facts.model import Candidate, Evidence, evidence_table, rows_table
 
     rng = random.Random(11)
     words = ["a", "B", "é", "中文", "zz", "a b"]
@@ -692,8 +715,10 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
         seq, version = rng.randint(1, 3), "v"
         merge = Merge({}, [], [(s, "create", found, {}) for s, found in sources], seq,
                       version, [])
-        _, rows = merge.apply({})
+        merged = {}
+        _, rows = merge.apply(merged)
         expected = facts_bytes(rows_table(list(rows.values()), seq, version))
+        expected_evidence = evidence_table(list(merged.values()), seq, version)
         # (in streams of a few sources each, as workers send them: each with its own
         # dictionaries, which the merge combines)
         cut = sorted(rng.sample(range(len(sources) + 1), rng.randint(0, len(sources))))
@@ -703,9 +728,96 @@ def test_a_first_builds_columns_equal_the_merge_of_fact_objects():
                                               for s, found in sources[begin:end]])
             streams.append(stream)
             supported += counts
-        made = fresh_facts(streams, seq, version)
+        made, made_evidence = fresh_facts(streams, seq, version)
         assert facts_bytes(made) == expected, case
+        assert made_evidence.equals(expected_evidence, check_metadata=True), case
         assert supported == [run["facts_written"] for run in merge.new_runs], case
+
+
+def test_a_merge_of_cut_rows_equals_the_merge_of_all_their_evidence(monkeypatch):
+    """A merge holds only a window of each changed fact's evidence as Python objects (the
+    changed sources' entries, the declared ones, the first few of the rest, with their
+    ties) and leaves the rest in the evidence file; for any mix of sources, ties,
+    declared entries, re-extractions, deletions, invalidations and reactivations, the
+    rows, evidence and delta are those of merging every entry as Python objects."""
+    import copy
+    import random
+
+    from ctxfst.facts import build as facts_build
+    from ctxfst.facts import columns as facts_columns
+    from ctxfst.facts import model as facts_model
+    from ctxfst.facts.build import (
+        Merge,
+        Source,
+        _merged_evidence,
+        _rows_of,
+        _source_facts,
+        _windowed,
+        merge_sorted,
+    )
+    from ctxfst.facts.model import Candidate, Evidence, evidence_table, rows_table
+
+    rng = random.Random(23)
+    words = ["a", "b", "中"]
+
+    def candidates(path: str) -> list:
+        found = []
+        for _ in range(rng.choice([0, 2, 12])):
+            start = rng.randint(0, 2)
+            evidence = Evidence(rng.choice(["chunk", "document"]), rng.choice(words),
+                                rng.choice([path, "content/p.md"]), start, start + 1,
+                                rng.choice(words),
+                                rng.choice(["r1", "r2", facts_model.DECLARED]), "1",
+                                rng.choice([1.0, 0.9]),
+                                rng.choice([None, "2024-01-02", "2025-03-04"]))
+            candidate = Candidate("t", "entity", rng.choice(words), "ns", "k",
+                                  evidence.excerpt, rng.choice(words), "keyword", evidence)
+            found.append((candidate.fact_id, candidate))
+        return found
+
+    def source(path: str) -> Source:
+        return Source(path, "document", Path(path), lambda: None, "t", [])
+
+    latest = {f"content/{n}.md": {"tenant_id": "t", "entity_type": "document",
+                                  "entity_id": f"content/{n}.md"} for n in range(8)}
+    cases = 0
+    for case in range(150):
+        monkeypatch.setattr(facts_model, "EVIDENCE_KEPT", rng.choice([1, 2, 3]))
+        for module in (facts_build, facts_columns):
+            monkeypatch.setattr(module, "EVIDENCE_KEPT", facts_model.EVIDENCE_KEPT)
+        paths = sorted(latest)
+        first = Merge({}, [], [(source(path), "create", candidates(path), {})
+                               for path in paths], 1, "v", [])
+        built: dict = {}
+        first.apply(built)
+        if not built:
+            continue
+        # a second build over the first one's files, and then a third over the second's:
+        # invalidated facts come back, entries beyond the cut replace removed ones
+        facts, evidence = rows_table([f.as_row() for f in sorted(
+            built.values(), key=facts_model.fact_sort_key)], 1, "v"), \
+            evidence_table(list(built.values()), 1, "v")
+        for seq in (2, 3):
+            deleted = sorted(rng.sample(paths, rng.randint(0, 3)))
+            extracted = [(source(path), "update", candidates(path), {}) for path in
+                         rng.sample([p for p in paths if p not in deleted], rng.randint(0, 3))]
+            whole = copy.deepcopy(built)
+            expected_delta, expected_rows = Merge(latest, deleted, copy.deepcopy(extracted),
+                                                  seq, "v", []).apply(whole)
+            changed = set(deleted) | {item[0].path for item in extracted}
+            window = _windowed(facts, evidence, _source_facts(evidence, changed) | {
+                fid for _, _, found, _ in extracted for fid, _ in found}, changed)
+            delta, rows = Merge(latest, deleted, extracted, seq, "v", []).apply(window.facts)
+            merged = merge_sorted(facts, _rows_of(facts, window.facts),
+                                  rows_table(list(rows.values()), seq, "v"))
+            merged_evidence = _merged_evidence(evidence, window, merged, seq, "v")
+            assert merged.to_pylist() == list(expected_rows.values()), (case, seq)
+            assert merged_evidence.equals(evidence_table(list(whole.values()), seq, "v")), \
+                (case, seq)
+            assert delta == expected_delta, (case, seq)
+            cases += any(f.hidden for f in window.facts.values())
+            built, facts, evidence = whole, merged, merged_evidence
+    assert cases > 20  # windows that left entries in the file
 
 
 def test_candidates_sort_as_their_strings_whatever_their_dictionaries_hold():
@@ -1004,3 +1116,151 @@ def test_an_answer_says_how_much_more_evidence_it_does_not_show(tmp_path, capsys
     fact = find(facts(root), fact_key="entity_type")[0]["fact_id"]
     shown = cli("facts", "show", fact, "--tenant", "default", cwd=root)
     assert shown.code == 0 and "5 evidence:" in shown.out and "more" not in shown.out
+
+
+def test_a_row_keeps_eight_entries_the_evidence_file_has_them_all(tmp_path, capsys, cli):
+    """An entity declared by eleven documents: its type fact's row keeps the first eight
+    entries (by source path) and counts eleven; the evidence file and `facts show` have
+    all eleven. Deleting a document among the eight brings the ninth into the row. A
+    fact the documents declare themselves keeps every entry in its row."""
+    root = project(tmp_path)
+    names = [f"content/{letter}.md" for letter in "abcdefghijk"]
+    family = ("    facts:\n      - namespace: domain\n        key: family\n"
+              "        value: percussion\n")
+    for number, name in enumerate(names):
+        write(root, name, doc(f"note:{number}", "The xylophone rings.",
+                              entities=ENTITY_X + family))
+    build(root, capsys)
+
+    def type_fact() -> dict:
+        return find(facts(root), fact_key="entity_type")[0]
+
+    def evidence_file() -> dict[str, list[dict]]:
+        entries: dict[str, list[dict]] = {}
+        for entry in pq.read_table(root / "build/semantic_fact_evidence.parquet").to_pylist():
+            entries.setdefault(entry["fact_id"], []).append(entry)
+        return entries
+
+    kind = type_fact()
+    assert kind["evidence_count"] == 11
+    assert [e["source_path"] for e in kind["evidence"]] == names[:8]
+    assert [e["source_path"] for e in evidence_file()[kind["fact_id"]]] == names
+    declared = find(facts(root), fact_namespace="domain", fact_key="family")[0]
+    assert len(declared["evidence"]) == declared["evidence_count"] == 11
+    answer = cli("facts", "ask", "--tenant", "default", "--op", "exists", "--namespace",
+                 "classification", "--key", "entity_type", "--value", "tool", cwd=root)
+    assert answer.code == 0 and "and 8 more" in answer.out, answer.out + answer.err
+    shown = cli("facts", "show", kind["fact_id"], "--tenant", "default", "--format", "json",
+                cwd=root)
+    assert shown.code == 0, shown.err
+    assert [e["path"] for e in shown.json()["evidence"]] == names
+
+    (root / names[2]).unlink()
+    build(root, capsys)
+    kind = type_fact()
+    assert kind["evidence_count"] == 10
+    assert [e["source_path"] for e in kind["evidence"]] == names[:2] + names[3:9]
+    assert delta(root)["updated"] and kind["fact_id"] in {
+        r["fact_id"] for r in delta(root)["updated"]}
+    rows = [r for name in ("added", "updated", "invalidated") for r in delta(root)[name]]
+    assert all(len(r["evidence"]) <= 8 or r["fact_key"] == "family" for r in rows)
+    assert [len(r["evidence"]) for r in rows if r["fact_key"] == "family"] == [10]
+
+
+# A build killed just after the facts stage wrote one of its files (in the process that
+# runs the stage, and the build's own).
+_KILLED_AFTER_WRITING = """
+import os, signal, sys
+from pathlib import Path
+from ctxfst.facts import build as facts_build
+from ctxfst.pipeline.runner import run_build
+build_process, name = os.getpid(), sys.argv[2]
+real = facts_build.write_pieces
+def write_pieces(path, pieces):
+    digest = real(path, pieces)
+    if path.name == name:
+        os.kill(build_process, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return digest
+facts_build.write_pieces = write_pieces
+sys.exit(run_build(Path(sys.argv[1]), []))
+"""
+
+
+@pytest.mark.parametrize("written", ["semantic_facts.parquet",
+                                     "semantic_fact_evidence.parquet"])
+def test_a_build_killed_while_cutting_evidence_publishes_nothing_half_made(
+        tmp_path, capsys, written):
+    """Killed with the facts rows written and their evidence not yet (or with both
+    written and the memo not yet saved), a build leaves the published build and the
+    ledger as they were; the next build's facts are those of a build that was never
+    killed, entries beyond the rows' cut included."""
+    from .test_build import assert_consistent
+
+    roots = [project(tmp_path / name) for name in ("kb", "twin")]
+    names = [f"content/{letter}.md" for letter in "abcdefghijk"]
+    for root in roots:
+        for number, name in enumerate(names):
+            write(root, name, doc(f"note:{number}", "The xylophone rings.",
+                                  entities=ENTITY_X))
+        build(root, capsys)
+    kb, twin = roots
+    published = {p.name: p.read_bytes() for p in (kb / "build").iterdir() if p.is_file()}
+    ledger = {p.name: p.read_bytes() for p in (kb / ".ctxfst/facts").iterdir()}
+    for root in roots:  # one of the eight the rows keep goes, another is edited
+        (root / names[1]).unlink()
+        write(root, names[4], doc("note:4", "The xylophone rings twice.", entities=ENTITY_X))
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER_WRITING, str(kb), written],
+                            capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert {p.name: p.read_bytes() for p in (kb / "build").iterdir() if p.is_file()} == \
+        published
+    assert {p.name: p.read_bytes() for p in (kb / ".ctxfst/facts").iterdir()} == ledger
+    assert_consistent(kb)
+    for root in roots:
+        build(root, capsys)
+    for name in ("semantic_facts.parquet", "semantic_fact_evidence.parquet",
+                 "semantic_facts_delta.json"):
+        assert (kb / "build" / name).read_bytes() == (twin / "build" / name).read_bytes(), name
+    kind = find(facts(kb), fact_key="entity_type")[0]
+    assert kind["evidence_count"] == 10
+    assert [e["source_path"] for e in kind["evidence"]] == [names[0], *names[2:9]]
+
+
+def test_a_ledger_of_facts_schema_1_carries_on(tmp_path, capsys):
+    """A ledger written before the evidence file (facts schema 1.0.0: each row held all
+    its evidence) is read as it is and carried on: the next build's facts are those of a
+    ledger written by this version, history and all."""
+    import pyarrow as pa
+
+    roots = [project(tmp_path / name) for name in ("kb", "twin")]
+    names = [f"content/{letter}.md" for letter in "abcdefghijk"]
+    for root in roots:
+        for number, name in enumerate(names):
+            write(root, name, doc(f"note:{number}", "The xylophone rings.",
+                                  entities=ENTITY_X))
+        build(root, capsys)
+    ledger = roots[0] / ".ctxfst/facts"
+    table = pq.read_table(ledger / "semantic_facts.parquet")
+    entries: dict[str, list[dict]] = {}
+    for entry in pq.read_table(ledger / "semantic_fact_evidence.parquet").to_pylist():
+        entries.setdefault(entry.pop("fact_id"), []).append(entry)
+    rows = [dict(row, evidence=entries[row["fact_id"]]) for row in table.to_pylist()]
+    assert any(len(row["evidence"]) > 8 for row in rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema.with_metadata(
+        {**table.schema.metadata, b"ctxfst.schema_version": b"1.0.0"})),
+        ledger / "semantic_facts.parquet")
+    (ledger / "semantic_fact_evidence.parquet").unlink()
+    for root in roots:
+        (root / names[1]).unlink()
+        build(root, capsys)
+    kb, twin = roots
+    for name in ("semantic_facts.parquet", "semantic_fact_evidence.parquet",
+                 "semantic_facts_delta.json"):
+        assert (kb / "build" / name).read_bytes() == (twin / "build" / name).read_bytes(), name
+    assert (ledger / "semantic_fact_evidence.parquet").is_file()
+    # Without its evidence file, a ledger of this schema is incomplete: a clear error.
+    (ledger / "semantic_fact_evidence.parquet").unlink()
+    (kb / names[2]).unlink()
+    assert "incomplete facts ledger (semantic_fact_evidence.parquet missing)" in \
+        build_fails(kb, capsys)

@@ -44,7 +44,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from ctxfst.facts.model import Fact, facts_table
+from ctxfst.facts import build as facts_build
+from ctxfst.facts.model import Fact, evidence_schema, facts_table
 from ctxfst.mock import generate, mock_document
 from ctxfst.pipeline.runner import run_build
 from ctxfst.pipeline.table import ARTIFACTS
@@ -71,15 +72,22 @@ ID_LIKE = re.compile(r"(?:NOT )?([a-z0-9_.-]+(?::[a-z0-9_.-]+)+)")
 def small_row_groups():
     """chunks.parquet and semantic_facts.parquet in row groups of a few rows, so that
     edits splice many groups of the example's few dozen chunks and few hundred facts,
-    and the facts with three or more evidence entries alone in theirs (module scope:
-    Hypothesis forbids per-test ones)."""
-    from ctxfst.facts import build as facts_build
+    the facts with three or more evidence entries alone in theirs, and fact rows that
+    keep one evidence entry, so that rows are cut and entries beyond them come back
+    (module scope: Hypothesis forbids per-test ones)."""
+    from ctxfst.facts import columns as facts_columns
+    from ctxfst.facts import model as facts_model
     from ctxfst.pipeline import chunk_rows
 
-    kept = chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE
+    kept = (chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS,
+            facts_build.HEAVY_EVIDENCE, facts_model.EVIDENCE_KEPT)
     chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = 4, 32, 3
+    for module in (facts_build, facts_columns, facts_model):
+        module.EVIDENCE_KEPT = 1
     yield
-    chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = kept
+    chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = kept[:3]
+    for module in (facts_build, facts_columns, facts_model):
+        module.EVIDENCE_KEPT = kept[3]
 
 
 def build(root: Path) -> tuple[int, str]:
@@ -96,23 +104,43 @@ def _published_bytes(root: Path, name: str) -> bytes | None:
     return path.read_bytes() if os.path.lexists(path) else None
 
 
+def _without_run_ids(entries: list[dict]) -> tuple:
+    return tuple(tuple(value for name, value in entry.items() if name != "run_id")
+                 for entry in entries)
+
+
 def active_facts(root: Path) -> list:
+    """The active facts as their rows and evidence say them (run ids aside: a clean
+    build's runs are other runs)."""
     rows = pq.read_table(root / "build/semantic_facts.parquet").to_pylist()
+    evidence: dict[str, list[dict]] = {}
+    for entry in pq.read_table(root / "build/semantic_fact_evidence.parquet").to_pylist():
+        evidence.setdefault(entry.pop("fact_id"), []).append(entry)
     return sorted((r["fact_id"], r["fact_value_text"], r["evidence_start"],
-                   r["evidence_excerpt"]) for r in rows if r["is_active"])
+                   r["evidence_excerpt"], r["evidence_count"], r["freshness_at"],
+                   _without_run_ids(r["evidence"]), _without_run_ids(evidence[r["fact_id"]]))
+                  for r in rows if r["is_active"])
 
 
 def _facts_as_written_whole(root: Path) -> bool:
-    """Whether the facts file (spliced from the previous one's row groups) is the bytes
-    of encoding its rows at once."""
-    from ctxfst.facts.build import facts_bytes
+    """Whether the facts file and its evidence file (spliced from the previous ones' row
+    groups) are the bytes of encoding their rows at once."""
+    from ctxfst.artifacts.parquet import parquet_bytes
+    from ctxfst.facts.build import _evidence_starts, fact_group_starts, facts_bytes
 
     path = root / "build/semantic_facts.parquet"
     table = pq.read_table(path)
     meta = table.schema.metadata
     fresh = facts_table([Fact.from_row(row) for row in table.to_pylist()],
                         int(meta[b"ctxfst.build_seq"]), meta[b"ctxfst.extract_version"].decode())
-    return facts_bytes(fresh) == path.read_bytes()
+    evidence_path = root / "build/semantic_fact_evidence.parquet"
+    evidence = pq.read_table(evidence_path).cast(evidence_schema())
+    starts = _evidence_starts(evidence, fact_group_starts(fresh, facts_build.FACT_GROUP_ROWS,
+                                                          facts_build.HEAVY_EVIDENCE),
+                              fresh.num_rows)
+    return facts_bytes(fresh) == path.read_bytes() and parquet_bytes(
+        evidence.replace_schema_metadata(pq.read_schema(evidence_path).metadata),
+        group_starts=starts) == evidence_path.read_bytes()
 
 
 def _manifest_without_facts(root: Path) -> dict:

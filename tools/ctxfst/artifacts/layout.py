@@ -24,8 +24,10 @@ RUN_RESULTS = "run_results.json"
 MANIFEST_VERSION = "1.0.0"
 FACTS_FILE = "semantic_facts.parquet"
 RUNS_FILE = "semantic_fact_extraction_runs.parquet"
+EVIDENCE_FILE = "semantic_fact_evidence.parquet"
 DELTA_FILE = "semantic_facts_delta.json"
-LEDGER_FILES = (FACTS_FILE, RUNS_FILE, DELTA_FILE)  # a build's facts, kept in the ledger too
+# a build's facts, kept in the ledger too
+LEDGER_FILES = (FACTS_FILE, EVIDENCE_FILE, RUNS_FILE, DELTA_FILE)
 # Each vectors file names its id column as the rows it embeds do (chunks.parquet's
 # chunk_id, entities.parquet's entity_id, skills.parquet's node_id), so a join is
 # `USING (chunk_id)`. 2.0.0: the column was `id` in every file before.

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
-from ..artifacts.layout import DELTA_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
+from ..artifacts.layout import DELTA_FILE, EVIDENCE_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
 from ..artifacts.parquet import parquet_bytes, parquet_groups_bytes_threaded
 from ..artifacts.parquet_splice import (
     Group,
@@ -66,14 +66,20 @@ from .memo import (
     spans_digest,
 )
 from .model import (
+    DECLARED,
+    EVIDENCE_KEPT,
+    EVIDENCE_ORDER,
     FACTS_SCHEMA_VERSION,
     SORT_COLUMNS,
     Candidate,
     Evidence,
     Fact,
+    evidence_entries,
+    evidence_metadata,
+    evidence_rows_table,
+    evidence_schema,
     fact_sort_key,
     facts_schema,
-    facts_table,
     rows_table,
     runs_schema,
     runs_table,
@@ -238,8 +244,9 @@ def fingerprint(source: Source, catalog_digest: str, version: str) -> str:
 # Columns the build reads back as keys, sort keys and flags; only the others may be null.
 _FACT_COLUMNS_SET = ("fact_id", "tenant_id", "entity_type", "entity_id", "fact_namespace",
                      "fact_key", "fact_value_norm", "value_type", "is_active", "created_run_id",
-                     "created_build_seq", "updated_build_seq", "evidence")
-_EVIDENCE_FIELDS_SET = ("source_path", "path", "start", "end", "extractor", "confidence")
+                     "created_build_seq", "updated_build_seq", "evidence_count", "evidence")
+_EVIDENCE_COLUMNS_SET = ("fact_id", "source_path", "path", "start", "end", "extractor",
+                         "confidence")
 _RUN_COLUMNS_SET = ("run_id", "build_seq", "source_path", "source_deleted", "status",
                     "input_fingerprint", "extract_version")
 
@@ -255,6 +262,8 @@ class _Ledger:
     table: Any = None      # the facts, read whole and checked; None with a memo
     memo: LedgerMemo | None = None  # the memo of exactly these files: read by group
     runs_data: bytes = b""  # the runs file's bytes
+    evidence_data: bytes = b""  # semantic_fact_evidence.parquet's bytes
+    evidence: Any = None   # the evidence, read whole and checked with the facts
 
 
 Vouched = Callable[[str, bytes, os.stat_result, str], bool]
@@ -262,20 +271,22 @@ Vouched = Callable[[str, bytes, os.stat_result, str], bool]
 
 def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = None
                  ) -> _Ledger:
-    """The previous facts and runs. With the memo of exactly these files (facts/memo.py:
-    this toolchain wrote them) the facts are left in their file, to be read by row
-    group; any other ledger is read whole and checked, for the order the merge relies on
-    too.
+    """The previous facts, their evidence and the runs. With the memo of exactly these
+    files (facts/memo.py: this toolchain wrote them) the facts and evidence are left in
+    their files, to be read by row group; any other ledger is read whole and checked, for
+    the order the merge relies on too.
 
     The ledger may come with a stranger's checkout: one of another shape, with nulls
     where the build needs values, or out of step with its build_seq is refused clearly."""
     present = [name for name in LEDGER_FILES if (directory / name).is_file()]
     if not present:
         return _Ledger()
-    if len(present) < len(LEDGER_FILES):  # starting over would silently drop the history
-        missing = ", ".join(name for name in LEDGER_FILES if name not in present)
-        raise ExtractionError(f"{directory}: incomplete facts ledger ({missing} missing); "
-                              "remove the folder to rebuild the facts from scratch")
+    # (a ledger of facts schema 1.0.0 had no evidence file: every row held all its evidence)
+    earlier = EVIDENCE_FILE not in present and len(present) == len(LEDGER_FILES) - 1
+    if len(present) < len(LEDGER_FILES) and not earlier:
+        # starting over would silently drop the history
+        raise ExtractionError(_incomplete(directory, [name for name in LEDGER_FILES
+                                                      if name not in present]))
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -284,22 +295,31 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
     ledger = _Ledger()
     try:
         ledger.data, info = read_regular(directory / FACTS_FILE)
+        ledger.evidence_data, evidence_info = read_regular(directory / EVIDENCE_FILE) \
+            if not earlier else (b"", info)
         runs_data, runs_info = read_regular(directory / RUNS_FILE)
-        claims = memo if isinstance(memo, dict) else {}
+        claims = memo if isinstance(memo, dict) and not earlier else {}
         ledger.sha = _ledger_sha(FACTS_FILE, ledger.data, info, claims.get("facts_sha256"),
                                  vouched)
-        ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha, _ledger_sha(
-            RUNS_FILE, runs_data, runs_info, claims.get("runs_sha256"), vouched),
+        ledger.memo = LedgerMemo.read(
+            memo, ledger.data, ledger.sha,
+            _ledger_sha(RUNS_FILE, runs_data, runs_info, claims.get("runs_sha256"), vouched),
+            ledger.evidence_data,
+            _ledger_sha(EVIDENCE_FILE, ledger.evidence_data, evidence_info,
+                        claims.get("evidence_sha256"), vouched),
             FACT_GROUP_ROWS, HEAVY_EVIDENCE)
         runs = pq.ParquetFile(arrow_reader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
         if ledger.memo is not None:
-            file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footer only)
+            file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footers only)
+            evidence_file = pq.ParquetFile(pa.BufferReader(ledger.evidence_data))
             metadata = file.schema_arrow.metadata
             ledger.seq = int((metadata or {}).get(b"ctxfst.build_seq", b"0"))
             problem = None  # the very files this toolchain wrote and checked
-            if (file.metadata.num_row_groups, file.metadata.num_rows) != (
-                    len(ledger.memo.keys), sum(k.rows for k in ledger.memo.keys)):
+            if (file.metadata.num_row_groups, file.metadata.num_rows,
+                    evidence_file.metadata.num_row_groups) != (
+                    len(ledger.memo.keys), sum(k.rows for k in ledger.memo.keys),
+                    len(ledger.memo.keys)):
                 return _read_ledger(directory)  # a memo of other groups: read it whole
         else:
             table = pq.ParquetFile(arrow_reader(ledger.data)).read()
@@ -307,8 +327,19 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
             # Parquet names list items "element"; cast back to the written schema
             # ("item"), so carried-over rows encode exactly like fresh ones.
             ledger.table = table.replace_schema_metadata(None).cast(facts_schema())
-            problem = _ledger_problem(ledger.table, runs, ledger.seq) or \
-                _order_problem(ledger.table)
+            if earlier:
+                version = (table.schema.metadata or {}).get(b"ctxfst.schema_version")
+                if version != b"1.0.0":
+                    raise ExtractionError(_incomplete(directory, [EVIDENCE_FILE]))
+                ledger.table, ledger.evidence = _upgraded(ledger.table)
+            else:
+                ledger.evidence = pq.ParquetFile(arrow_reader(ledger.evidence_data)).read(
+                ).replace_schema_metadata(None).cast(evidence_schema())
+            problem = _ledger_problem(ledger.table, ledger.evidence, runs, ledger.seq) or \
+                _order_problem(ledger.table) or _evidence_problem(ledger.table,
+                                                                  ledger.evidence)
+    except ExtractionError:
+        raise
     except Exception as error:  # a damaged ledger: say what to do, never a traceback
         problem = str(error)
     if problem:
@@ -317,6 +348,28 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
     ledger.runs = runs
     ledger.runs_data = runs_data
     return ledger
+
+
+def _incomplete(directory: Path, missing: list[str]) -> str:
+    return (f"{directory}: incomplete facts ledger ({', '.join(missing)} missing); remove "
+            "the folder to rebuild the facts from scratch")
+
+
+def _upgraded(table):
+    """The facts of a ledger of facts schema 1.0.0 (each row with all its evidence) as
+    this schema has them: rows that keep their first evidence, and the evidence file."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    lists = table.column("evidence").combine_chunks()
+    evidence = pa.Table.from_arrays(
+        [table.column("fact_id").take(pc.list_parent_indices(lists)),
+         *pc.list_flatten(lists).flatten()], schema=evidence_schema())
+    cut = pc.indices_nonzero(pc.greater(pc.list_value_length(lists), EVIDENCE_KEPT)
+                             ).to_pylist()
+    rows = [Fact.from_row(row).as_row() for row in table.take(cut).to_pylist()]
+    return merge_sorted(table, cut, rows_table(rows, 0, "")).replace_schema_metadata(
+        table.schema.metadata), evidence
 
 
 def _ledger_sha(name: str, data: bytes, info: os.stat_result, claimed: Any,
@@ -427,19 +480,15 @@ def _latest_runs(runs) -> _LatestRuns:
     return _LatestRuns(runs.select(list(_LATEST_COLUMNS)).take(order.take(last)))
 
 
-def _ledger_problem(table, runs, seq: int) -> str | None:
+def _ledger_problem(table, evidence, runs, seq: int) -> str | None:
     import pyarrow.compute as pc
 
-    for name, columns in ((FACTS_FILE, _FACT_COLUMNS_SET), (RUNS_FILE, _RUN_COLUMNS_SET)):
-        source = table if name == FACTS_FILE else runs
+    for name, source, columns in ((FACTS_FILE, table, _FACT_COLUMNS_SET),
+                                  (EVIDENCE_FILE, evidence, _EVIDENCE_COLUMNS_SET),
+                                  (RUNS_FILE, runs, _RUN_COLUMNS_SET)):
         empty = [column for column in columns if source.column(column).null_count]
         if empty:
             return f"{name}: no value for {', '.join(empty)} in some rows"
-    evidence = pc.list_flatten(table.column("evidence"))
-    if evidence.null_count or (table.num_rows and pc.min(
-            pc.list_value_length(table.column("evidence"))).as_py() < 1) or any(
-            pc.struct_field(evidence, field).null_count for field in _EVIDENCE_FIELDS_SET):
-        return f"{FACTS_FILE}: facts without complete evidence"
     newest = max(pc.max(column).as_py() or 0 for column in (
         runs.column("build_seq"), table.column("updated_build_seq")))
     if not 0 <= newest <= seq:
@@ -463,25 +512,45 @@ def _order_problem(table) -> str | None:
     return None
 
 
-def _touched_rows(table, paths: set[str], fact_ids: set[str]) -> list[int]:
-    """Rows of the previous facts that a build changes: those with evidence from the
-    extracted or deleted sources, and those the new candidates name."""
-    if table is None or table.num_rows == 0:
-        return []
+def _evidence_problem(table, evidence, order: bool = True) -> str | None:
+    """Whether the evidence file holds each fact's evidence_count entries, in the facts'
+    order and (order) each fact's in sort_key order (the merge takes a fact's first
+    entries as the ones its row keeps), and each row keeps what kept_evidence keeps of
+    them."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows: set[int] = set()
-    if fact_ids:  # found by Arrow: no Python string per previous fact
-        named = pc.is_in(table.column("fact_id"), value_set=pa.array(sorted(fact_ids),
-                                                                      pa.string()))
-        rows.update(pc.indices_nonzero(named).to_pylist())
-    if paths:
-        evidence = table.column("evidence").combine_chunks()
-        flat = pc.list_flatten(evidence)
-        hits = pc.is_in(flat.field("source_path"), value_set=pa.array(sorted(paths)))
-        rows.update(pc.filter(pc.list_parent_indices(evidence), hits).to_pylist())
-    return sorted(rows)
+    counts = table.column("evidence_count").to_numpy()
+    if table.num_rows and counts.min() < 1 or int(counts.sum()) != evidence.num_rows:
+        return f"{EVIDENCE_FILE}: not the evidence the facts count"
+    owners = pa.array(np.repeat(np.arange(table.num_rows), counts))
+    if evidence.num_rows and not pc.all(pc.equal(
+            evidence.column("fact_id"), table.column("fact_id").take(owners))).as_py():
+        return f"{EVIDENCE_FILE}: evidence of other facts, or out of their order"
+    kept = pc.list_value_length(table.column("evidence")).to_numpy(zero_copy_only=False)
+    if np.any(kept < np.minimum(counts, EVIDENCE_KEPT)) or np.any(kept > counts):
+        return f"{FACTS_FILE}: rows that do not keep their first evidence"
+    if not order or evidence.num_rows < 2:
+        return None
+    order = pc.sort_indices(evidence.select([name for name, _ in EVIDENCE_ORDER])
+                            .append_column("fact", owners),
+                            sort_keys=[("fact", "ascending"), *EVIDENCE_ORDER])
+    if not pc.all(pc.equal(order, pa.array(range(evidence.num_rows), order.type))).as_py():
+        return f"{EVIDENCE_FILE}: a fact's evidence out of its order"
+    return None
+
+
+def _source_facts(evidence, paths: set[str]) -> set[str]:
+    """The facts with evidence from these sources."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not paths or evidence is None or evidence.num_rows == 0:
+        return set()
+    hits = pc.is_in(evidence.column("source_path"), value_set=pa.array(sorted(paths),
+                                                                       pa.string()))
+    return set(pc.unique(evidence.column("fact_id").filter(hits)).to_pylist())
 
 
 def _date_of(frontmatter: dict | None) -> str | None:
@@ -613,7 +682,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if not work and not deleted and ledger.data:
         for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
             write_atomic(out_dir / name, (ledger_dir / name).read_bytes())
-        rows, active = _size_of(ledger)
+        rows, active, _ = _size_of(ledger)
         return Outcome(prior_seq, False, _final_counts(counts, rows, active, prior_seq, {}),
                        ledger.sha)
     seq = prior_seq + 1
@@ -697,6 +766,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if written is None:
         written = _merge_whole(ledger, merge, present)
     facts_sha = write_pieces(out_dir / FACTS_FILE, written.facts_file)
+    evidence_sha = write_pieces(out_dir / EVIDENCE_FILE, written.evidence_file)
     runs_file, run_groups_copied = _runs_file(new_runs, seq, version, ledger)
     runs_digest = write_atomic(out_dir / RUNS_FILE, runs_file)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
@@ -713,6 +783,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         store.remove(RECORD)  # (a file the footer walker refused: read whole next time)
     elif store is not None:
         written.memo.facts_sha = facts_sha
+        written.memo.evidence_sha = evidence_sha
         written.memo.runs_sha = runs_digest()
         store.put(RECORD, written.memo.as_data())
         for path, entry in written.entries.items():
@@ -722,12 +793,13 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                 store.put_blob(SOURCE + path, entry)
             else:
                 store.put(SOURCE + path, entry)
-    rows, active = written.size
+    rows, active, evidence_rows = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
                   fact_groups_copied=written.copied, run_groups_copied=run_groups_copied)
     runs_rows = (ledger.runs.num_rows if ledger.runs is not None else 0) + len(new_runs)
     return Outcome(seq, True, _final_counts(counts, rows, active, seq, written.changes),
-                   facts_sha, {FACTS_FILE: rows, RUNS_FILE: runs_rows,
+                   facts_sha, {FACTS_FILE: rows, EVIDENCE_FILE: evidence_rows,
+                               RUNS_FILE: runs_rows,
                                DELTA_FILE: sum(written.changes.values())})
 
 
@@ -751,7 +823,7 @@ class Merge:
         facts in `only`, when given: the others come out as they were), invalidate what
         is left without evidence, and record the runs. Returns the delta and every fact's
         row, in the artifact's order (_settle)."""
-        before = {fid: (fact.is_active, tuple(sorted_evidence(fact.evidence)))
+        before = {fid: (fact.is_active, fact.evidence, fact.as_row())
                   for fid, fact in facts.items()}
         lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
         by_source: dict[str, set[str]] = {}  # source path -> active facts it supports
@@ -794,11 +866,12 @@ class Merge:
 @dataclass
 class _Written:
     facts_file: list[bytes | memoryview]  # its bytes: these pieces end to end
+    evidence_file: list[bytes | memoryview]
     delta: dict[str, list[dict]]           # the changed rows (none listed in a snapshot)
-    memo: LedgerMemo | None                # of the new file (its sha256s filled in later)
+    memo: LedgerMemo | None                # of the new files (their sha256s filled in later)
     # sources' new digests (or their compact_json); None: forget the source
     entries: dict[str, dict[str, str] | bytes | None]
-    size: tuple[int, int]                  # rows, active rows
+    size: tuple[int, int, int]             # rows, active rows, evidence rows
     copied: int = 0                        # row groups copied from the previous file
     changes: dict[str, int] = field(default_factory=dict)  # facts added, updated, ...
 
@@ -811,26 +884,30 @@ class _MemoDoesNotFit(Exception):
     """The memo and the ledger disagree: the ledger is read whole instead."""
 
 
-def _size_of(ledger: _Ledger) -> tuple[int, int]:
-    """The facts and active facts of a ledger."""
+def _size_of(ledger: _Ledger) -> tuple[int, int, int]:
+    """The facts, active facts and evidence entries of a ledger."""
     if ledger.memo is not None:
         return (sum(k.rows for k in ledger.memo.keys),
-                sum(k.active for k in ledger.memo.keys))
+                sum(k.active for k in ledger.memo.keys),
+                sum(g.rows for g in ledger.memo.evidence_groups))
     return _table_size(ledger.table)
 
 
-def _table_size(table) -> tuple[int, int]:
+def _table_size(table) -> tuple[int, int, int]:
     import pyarrow.compute as pc
 
     if table is None or table.num_rows == 0:
-        return 0, 0
-    return table.num_rows, pc.sum(table.column("is_active")).as_py() or 0
+        return 0, 0, 0
+    return (table.num_rows, pc.sum(table.column("is_active")).as_py() or 0,
+            pc.sum(table.column("evidence_count")).as_py() or 0)
 
 
 def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Written:
     """A first build's merge: every candidate is new, so the facts are made as columns
     from the workers' streams (facts/columns.py), a row group at a time, with no Python
     object per fact."""
+    import numpy as np
+
     merge.record_runs()
     facts = FreshFacts(streams, merge.seq, merge.version)
     return_free_memory()  # (the workers' streams, let go)
@@ -840,73 +917,236 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
     facts_file = parquet_groups_bytes_threaded(facts_schema().with_metadata(merge.metadata()),
                                                len(ranges),
                                                lambda number: facts.rows(*ranges[number]))
+    evidence_file = parquet_groups_bytes_threaded(
+        evidence_schema().with_metadata(evidence_metadata(merge.seq, merge.version)),
+        len(ranges), lambda number: facts.evidence(*ranges[number]))
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
-    return _Written([facts_file], {"added": [], "updated": [], "invalidated": []},
-                    _memo_of(facts_file, facts.keys, starts), entries,
-                    (facts.count, facts.count),
+    return _Written([facts_file], [evidence_file], {"added": [], "updated": [],
+                                                    "invalidated": []},
+                    _memo_of(facts_file, evidence_file, facts.keys, starts), entries,
+                    (facts.count, facts.count, int(np.diff(facts.bounds).sum())),
                     changes={"added": facts.count, "updated": 0, "invalidated": 0})
 
 
-def _memo_of(facts_file: bytes, table, starts: list[int]) -> LedgerMemo | None:
-    """The memo of a semantic_facts.parquet just made (its sha256s filled in later)."""
+def _memo_of(facts_file: bytes, evidence_file: bytes, table, starts: list[int]
+             ) -> LedgerMemo | None:
+    """The memo of a semantic_facts.parquet and its evidence file just made (their
+    sha256s filled in later)."""
     try:
         parts = read_parts(facts_file)
+        evidence = read_parts(evidence_file)
         return LedgerMemo("", "", FACT_GROUP_ROWS, HEAVY_EVIDENCE, encoding_of(parts.footer),
-                          group_keys(table, starts, HEAVY_EVIDENCE), parts.groups)
+                          group_keys(table, starts, HEAVY_EVIDENCE), parts.groups, "",
+                          encoding_of(evidence.footer), evidence.groups)
     except SpliceError:  # a footer this module cannot splice (another pyarrow): no memo
         return None
 
 
-def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
-    """The merge with the previous facts read whole: the facts the build touches become
-    Python objects, the others stay Arrow rows; the file and the memo are made anew."""
-    previous = ledger.table
-    touched = _touched_rows(previous, set(merge.deleted) | {item[0].path for item in
-                                                             merge.extracted},
-                            {fid for _, _, found, _ in merge.extracted for fid, _ in found})
-    facts = {row["fact_id"]: Fact.from_row(row)
-             for row in (previous.take(touched).to_pylist() if touched else [])}
-    delta, rows = merge.apply(facts)
-    changed = rows_table(list(rows.values()), merge.seq, merge.version)
-    table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
-    facts_file, starts = _facts_file(table)
-    # Every source's digests: of the facts just changed and of the others as they were
-    # (a ledger without a memo). (No previous facts at all: _merge_fresh.)
-    found = digests_by_source(rows.values())
-    _add_untouched_digests(previous, touched, found)
-    entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
-    entries.update(found)
-    for path in merge.deleted:
-        entries.setdefault(path, None)
-    return _Written([facts_file], delta, _memo_of(facts_file, table, starts), entries,
-                    _table_size(table))
+def _evidence_starts(evidence, fact_starts: list[int], facts: int) -> list[int]:
+    """The row groups' first rows of the evidence table of `facts` facts whose row
+    groups start at fact_starts: each fact group's evidence is a group (the files'
+    groups pair up)."""
+    import numpy as np
+
+    owner = np.cumsum(_new_fact(evidence.column("fact_id").combine_chunks())) - 1
+    if (owner[-1] + 1 if len(owner) else 0) != facts:  # every fact has evidence
+        raise ExtractionError(f"{EVIDENCE_FILE}: facts without evidence")
+    return np.searchsorted(owner, fact_starts).tolist()
 
 
-_DIGEST_SLICE = 20_000  # facts made Python objects at a time for their digests
+def _new_fact(fact_ids):
+    """Whether each row of a fact id array starts a fact (a run of equal ids)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    rows = len(fact_ids)
+    starts = np.ones(rows, dtype=bool)
+    if rows > 1:
+        starts[1:] = pc.not_equal(fact_ids.slice(1), fact_ids.slice(0, rows - 1)).to_numpy(
+            zero_copy_only=False)
+    return starts
 
 
-def _add_untouched_digests(previous, touched: list[int], found: dict[str, dict]) -> None:
-    """Add to found (source path -> fact id -> digest) the digests of the previous
-    facts a build leaves alone, active ones only (a ledger read whole has no memo to take
-    them from); a slice of rows at a time (at 100,000 documents all 5,000,000 facts as
-    Python rows took 14 GB)."""
+@dataclass
+class _Window:
+    """The facts a merge changes as Fact objects (_windowed), and where the rest of
+    their evidence lies in the evidence rows they were read from."""
+
+    facts: dict[str, Fact]
+    mine: Any         # numpy bool: which evidence rows are these facts'
+    hidden_rows: Any  # the numbers of those rows left out of the Fact objects
+    hidden_ids: Any   # and each one's fact id (Arrow)
+
+
+def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
+    """The facts `ids` of these fact rows as Fact objects holding the evidence a merge
+    can change or must show: every entry from `paths` (the sources extracted or deleted),
+    every declared entry, and the first EVIDENCE_KEPT of the others (with any entry
+    whose sort key ties the last of them: equal keys keep their order only together).
+    The others sort after those and stay Arrow rows of `evidence` (the rows of these
+    facts' evidence, in the file's order), counted in Fact.hidden."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    keep = pc.and_(previous.column("is_active"), pc.invert(pc.is_in(
-        pa.array(range(previous.num_rows), pa.int64()), value_set=pa.array(touched, pa.int64()))))
-    kept = previous.select(["fact_id", "is_active", "evidence"]).filter(keep)
-    for start in range(0, kept.num_rows, _DIGEST_SLICE):
-        rows = kept.slice(start, _DIGEST_SLICE).to_pylist()
-        for path, digests in digests_by_source(rows).items():
+    value_set = pa.array(sorted(ids), pa.string())
+    rows = facts_rows.filter(pc.is_in(facts_rows.column("fact_id"), value_set=value_set)
+                             ).to_pylist()
+    mine = pc.is_in(evidence.column("fact_id"), value_set=value_set).to_numpy(
+        zero_copy_only=False)
+    at = np.flatnonzero(mine)
+    entries = evidence.take(pa.array(at, pa.int64()))
+    fact_ids = entries.column("fact_id").combine_chunks()
+    starts = _new_fact(fact_ids)
+    owner = np.cumsum(starts) - 1
+    from_paths = pc.is_in(entries.column("source_path"), value_set=pa.array(
+        sorted(paths), pa.string())).to_numpy(zero_copy_only=False)
+    rest = ~from_paths
+    seen = np.cumsum(rest)  # the rest's entries so far, this one included
+    rank = seen - 1 - (seen - rest)[np.flatnonzero(starts)][owner]  # among its fact's rest
+    shown = from_paths | (rank < EVIDENCE_KEPT) | pc.equal(
+        entries.column("extractor"), DECLARED).to_numpy(zero_copy_only=False)
+    if len(at) > 1:
+        tied = ~starts[1:]
+        for name, _ in EVIDENCE_ORDER:
+            column = entries.column(name)
+            tied &= pc.equal(column.slice(1), column.slice(0, len(at) - 1)).to_numpy(
+                zero_copy_only=False)
+        for row in np.flatnonzero(tied) + 1:  # (ascending: a run of ties is followed)
+            shown[row] |= shown[row - 1]
+    fields = list(Evidence._fields)
+    held: dict[str, list[Evidence]] = {}
+    for fid, entry in zip(fact_ids.filter(pa.array(shown)).to_pylist(), evidence_entries(
+            entries.select(fields).filter(pa.array(shown)).to_pylist()), strict=True):
+        held.setdefault(fid, []).append(entry)
+    hidden = ~shown
+    first_ids = fact_ids.take(pa.array(np.flatnonzero(starts))).to_pylist()
+    hidden_counts = np.bincount(owner[hidden], minlength=len(first_ids))
+    dates = entries.column("freshness_at").filter(pa.array(hidden))
+    grouped = pa.table({"fact": owner[hidden], "date": pc.if_else(
+        pc.equal(dates, ""), pa.scalar(None, pa.string()), dates)}).group_by(
+        "fact", use_threads=False).aggregate([("date", "max")])
+    latest = dict(zip(grouped.column("fact").to_pylist(),
+                      grouped.column("date_max").to_pylist(), strict=True))
+    numbers = {fid: number for number, fid in enumerate(first_ids)}
+    facts = {}
+    for row in rows:
+        fact = facts[row["fact_id"]] = Fact.from_row(row)
+        number = numbers.get(fact.fact_id)
+        fact.evidence = held.get(fact.fact_id, [])
+        fact.hidden = int(hidden_counts[number]) if number is not None else 0
+        fact.hidden_latest = latest.get(number)
+        if len(fact.evidence) + fact.hidden != row["evidence_count"]:
+            raise ExtractionError(f"{EVIDENCE_FILE}: not the evidence of {fact.fact_id}")
+    return _Window(facts, mine, at[hidden], fact_ids.filter(pa.array(hidden)))
+
+
+def _merged_evidence(evidence, window: _Window, facts_table, seq: int, version: str):
+    """The evidence rows of facts_table (the merged facts of a region) from the region's
+    previous evidence rows: those of the facts the merge left alone as they were, and
+    for the merged ones (window.facts) the entries they hold now and the rows they left
+    hidden (unless their evidence was started afresh), each fact's in sort_key order."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    facts = window.facts
+    kept_hidden = pc.invert(pc.is_in(window.hidden_ids, value_set=pa.array(
+        sorted(fid for fid, fact in facts.items() if not fact.hidden), pa.string())))
+    held = evidence_rows_table([(fid, *entry) for fid, fact in facts.items()
+                                for entry in sorted_evidence(fact.evidence)], seq, version)
+    merged = pa.concat_tables([
+        evidence.take(pa.array(window.hidden_rows, pa.int64())).filter(kept_hidden)
+        .replace_schema_metadata(None), held.replace_schema_metadata(None)])
+    ids = facts_table.column("fact_id")
+    place = pc.index_in(merged.column("fact_id"), value_set=ids)
+    merged = merged.take(pc.sort_indices(
+        merged.select([name for name, _ in EVIDENCE_ORDER]).append_column("place", place),
+        sort_keys=[("place", "ascending"), *EVIDENCE_ORDER]))  # (stable)
+    left = evidence.filter(pa.array(~window.mine)).replace_schema_metadata(None)
+    both = pa.concat_tables([left, merged])
+    places = pc.index_in(both.column("fact_id"), value_set=ids)
+    if places.null_count:
+        raise ExtractionError(f"{EVIDENCE_FILE}: evidence of no fact")
+    order = np.argsort(places.to_numpy(zero_copy_only=False), kind="stable")
+    return both.take(pa.array(order)).combine_chunks().replace_schema_metadata(
+        evidence_metadata(seq, version))
+
+
+def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
+    """The merge with the previous facts read whole: the facts the build touches become
+    Python objects (_windowed), the others stay Arrow rows; the files and the memo are
+    made anew."""
+    previous, previous_evidence = ledger.table, ledger.evidence
+    paths = set(merge.deleted) | {item[0].path for item in merge.extracted}
+    ids = _source_facts(previous_evidence, paths) | {
+        fid for _, _, found, _ in merge.extracted for fid, _ in found}
+    window = _windowed(previous, previous_evidence, ids, paths)
+    touched = _rows_of(previous, window.facts)
+    delta, rows = merge.apply(window.facts)
+    changed = rows_table(list(rows.values()), merge.seq, merge.version)
+    table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
+    evidence = _merged_evidence(previous_evidence, window, table, merge.seq, merge.version)
+    starts = fact_group_starts(table, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
+    facts_file = parquet_bytes(table.combine_chunks(), group_starts=starts)
+    evidence_file = parquet_bytes(evidence, group_starts=_evidence_starts(
+        evidence, starts, table.num_rows))
+    # Every source's digests (a ledger without a memo has none to start from).
+    entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
+    entries.update(_digests(table, evidence))
+    for path in merge.deleted:
+        entries.setdefault(path, None)
+    return _Written([facts_file], [evidence_file], delta,
+                    _memo_of(facts_file, evidence_file, table, starts), entries,
+                    _table_size(table))
+
+
+def _rows_of(table, facts: dict[str, Fact]) -> list[int]:
+    """The rows of a facts table that hold these facts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table is None or not facts:
+        return []
+    return pc.indices_nonzero(pc.is_in(table.column("fact_id"), value_set=pa.array(
+        sorted(facts), pa.string()))).to_pylist()
+
+
+_DIGEST_SLICE = 20_000  # evidence entries made Python objects at a time for their digests
+
+
+def _digests(table, evidence) -> dict[str, dict[str, str]]:
+    """Every source's digests of the active facts (facts/memo.py), from the evidence
+    file's rows: a slice of whole facts at a time (at 100,000 documents all 5,000,000
+    facts as Python rows took 14 GB)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    active = table.column("fact_id").filter(table.column("is_active"))
+    rows = evidence.filter(pc.is_in(evidence.column("fact_id"), value_set=active))
+    fields = list(Evidence._fields)
+    starts = np.flatnonzero(_new_fact(rows.column("fact_id").combine_chunks()))
+    cuts = [*starts[np.searchsorted(starts, range(0, rows.num_rows, _DIGEST_SLICE))
+                    .clip(max=len(starts) - 1)].tolist(), rows.num_rows] if len(starts) else [0]
+    found: dict[str, dict[str, str]] = {}
+    for begin, end in zip(cuts, cuts[1:], strict=False):
+        if end <= begin:
+            continue
+        part = rows.slice(begin, end - begin)
+        for path, digests in digests_by_source(zip(
+                part.column("fact_id").to_pylist(),
+                evidence_entries(part.select(fields).to_pylist()), strict=True)).items():
             found.setdefault(path, {}).update(digests)
+    return found
 
 
 def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> _Written:
     """The merge through the memo: the facts whose evidence from an extracted or deleted
     source changed are found from the sources' digests, only the row groups that hold
-    them (or would) are read and encoded again, and the others are copied."""
+    them (or would) are read and encoded again, in both files, and the others are
+    copied."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -940,8 +1180,11 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         numbers = [group for begin, end in runs for group in range(begin, end)]
         region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
             facts_schema()) if numbers else None
+    with ParquetParts(ledger.evidence_data) as file:
+        region_evidence = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
+            evidence_schema()) if numbers else None
     # Each run's first row in the region; the memo's first rows must be the file's (it
-    # places rows by them).
+    # places rows by them), and the evidence rows the facts' own.
     first_rows = [*memo.starts, sum(k.rows for k in memo.keys)]
     sizes = [first_rows[end] - first_rows[begin] for begin, end in runs]
     offsets = [sum(sizes[:index]) for index in range(len(runs))]
@@ -949,17 +1192,19 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
             region.column("fact_id")[offset + first_rows[group] - first_rows[begin]].as_py()
             != memo.keys[group].fact_id
             for (begin, end), offset in zip(runs, offsets, strict=True)
-            for group in range(begin, end))):
+            for group in range(begin, end)) or _evidence_problem(region, region_evidence,
+                                                                 order=False)):
         raise _MemoDoesNotFit
     touched: list[int] = []
+    window = _Window({}, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64),
+                     pa.array([], pa.string()))
     if region is not None and changed:
-        touched = pc.indices_nonzero(pc.is_in(region.column("fact_id"), value_set=pa.array(
-            sorted(changed), pa.string()))).to_pylist()
-    facts = {row["fact_id"]: Fact.from_row(row)
-             for row in (region.take(touched).to_pylist() if touched else [])}
-    if unplaced - facts.keys():
+        window = _windowed(region, region_evidence, changed,
+                           set(merge.deleted) | {item[0].path for item in merge.extracted})
+        touched = _rows_of(region, window.facts)
+    if unplaced - window.facts.keys():
         raise _MemoDoesNotFit
-    delta, rows = merge.apply(facts, changed)
+    delta, rows = merge.apply(window.facts, changed)
     # Each changed row goes to the run of the group it sorts into.
     begins = [begin for begin, _ in runs]
     by_run: list[list[dict]] = [[] for _ in runs]
@@ -976,14 +1221,21 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         keys.append(group_keys(table, run_starts, memo.heavy))
         merged.append(table)
     fresh_table = (pa.concat_tables(merged) if merged else
-                   facts_table([], merge.seq, merge.version)).replace_schema_metadata(
-        merge.metadata())
-    fresh = parquet_bytes(fresh_table.combine_chunks(), group_starts=starts)
+                   rows_table([], merge.seq, merge.version)).replace_schema_metadata(
+        merge.metadata()).combine_chunks()
+    fresh = parquet_bytes(fresh_table, group_starts=starts)
+    fresh_evidence = _merged_evidence(region_evidence, window, fresh_table, merge.seq,
+                                      merge.version) if region is not None else \
+        evidence_rows_table([], merge.seq, merge.version)
+    evidence_fresh = parquet_bytes(fresh_evidence, group_starts=_evidence_starts(
+        fresh_evidence, starts, fresh_table.num_rows))
+    spliced = [(begin, end, len(run_keys)) for (begin, end), run_keys in zip(runs, keys,
+                                                                                strict=True)]
     try:
-        facts_file, placed = replace_runs(
-            memo.groups, memo.encoding,
-            [(begin, end, len(run_keys))
-             for (begin, end), run_keys in zip(runs, keys, strict=True)], fresh)
+        facts_file, placed = replace_runs(memo.groups, memo.encoding, spliced, fresh)
+        evidence_file, evidence_placed = replace_runs(memo.evidence_groups,
+                                                      memo.evidence_encoding, spliced,
+                                                      evidence_fresh)
     except SpliceError:
         raise _MemoDoesNotFit from None
     new_keys, at = [], 0
@@ -995,9 +1247,12 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     for path in merge.deleted:
         entries[path] = None
     made = LedgerMemo("", "", memo.group_rows, memo.heavy, memo.encoding, new_keys,
-                      [Group(b"", *fields) for fields in placed])  # (its file is not joined)
-    return _Written(facts_file, delta, made, entries,
-                    (sum(k.rows for k in new_keys), sum(k.active for k in new_keys)),
+                      [Group(b"", *fields) for fields in placed], "",  # (not joined)
+                      memo.evidence_encoding, [Group(b"", *fields)
+                                               for fields in evidence_placed])
+    return _Written(facts_file, evidence_file, delta, made, entries,
+                    (sum(k.rows for k in new_keys), sum(k.active for k in new_keys),
+                     sum(group.rows for group in made.evidence_groups)),
                     len(new_keys) - sum(len(run_keys) for run_keys in keys))
 
 
@@ -1197,7 +1452,7 @@ def _drop_evidence(facts: dict[str, Fact], by_source: dict[str, set[str]], path:
     for fid in sorted(by_source.get(path, ())):
         fact = facts[fid]
         kept = [e for e in fact.evidence if e.source_path != path]
-        if not kept and fact.fact_id not in lost:
+        if not kept and not fact.hidden and fact.fact_id not in lost:
             lost[fact.fact_id] = (run_id, reason, fact.evidence)
         fact.evidence = kept
 
@@ -1232,7 +1487,7 @@ def _add_candidates(facts: dict[str, Fact], candidates: list[tuple[str, Candidat
                                      created_run_id=run_id, created_build_seq=seq,
                                      updated_build_seq=seq)
         elif not fact.is_active:  # supported again: its old evidence no longer counts
-            fact.is_active, fact.evidence = True, []
+            fact.is_active, fact.evidence, fact.hidden, fact.hidden_latest = True, [], 0, None
             fact.invalidated_run_id = fact.invalidated_build_seq = None
             fact.invalidation_reason = None
         fact.evidence.append(evidence)
@@ -1249,7 +1504,7 @@ def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str
     changes: dict[str, str] = {}  # fact id -> its list in the delta, in fact id order
     for fid in sorted(facts):
         fact = facts[fid]
-        if fact.is_active and not fact.evidence:
+        if fact.is_active and not fact.evidence and not fact.hidden:
             run_id, reason, old = lost[fid]
             fact.is_active, fact.evidence = False, old  # kept, with what supported it
             fact.invalidated_run_id, fact.invalidated_build_seq = run_id, seq
@@ -1270,7 +1525,7 @@ def _settle(facts: dict[str, Fact], before: dict, lost: dict[str, tuple[str, str
             # a slice, _replace is some 5x slower)
             first_run = {e.without_run_id(): e for e in previous[1]}
             fact.evidence = [first_run.get(e.without_run_id(), e) for e in fact.evidence]
-            if previous[1] != tuple(sorted_evidence(fact.evidence)):
+            if fact.as_row() != previous[2]:  # (its row: the delta lists changed rows)
                 fact.updated_build_seq = seq
                 changes[fid] = "updated"
     # Made in the order Arrow reads them: converting rows scattered in memory is 3x slower.

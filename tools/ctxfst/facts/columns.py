@@ -19,14 +19,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .model import SORT_COLUMNS, Candidate, facts_schema, rows_table, table_metadata
+from .model import (
+    DECLARED,
+    EVIDENCE_KEPT,
+    EVIDENCE_ORDER,
+    SORT_COLUMNS,
+    Candidate,
+    evidence_metadata,
+    evidence_schema,
+    facts_schema,
+    rows_table,
+    table_metadata,
+)
 
 # A candidate row: its fact's id, key and value type, then its evidence as the fact keeps it.
 _FACT_FIELDS = ("fact_id", *SORT_COLUMNS, "value_type")
-# Evidence.sort_key, the order of a fact's evidence (ties: the order candidates were made)
-_EVIDENCE_ORDER = (("confidence", "descending"), ("source_path", "ascending"),
-                   ("path", "ascending"), ("start", "ascending"), ("end", "ascending"),
-                   ("extractor", "ascending"))
 
 
 def _evidence_type():
@@ -164,8 +171,8 @@ class FreshFacts:
         # A stable sort: equal evidence keys keep the order the candidates were made in.
         order = pc.sort_indices(
             _sortable(candidates.select([*SORT_COLUMNS,
-                                         *(name for name, _ in _EVIDENCE_ORDER)])),
-            sort_keys=[*((name, "ascending") for name in SORT_COLUMNS), *_EVIDENCE_ORDER])
+                                         *(name for name, _ in EVIDENCE_ORDER)])),
+            sort_keys=[*((name, "ascending") for name in SORT_COLUMNS), *EVIDENCE_ORDER])
         self.ranks = ranks = order.to_numpy()
         fact_ids = candidates.column("fact_id").take(order).combine_chunks()
         differs = pc.not_equal(fact_ids.slice(1), fact_ids.slice(0, max(rows - 1, 0)))
@@ -201,16 +208,22 @@ class FreshFacts:
         first_made = taken(["value_type", "run_id"], self.first_made[begin:end])
         bounds = self.bounds[begin:end + 1]
         evidence_type = _evidence_type()
-        ranked = taken([field.name for field in evidence_type],
-                       self.ranks[bounds[0]:bounds[-1]])
+        ranked = self._ranked(begin, end)
         # freshness_at: the latest date any evidence gives (as Fact.as_row(): "" is none)
         dates = ranked.column("freshness_at")
         dates = pc.if_else(pc.equal(dates, ""), pa.scalar(None, pa.string()), dates)
         latest = pa.table({"fact": np.repeat(np.arange(facts), np.diff(bounds)),
                            "date": dates}).group_by("fact", use_threads=False).aggregate(
             [("date", "max")]).sort_by("fact").column("date_max")
+        # The row keeps the first EVIDENCE_KEPT entries and every declared one
+        # (model.kept_evidence); the evidence file has them all.
+        rank = np.arange(len(ranked)) - np.repeat(bounds[:-1] - bounds[0], np.diff(bounds))
+        kept = (rank < EVIDENCE_KEPT) | pc.equal(ranked.column("extractor"), DECLARED
+                                                  ).to_numpy(zero_copy_only=False)
+        offsets = np.concatenate([[0], np.cumsum(kept)])[bounds - bounds[0]]
+        ranked = ranked.filter(pa.array(kept))
         evidence = pa.ListArray.from_arrays(
-            pa.array(bounds - bounds[0], pa.int32()), pa.StructArray.from_arrays(
+            pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
                 [ranked.column(field.name).combine_chunks() for field in evidence_type],
                 fields=list(evidence_type)))
         seq = pa.array(np.full(facts, self.build_seq, dtype=np.int64))
@@ -242,7 +255,31 @@ class FreshFacts:
             table_metadata(self.build_seq, self.extract_version))
 
 
+    def _ranked(self, begin: int, end: int):
+        """The evidence of facts begin..end, in the artifact's order, as plain columns."""
+        import pyarrow as pa
+
+        names = [field.name for field in _evidence_type()]
+        picked = self.candidates.select(names).take(
+            pa.array(self.ranks[self.bounds[begin]:self.bounds[end]]))
+        return pa.table([_plain(column) for column in picked.columns], names=names)
+
+    def evidence(self, begin: int, end: int):
+        """The semantic_fact_evidence table of facts begin..end."""
+        import numpy as np
+        import pyarrow as pa
+
+        bounds = self.bounds[begin:end + 1]
+        ranked = self._ranked(begin, end)
+        fact_ids = self.keys.column("fact_id").take(
+            pa.array(np.repeat(np.arange(begin, end), np.diff(bounds))))
+        schema = evidence_schema()
+        return pa.Table.from_arrays([fact_ids, *ranked.columns], schema=schema
+                                    ).replace_schema_metadata(
+            evidence_metadata(self.build_seq, self.extract_version))
+
+
 def fresh_facts(streams: list[bytes], build_seq: int, extract_version: str):
-    """FreshFacts' whole table."""
+    """FreshFacts' whole table, and its evidence table."""
     facts = FreshFacts(streams, build_seq, extract_version)
-    return facts.rows(0, facts.count)
+    return facts.rows(0, facts.count), facts.evidence(0, facts.count)

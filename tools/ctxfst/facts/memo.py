@@ -3,11 +3,13 @@ re-encodes only the row groups of the facts it changes.
 
 The memo lives in the build's unit store (data only, owner-checked) and holds:
 
-- "facts_file": the sha256 of the semantic_facts.parquet and the runs file this
-  toolchain wrote last, the row-group size and heavy evidence count they were cut with,
-  and per row group its first row's sort key and fact id, its rows and active rows,
-  whether that row is heavy (a group of its own), and its footer entry
-  (artifacts/parquet_splice), so the file is spliced without walking its footer;
+- "facts_file": the sha256 of the semantic_facts.parquet, the evidence file and the
+  runs file this toolchain wrote last, the row-group size and heavy evidence count they
+  were cut with, and per row group its first row's sort key and fact id, its rows and
+  active rows, whether that row is heavy (a group of its own), and its footer entries
+  in the facts file and in the evidence file (whose row groups hold the evidence of the
+  facts file's, group for group; artifacts/parquet_splice), so the files are spliced
+  without walking their footers;
 - "facts:<source path>", for every source: a digest of the evidence it gives each active
   fact it supports (run ids left out: a span read again by a later run is the same).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -54,16 +57,11 @@ def spans_digest(spans: list[tuple]) -> str:
     return hashlib.blake2b("\n".join(items).encode("utf-8"), digest_size=8).hexdigest()
 
 
-def digests_by_source(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, str]]:
-    """Each source's digests of the active facts among these rows (Fact.as_row())."""
+def digests_by_source(entries: Iterable[tuple[str, Evidence]]) -> dict[str, dict[str, str]]:
+    """Each source's digests of the facts these (fact id, evidence) entries support."""
     found: dict[str, dict[str, list[Evidence]]] = {}
-    for row in rows:
-        if not row["is_active"]:
-            continue
-        for item in row["evidence"]:
-            evidence = item if isinstance(item, Evidence) else Evidence(**item)
-            found.setdefault(evidence.source_path, {}).setdefault(row["fact_id"], []).append(
-                evidence)
+    for fid, evidence in entries:
+        found.setdefault(evidence.source_path, {}).setdefault(fid, []).append(evidence)
     return {path: {fid: evidence_digest(items) for fid, items in facts.items()}
             for path, facts in found.items()}
 
@@ -74,6 +72,11 @@ def read_digests(value: Any) -> dict[str, str] | None:
             type(fid) is str and type(digest) is str for fid, digest in value.items()):
         return None
     return value
+
+
+def _firsts_of(rows: Iterable[int]) -> list[int]:
+    """The first row of each of groups of these many rows."""
+    return list(itertools.accumulate(rows, initial=0))[:-1]
 
 
 @dataclass
@@ -112,20 +115,27 @@ class LedgerMemo:
     encoding: str        # parquet_splice.encoding_of its footer
     keys: list[GroupKeys]
     groups: list[Group]  # in the facts file's bytes
+    evidence_sha: str
+    evidence_encoding: str
+    evidence_groups: list[Group]  # in the evidence file's bytes, group for group
 
     @classmethod
-    def read(cls, value: Any, facts: bytes, facts_sha: str, runs_sha: str,
-             group_rows: int, heavy: int) -> LedgerMemo | None:
+    def read(cls, value: Any, facts: bytes, facts_sha: str, runs_sha: str, evidence: bytes,
+             evidence_sha: str, group_rows: int, heavy: int) -> LedgerMemo | None:
         """The memo of exactly these files (their sha256) cut with this group size and
         heavy evidence count, or None (another ledger, another toolchain's memo, or a
         damaged one)."""
         if not isinstance(value, dict) or value.get("facts_sha256") != facts_sha or \
                 value.get("runs_sha256") != runs_sha or value.get("group_rows") != group_rows \
-                or value.get("heavy") != heavy or not is_sha256(value.get("encoding")):
+                or value.get("evidence_sha256") != evidence_sha \
+                or value.get("heavy") != heavy or not is_sha256(value.get("encoding")) \
+                or not is_sha256(value.get("evidence_encoding")):
             return None
         try:
             keys = []
             groups = groups_from_records(facts, [entry["part"] for entry in value["groups"]])
+            evidence_groups = groups_from_records(
+                evidence, [entry["evidence_part"] for entry in value["groups"]])
             for entry, group in zip(value["groups"], groups, strict=True):
                 first, fact_id, rows, active, alone = (
                     entry[n] for n in ("first", "id", "rows", "active", "heavy"))
@@ -138,16 +148,23 @@ class LedgerMemo:
                 keys.append(GroupKeys(tuple(first), fact_id, rows, active, alone))
         except (KeyError, TypeError, SpliceError):
             return None
-        if [k.first for k in keys] != sorted(k.first for k in keys):
-            return None
-        return cls(facts_sha, runs_sha, group_rows, heavy, value["encoding"], keys, groups)
+        if [k.first for k in keys] != sorted(k.first for k in keys) or \
+                any(group.rows < k.rows for k, group in zip(keys, evidence_groups, strict=True)):
+            return None  # (every fact has evidence)
+        return cls(facts_sha, runs_sha, group_rows, heavy, value["encoding"], keys, groups,
+                   evidence_sha, value["evidence_encoding"], evidence_groups)
 
     def as_data(self) -> dict[str, Any]:
         return {"facts_sha256": self.facts_sha, "runs_sha256": self.runs_sha,
-                "group_rows": self.group_rows, "heavy": self.heavy, "encoding": self.encoding,
+                "evidence_sha256": self.evidence_sha, "group_rows": self.group_rows,
+                "heavy": self.heavy, "encoding": self.encoding,
+                "evidence_encoding": self.evidence_encoding,
                 "groups": [{"first": list(k.first), "id": k.fact_id, "rows": k.rows,
-                            "active": k.active, "heavy": k.heavy, "part": group_record(g)}
-                           for k, g in zip(self.keys, self.groups, strict=True)]}
+                            "active": k.active, "heavy": k.heavy, "part": group_record(g),
+                            "evidence_part": group_record(e)}
+                           for k, g, e in zip(self.keys, self.groups, self.evidence_groups,
+                                              strict=True)]}
+
 
     @cached_property
     def _firsts(self) -> list[tuple[str, ...]]:
@@ -156,11 +173,7 @@ class LedgerMemo:
     @cached_property
     def starts(self) -> list[int]:
         """Each row group's first row in the file."""
-        starts, at = [], 0
-        for k in self.keys:
-            starts.append(at)
-            at += k.rows
-        return starts
+        return _firsts_of(k.rows for k in self.keys)
 
     def group_of(self, sort_key: tuple) -> int:
         """The row group a row with this sort key is in, or would go into."""

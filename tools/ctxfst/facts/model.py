@@ -14,7 +14,7 @@ from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-FACTS_SCHEMA_VERSION = "1.0.0"
+FACTS_SCHEMA_VERSION = "2.0.0"  # 2.0.0: rows keep bounded evidence, the rest in its file
 ENTITY_TYPES = ("document", "chunk", "entity", "skill")
 TRIGGERS = ("create", "update", "backfill", "manual_retry")
 STATUSES = ("queued", "running", "completed", "failed")
@@ -65,11 +65,19 @@ class Evidence(NamedTuple):
 
 _RUN_ID = Evidence._fields.index("run_id")
 _FIELDS = Evidence._fields
+# A fact's row keeps its first this many evidence entries, and every declared one; all of
+# them are in the evidence file (an entity's type cites every document declaring it).
+EVIDENCE_KEPT = 8
+DECLARED = "declared"  # the extractor of the facts a document declares
 # sort_key's order, as two stable sorts by keys taken in C (an entity's facts hold an
 # entry for every document declaring it: sort_key's tuples were most of sorting them)
 _AFTER_CONFIDENCE = itemgetter(*(_FIELDS.index(name) for name in (
     "source_path", "path", "start", "end", "extractor")))
 _CONFIDENCE = itemgetter(_FIELDS.index("confidence"))
+# Evidence.sort_key as Arrow sort keys (ties: the order the entries were made)
+EVIDENCE_ORDER = (("confidence", "descending"), ("source_path", "ascending"),
+                  ("path", "ascending"), ("start", "ascending"), ("end", "ascending"),
+                  ("extractor", "ascending"))
 
 
 def sorted_evidence(evidence) -> list[Evidence]:
@@ -77,6 +85,15 @@ def sorted_evidence(evidence) -> list[Evidence]:
     ordered = sorted(evidence, key=_AFTER_CONFIDENCE)
     ordered.sort(key=_CONFIDENCE, reverse=True)  # (reverse keeps a sort stable)
     return ordered
+
+
+def kept_evidence(ordered: list[Evidence]) -> list[Evidence]:
+    """What a fact's row keeps of its evidence (in sort_key order): the first
+    EVIDENCE_KEPT entries and every declared one."""
+    if len(ordered) <= EVIDENCE_KEPT:
+        return ordered
+    return ordered[:EVIDENCE_KEPT] + [e for e in ordered[EVIDENCE_KEPT:]
+                                      if e.extractor == DECLARED]
 
 
 class Candidate(NamedTuple):
@@ -100,7 +117,9 @@ class Candidate(NamedTuple):
 
 @dataclass
 class Fact:
-    """One row of semantic_facts.parquet, with all its current evidence."""
+    """One row of semantic_facts.parquet. `evidence` holds its evidence entries, or the
+    first of them in sort_key order: `hidden` more sort after those, and the latest of
+    their dates is `hidden_latest` (the merge leaves them in the evidence file)."""
 
     fact_id: str
     tenant_id: str
@@ -118,6 +137,8 @@ class Fact:
     invalidated_run_id: str | None = None
     invalidated_build_seq: int | None = None
     invalidation_reason: str | None = None
+    hidden: int = 0
+    hidden_latest: str | None = None
 
     def primary(self) -> Evidence:
         return min(self.evidence, key=Evidence.sort_key)
@@ -126,6 +147,8 @@ class Fact:
         ordered = sorted_evidence(self.evidence)
         first = ordered[0]  # primary(): sorted is stable, so the first of the best
         dates = [e.freshness_at for e in ordered if e.freshness_at]
+        if self.hidden_latest:
+            dates.append(self.hidden_latest)
         return {
             "fact_id": self.fact_id, "tenant_id": self.tenant_id,
             "entity_type": self.entity_type, "entity_id": self.entity_id,
@@ -144,23 +167,32 @@ class Fact:
             "invalidated_run_id": self.invalidated_run_id,
             "invalidated_build_seq": self.invalidated_build_seq,
             "invalidation_reason": self.invalidation_reason,
-            "evidence_count": len(ordered),
-            "evidence": [e._asdict() for e in ordered],  # (its fields: the struct's order)
+            "evidence_count": len(ordered) + self.hidden,
+            # (its fields: the struct's order)
+            "evidence": [e._asdict() for e in kept_evidence(ordered)],
         }
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Fact:
-        entries = row["evidence"]
-        # (entries as Arrow reads the evidence struct, its fields in Evidence's order, are
-        # made positionally: by keyword took a quarter longer)
-        evidence = [Evidence._make(e.values()) for e in entries] \
-            if entries and tuple(entries[0]) == _FIELDS else [Evidence(**e) for e in entries]
+        """The fact of a row, with the evidence the row keeps (the others counted in
+        `hidden`: as_row() gives the row back)."""
+        evidence = evidence_entries(row["evidence"])
+        hidden = row["evidence_count"] - len(evidence)
         return cls(row["fact_id"], row["tenant_id"], row["entity_type"], row["entity_id"],
                    row["fact_namespace"], row["fact_key"], row["fact_value_norm"],
                    row["value_type"], evidence, row["is_active"],
                    row["created_run_id"], row["created_build_seq"], row["updated_build_seq"],
                    row["invalidated_run_id"], row["invalidated_build_seq"],
-                   row["invalidation_reason"])
+                   row["invalidation_reason"], hidden,
+                   row["freshness_at"] if hidden else None)
+
+
+def evidence_entries(entries: list[dict[str, Any]]) -> list[Evidence]:
+    """Evidence from dicts of its fields (as Arrow reads the evidence struct)."""
+    # (in Evidence's order, made positionally: by keyword took a quarter longer)
+    if entries and tuple(entries[0]) == _FIELDS:
+        return [Evidence._make(e.values()) for e in entries]
+    return [Evidence(**e) for e in entries]
 
 
 def facts_schema():
@@ -189,6 +221,15 @@ def facts_schema():
         ("invalidation_reason", pa.string()), ("evidence_count", pa.int32()),
         ("evidence", pa.list_(evidence)),
     ])
+
+
+def evidence_schema():
+    """semantic_fact_evidence.parquet: every evidence entry of every fact, a row each, in
+    the facts' order and each fact's in sort_key order."""
+    import pyarrow as pa
+
+    return pa.schema([("fact_id", pa.string()),
+                      *facts_schema().field("evidence").type.value_type])
 
 
 def runs_schema():
@@ -239,6 +280,31 @@ def rows_table(rows: list[dict[str, Any]], build_seq: int, extract_version: str)
 def table_metadata(build_seq: int, extract_version: str) -> dict[str, str]:
     """The schema metadata of semantic_facts.parquet."""
     return _metadata("semantic_facts", build_seq, extract_version)
+
+
+def evidence_metadata(build_seq: int, extract_version: str) -> dict[str, str]:
+    """The schema metadata of semantic_fact_evidence.parquet."""
+    return _metadata("semantic_fact_evidence", build_seq, extract_version)
+
+
+def evidence_table(facts: list[Fact], build_seq: int, extract_version: str):
+    """The evidence file of these facts (each with all its evidence), in artifact order."""
+    return evidence_rows_table([(fact.fact_id, *entry)
+                                for fact in sorted(facts, key=fact_sort_key)
+                                for entry in sorted_evidence(fact.evidence)],
+                               build_seq, extract_version)
+
+
+def evidence_rows_table(rows: list[tuple], build_seq: int, extract_version: str):
+    """Evidence rows ((fact id, *Evidence) tuples) as a semantic_fact_evidence table."""
+    import pyarrow as pa
+
+    schema = evidence_schema()
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.Table.from_arrays([pa.array(column, field.type) for column, field
+                                 in zip(columns, schema, strict=True)], schema=schema
+                                ).replace_schema_metadata(evidence_metadata(build_seq,
+                                                                            extract_version))
 
 
 def runs_table(runs: list[dict[str, Any]], build_seq: int, extract_version: str,

@@ -10,12 +10,13 @@ Every query needs a tenant, and sees only that tenant's facts and chunks.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..artifacts.layout import FACTS_FILE, RUNS_FILE
+from ..artifacts.layout import EVIDENCE_FILE, FACTS_FILE, RUNS_FILE
 from ..document.facts import canonical_date, canonical_number, tenant_problem
 from ..document.text import normalize
 
@@ -44,6 +45,7 @@ class FactsBuildError(FactsUsage):
 FACTS_NULLABLE = frozenset({"freshness_at", "invalidated_run_id", "invalidated_build_seq",
                             "invalidation_reason", "evidence.freshness_at"})
 RUNS_NULLABLE = frozenset({"failure_reason"})
+EVIDENCE_NULLABLE = frozenset({"freshness_at"})
 CHUNKS_FILE = "chunks.parquet"
 FALLBACK_COLUMNS = ["chunk_id", "source", "context", "content", "tags"]
 
@@ -84,6 +86,7 @@ class Store:
     build_seq: int
     extract_version: str
     artifacts: Any = None  # the BuildArtifacts they were read through
+    fact_groups: list[int] = field(default_factory=list)  # the facts file's groups' firsts
     # chunks() tables, once read: a server keeps one Store a build, and the build folder
     # may hold a newer build by the time a fallback asks
     _chunk_tables: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
@@ -96,7 +99,7 @@ class Store:
         from .model import facts_schema, runs_schema
 
         try:
-            build = BuildArtifacts(build_dir, [FACTS_FILE, RUNS_FILE],
+            build = BuildArtifacts(build_dir, [FACTS_FILE, EVIDENCE_FILE, RUNS_FILE],
                                    project.cache_dir if project is not None else None)
         except ArtifactError as error:
             raise FactsBuildError(str(error)) from None
@@ -107,7 +110,9 @@ class Store:
             if changed:
                 raise FactsBuildError(stale_message(changed))
         try:
-            table = build.parquet(FACTS_FILE, _columns(facts_schema()), FACTS_NULLABLE)
+            facts_file = build.parquet_file(FACTS_FILE, _columns(facts_schema()),
+                                            FACTS_NULLABLE)
+            table = facts_file.read()
             runs = build.parquet(RUNS_FILE, _columns(runs_schema()), RUNS_NULLABLE)
             seq, version = _build_stamp(table.schema.metadata or {})
         except ArtifactError as error:
@@ -115,7 +120,29 @@ class Store:
         except ValueError as error:
             raise FactsBuildError(f"{build.path(FACTS_FILE)}: {error}: run `doit clean` "
                                   "and `doit`") from None
-        return cls(build_dir, table.to_pylist(), runs.to_pylist(), seq, version, build)
+        return cls(build_dir, table.to_pylist(), runs.to_pylist(), seq, version, build,
+                   facts_file.group_starts)
+
+    def evidence(self, row: int) -> list[dict[str, Any]]:
+        """All the evidence of the fact in this row of the facts: from the evidence file's
+        row group that pairs with the fact's own."""
+        from ..artifacts.reader import ArtifactError
+        from .model import evidence_schema
+
+        fact = self.facts[row]
+        group = bisect.bisect_right(self.fact_groups, row) - 1
+        try:
+            file = self.artifacts.parquet_file(EVIDENCE_FILE, _columns(evidence_schema()),
+                                               EVIDENCE_NULLABLE)
+            entries = [entry for entry in file.read_row_group(group).to_pylist()
+                       if entry.pop("fact_id") == fact["fact_id"]] \
+                if file.file.num_row_groups == len(self.fact_groups) - 1 else []
+        except ArtifactError as error:
+            raise FactsBuildError(str(error)) from None
+        if len(entries) != fact["evidence_count"]:
+            raise FactsBuildError(f"{self.artifacts.path(EVIDENCE_FILE)}: not the evidence "
+                                  f"of {fact['fact_id']}: run `doit clean` and `doit`")
+        return entries
 
     def sources(self, tenant: str) -> dict[str, dict[str, Any]]:
         """The tenant's current sources: path -> latest run (deleted ones left out)."""
@@ -340,9 +367,9 @@ def _snippet(content: str, query: set[str], width: int = 160) -> str:
 
 def show(store: Store, tenant: str | None, fact_id: str) -> dict[str, Any]:
     tenant = check_tenant(tenant)
-    for fact in store.facts:
+    for row, fact in enumerate(store.facts):
         if fact["fact_id"] == fact_id and fact["tenant_id"] == tenant:
-            data = _public(fact, evidence_limit=None)
+            data = _public({**fact, "evidence": store.evidence(row)}, evidence_limit=None)
             data.update({key: fact[key] for key in (
                 "tenant_id", "extract_version", "created_run_id", "created_build_seq",
                 "updated_build_seq", "invalidated_run_id", "invalidated_build_seq",
