@@ -363,3 +363,27 @@ def _threads_of_this_test_only(monkeypatch):
             return len(set(threading.enumerate()) - before)
 
     monkeypatch.setattr(beside, "threading", Threads)
+
+
+_BUILD_AND_SAY_PANDAS = """
+import sys
+from pathlib import Path
+from ctxfst.pipeline.runner import run_build
+code = run_build(Path(sys.argv[1]), [])
+imported = "pandas" in sys.modules
+import pyarrow as pa
+frame = pa.table({"a": [1, 2]}).to_pandas()  # (asked for: pandas is imported)
+print("said:", code, imported, type(frame).__name__)
+"""
+
+
+def test_a_local_build_does_not_import_pandas_for_pyarrow_to_look_at(tmp_path):
+    """pyarrow imports pandas (0.2 s) the first time it makes an array from Python
+    objects, to see whether they are pandas objects; a local build answers that probe
+    "no" before the facts stage forks, so neither process pays for it, and a conversion
+    to pandas asked for later still works."""
+    pytest.importorskip("pandas")
+    root = example(tmp_path / "kb")
+    said = subprocess.run([sys.executable, "-c", _BUILD_AND_SAY_PANDAS, str(root)],
+                          capture_output=True, text=True)
+    assert said.stdout.splitlines()[-1] == "said: 0 False DataFrame", said.stdout + said.stderr

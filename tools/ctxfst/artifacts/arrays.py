@@ -17,6 +17,34 @@ def from_numpy(values: np.ndarray, kind):
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
+class _NoPandas:
+    """A finder that refuses pandas (skip_pandas_probe)."""
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas is not probed for here")
+        return None
+
+
+def skip_pandas_probe() -> None:
+    """Answer pyarrow's probe for pandas with "not installed". pyarrow imports pandas
+    (0.2 s) the first time it makes an array from Python objects, only to see whether
+    they are pandas objects, and a build makes none; its explicit conversions
+    (to_pandas, from_pandas) still import pandas when called."""
+    import sys
+
+    if "pandas" in sys.modules:
+        return  # (imported already: nothing left to save)
+    import pyarrow as pa
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])  # (the probe, answered once for the process)
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def arrow_reader(data: bytes):
     """A BufferReader over an Arrow-owned copy of data, for pq.ParquetFile. Over the
     Python bytes themselves, the last reference may be dropped by an Arrow worker thread

@@ -47,9 +47,7 @@ class Stage:
     # reads its outputs waits for it (pipeline/beside.py)
     beside: bool = False
     # Modules a beside stage has imported before it forks: the stages after it need
-    # them anyway, so its own process does not import them again (0.2 s for Arrow, and
-    # 0.2 s for pandas, which pyarrow imports on the first array it makes from Python
-    # objects wherever pandas is installed; one not installed is left out)
+    # them anyway, so its own process does not import them again (0.2 s for Arrow)
     imports: tuple[str, ...] = ()
     # A view of the published build, after the final stage: it writes its file into
     # build/ itself (not in the manifest), and its task exists only while the Config
@@ -139,7 +137,7 @@ _MAKERS = (
           keeps=tuple(ledger_copy_name(name) for name in LEDGER_FILES),
           settings=("facts_tenants", "facts_extractors"),
           lineage=("inputs", "ledger:.ctxfst/facts"), sources="facts_sources",
-          beside=True, imports=("pyarrow", "pyarrow.parquet", "pyarrow.compute", "pandas"),
+          beside=True, imports=("pyarrow", "pyarrow.parquet", "pyarrow.compute"),
           source_files="the facts ledger `.ctxfst/facts/`, extractor plugins' versions",
           summary="{extracted} of {sources} sources extracted, {facts_added} facts added, "
                   "{facts_updated} updated, {facts_invalidated} invalidated"),
