@@ -46,8 +46,9 @@ class Stage:
     # Runs in a forked process beside the stages that follow it, until a stage that
     # reads its outputs waits for it (pipeline/beside.py)
     beside: bool = False
-    # Modules a beside stage has imported before it forks: the stages after it need
-    # them anyway, so its own process does not import them again (0.2 s for Arrow)
+    # Modules a stage imports before it runs (a beside stage: before it forks, so that
+    # its own process does not import again what the stages after it need: 0.2 s for
+    # Arrow); with Arrow imported, pyarrow's probe for pandas is answered then too
     imports: tuple[str, ...] = ()
     # A view of the published build, after the final stage: it writes its file into
     # build/ itself (not in the manifest), and its task exists only while the Config

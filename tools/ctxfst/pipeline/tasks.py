@@ -335,16 +335,16 @@ def _action(run: BuildRun, stage):
                 return StageStopped(f"{name}: {escape(failure.message)}, build/ unchanged")
             if failure is not None:
                 return TaskFailed(f"{name} failed:\n{failure.message}")
+        for module in stage.imports:
+            importlib.import_module(module)
+        if stage.imports and config.engine == "local":  # (Ray's converts pandas objects)
+            from ..artifacts.arrays import skip_pandas_probe
+
+            skip_pandas_probe()
         if stage.beside and run.beside.may_fork(waiters(stage)):
             # Until it has finished, its result file (a target) is missing: a build that
             # stops before then runs it again next time.
             result_path(config, stage.name).unlink(missing_ok=True)
-            for module in stage.imports:
-                importlib.import_module(module)
-            if config.engine == "local":  # (Ray's data path converts pandas objects)
-                from ..artifacts.arrays import skip_pandas_probe
-
-                skip_pandas_probe()
             run.beside.start(stage.name, work, (BuildFailed, WorkerDied))
             _progress(run, f"{stage.name}: running beside the stages below")
             return True
