@@ -254,7 +254,6 @@ class FreshFacts:
                                     ).replace_schema_metadata(
             table_metadata(self.build_seq, self.extract_version))
 
-
     def _ranked(self, begin: int, end: int):
         """The evidence of facts begin..end, in the artifact's order, as plain columns."""
         import pyarrow as pa

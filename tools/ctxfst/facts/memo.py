@@ -165,7 +165,6 @@ class LedgerMemo:
                            for k, g, e in zip(self.keys, self.groups, self.evidence_groups,
                                               strict=True)]}
 
-
     @cached_property
     def _firsts(self) -> list[tuple[str, ...]]:
         return [k.first for k in self.keys]
