@@ -1167,6 +1167,27 @@ def test_a_row_keeps_eight_entries_the_evidence_file_has_them_all(tmp_path, caps
     assert [len(r["evidence"]) for r in rows if r["fact_key"] == "family"] == [10]
 
 
+XYLOPHONE_DOCUMENTS = [f"content/{letter}.md" for letter in "abcdefghijk"]
+
+
+def xylophone_twins(tmp_path: Path, capsys) -> list[Path]:
+    """Two projects alike, kb and twin, of eleven documents that each declare the
+    xylophone, built."""
+    roots = [project(tmp_path / name) for name in ("kb", "twin")]
+    for root in roots:
+        for number, name in enumerate(XYLOPHONE_DOCUMENTS):
+            write(root, name, doc(f"note:{number}", "The xylophone rings.",
+                                  entities=ENTITY_X))
+        build(root, capsys)
+    return roots
+
+
+def assert_same_facts(kb: Path, twin: Path) -> None:
+    for name in ("semantic_facts.parquet", "semantic_fact_evidence.parquet",
+                 "semantic_facts_delta.json"):
+        assert (kb / "build" / name).read_bytes() == (twin / "build" / name).read_bytes(), name
+
+
 # A build killed just after the facts stage wrote one of its files (in the process that
 # runs the stage, and the build's own).
 _KILLED_AFTER_WRITING = """
@@ -1197,13 +1218,7 @@ def test_a_build_killed_while_cutting_evidence_publishes_nothing_half_made(
     killed, entries beyond the rows' cut included."""
     from .test_build import assert_consistent
 
-    roots = [project(tmp_path / name) for name in ("kb", "twin")]
-    names = [f"content/{letter}.md" for letter in "abcdefghijk"]
-    for root in roots:
-        for number, name in enumerate(names):
-            write(root, name, doc(f"note:{number}", "The xylophone rings.",
-                                  entities=ENTITY_X))
-        build(root, capsys)
+    roots, names = xylophone_twins(tmp_path, capsys), XYLOPHONE_DOCUMENTS
     kb, twin = roots
     published = {p.name: p.read_bytes() for p in (kb / "build").iterdir() if p.is_file()}
     ledger = {p.name: p.read_bytes() for p in (kb / ".ctxfst/facts").iterdir()}
@@ -1219,9 +1234,7 @@ def test_a_build_killed_while_cutting_evidence_publishes_nothing_half_made(
     assert_consistent(kb)
     for root in roots:
         build(root, capsys)
-    for name in ("semantic_facts.parquet", "semantic_fact_evidence.parquet",
-                 "semantic_facts_delta.json"):
-        assert (kb / "build" / name).read_bytes() == (twin / "build" / name).read_bytes(), name
+    assert_same_facts(kb, twin)
     kind = find(facts(kb), fact_key="entity_type")[0]
     assert kind["evidence_count"] == 10
     assert [e["source_path"] for e in kind["evidence"]] == [names[0], *names[2:9]]
@@ -1233,13 +1246,7 @@ def test_a_ledger_of_facts_schema_1_carries_on(tmp_path, capsys):
     ledger written by this version, history and all."""
     import pyarrow as pa
 
-    roots = [project(tmp_path / name) for name in ("kb", "twin")]
-    names = [f"content/{letter}.md" for letter in "abcdefghijk"]
-    for root in roots:
-        for number, name in enumerate(names):
-            write(root, name, doc(f"note:{number}", "The xylophone rings.",
-                                  entities=ENTITY_X))
-        build(root, capsys)
+    roots, names = xylophone_twins(tmp_path, capsys), XYLOPHONE_DOCUMENTS
     ledger = roots[0] / ".ctxfst/facts"
     table = pq.read_table(ledger / "semantic_facts.parquet")
     entries: dict[str, list[dict]] = {}
@@ -1255,9 +1262,7 @@ def test_a_ledger_of_facts_schema_1_carries_on(tmp_path, capsys):
         (root / names[1]).unlink()
         build(root, capsys)
     kb, twin = roots
-    for name in ("semantic_facts.parquet", "semantic_fact_evidence.parquet",
-                 "semantic_facts_delta.json"):
-        assert (kb / "build" / name).read_bytes() == (twin / "build" / name).read_bytes(), name
+    assert_same_facts(kb, twin)
     assert (ledger / "semantic_fact_evidence.parquet").is_file()
     # Without its evidence file, a ledger of this schema is incomplete: a clear error.
     (ledger / "semantic_fact_evidence.parquet").unlink()
