@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import json
@@ -27,6 +28,7 @@ from .conftest import REPO, copy_example, counted_sha256, run_process, write
 
 FACTS = "build/semantic_facts.parquet"
 RUNS = "build/semantic_fact_extraction_runs.parquet"
+EVIDENCE = "build/semantic_fact_evidence.parquet"
 DELTA = "build/semantic_facts_delta.json"
 SCHEMAS = REPO / "schemas"
 
@@ -890,6 +892,39 @@ def test_a_ledger_out_of_order_is_refused_not_merged(tmp_path, capsys):
     assert "unreadable facts ledger" in said and "out of their order" in said, said
 
 
+@pytest.mark.parametrize("damage, said", [
+    ("reversed", "semantic_fact_evidence.parquet: a fact's evidence out of its order"),
+    ("dropped", "semantic_fact_evidence.parquet: not the evidence the facts count"),
+    ("moved", "semantic_fact_evidence.parquet: evidence of other facts, or out of their "
+              "order"),
+    ("emptied", "semantic_fact_evidence.parquet: no value for source_path in some rows"),
+])
+def test_a_damaged_evidence_file_is_refused_not_merged(tmp_path, capsys, damage, said):
+    """An evidence file this toolchain did not write is checked for what the merge
+    relies on: each fact's counted entries, in the facts' order and each fact's in its
+    own, with the values the merge reads; a damaged one stops the build clearly."""
+    import pyarrow as pa
+
+    root = xylophone_twins(tmp_path, capsys)[0]
+    ledger = root / ".ctxfst/facts/semantic_fact_evidence.parquet"
+    rows = pq.read_table(ledger).to_pylist()
+    counts = collections.Counter(row["fact_id"] for row in rows)
+    heavy = max(counts, key=counts.__getitem__)  # the type fact: eleven entries
+    first = next(i for i, row in enumerate(rows) if row["fact_id"] == heavy)
+    if damage == "reversed":  # a fact's entries in the wrong order
+        rows[first:first + counts[heavy]] = rows[first:first + counts[heavy]][::-1]
+    elif damage == "dropped":
+        del rows[first]
+    elif damage == "moved":  # the first fact's entry after the last fact's
+        rows.append(rows.pop(0))
+    else:
+        rows[first]["source_path"] = None
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(ledger)), ledger)
+    (root / XYLOPHONE_DOCUMENTS[0]).unlink()
+    out = build_fails(root, capsys)
+    assert "unreadable facts ledger" in out and said in out, out
+
+
 def _memo(root: Path, change) -> None:
     """Change the facts memo in the project's unit store (a damaged or older one)."""
     from ctxfst.pipeline.units import UnitStore
@@ -921,7 +956,7 @@ def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str
     shutil.copytree(root, whole, symlinks=True)
     build(root, capsys)
     build(whole, capsys)
-    for path in (FACTS, RUNS, DELTA):
+    for path in (FACTS, EVIDENCE, RUNS, DELTA):
         assert (root / path).read_bytes() == (whole / path).read_bytes(), (name, path)
     # and each source's evidence digests, made anew from the whole ledger, are the ones
     # the memo carried along
