@@ -287,6 +287,8 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
         # starting over would silently drop the history
         raise ExtractionError(_incomplete(directory, [name for name in LEDGER_FILES
                                                       if name not in present]))
+    if earlier:
+        memo = None  # (no memo describes it: read whole)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -298,7 +300,7 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
         ledger.evidence_data, evidence_info = read_regular(directory / EVIDENCE_FILE) \
             if not earlier else (b"", info)
         runs_data, runs_info = read_regular(directory / RUNS_FILE)
-        claims = memo if isinstance(memo, dict) and not earlier else {}
+        claims = memo if isinstance(memo, dict) else {}
         ledger.sha = _ledger_sha(FACTS_FILE, ledger.data, info, claims.get("facts_sha256"),
                                  vouched)
         ledger.memo = LedgerMemo.read(
@@ -533,10 +535,10 @@ def _evidence_problem(table, evidence, order: bool = True) -> str | None:
         return f"{FACTS_FILE}: rows that do not keep their first evidence"
     if not order or evidence.num_rows < 2:
         return None
-    order = pc.sort_indices(evidence.select([name for name, _ in EVIDENCE_ORDER])
-                            .append_column("fact", owners),
-                            sort_keys=[("fact", "ascending"), *EVIDENCE_ORDER])
-    if not pc.all(pc.equal(order, pa.array(range(evidence.num_rows), order.type))).as_py():
+    ranked = pc.sort_indices(evidence.select([name for name, _ in EVIDENCE_ORDER])
+                             .append_column("fact", owners),
+                             sort_keys=[("fact", "ascending"), *EVIDENCE_ORDER])
+    if not pc.all(pc.equal(ranked, pa.array(range(evidence.num_rows), ranked.type))).as_py():
         return f"{EVIDENCE_FILE}: a fact's evidence out of its order"
     return None
 
@@ -823,7 +825,7 @@ class Merge:
         facts in `only`, when given: the others come out as they were), invalidate what
         is left without evidence, and record the runs. Returns the delta and every fact's
         row, in the artifact's order (_settle)."""
-        before = {fid: (fact.is_active, fact.evidence, fact.as_row())
+        before = {fid: (fact.is_active, list(fact.evidence), fact.as_row())
                   for fid, fact in facts.items()}
         lost: dict[str, tuple[str, str, list[Evidence]]] = {}  # fact id -> why and what
         by_source: dict[str, set[str]] = {}  # source path -> active facts it supports
