@@ -10,6 +10,7 @@ import pytest
 
 from ctxfst.artifacts.parquet import (
     parquet_bytes,
+    parquet_files_threaded,
     parquet_groups_bytes,
     parquet_groups_bytes_threaded,
 )
@@ -111,6 +112,12 @@ def test_row_groups_encoded_in_threads_and_put_together_are_the_whole_write(work
         made = parquet_groups_bytes_threaded(schema, count, groups.__getitem__)
         assert made == parquet_groups_bytes(schema, groups), count
         assert pq.ParquetFile(pa.BufferReader(made)).metadata.num_row_groups == count
+        # two files made together, a row group of each from one call: each the bytes
+        # of its whole write
+        pairs = [(group, group.select(["id"])) for group in groups]
+        ids = schema.remove(2).remove(1)
+        both = parquet_files_threaded([schema, ids], count, pairs.__getitem__)
+        assert both == [made, parquet_groups_bytes(ids, [pair[1] for pair in pairs])]
 
 
 def test_unchanged_groups_are_copied_not_encoded():

@@ -26,16 +26,28 @@ def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None
 def parquet_groups_bytes(schema, groups: Iterable[Any], dictionary: bool = True) -> bytes:
     """parquet_bytes() of the tables `groups` put end to end, each one row group, made
     one at a time (a file larger than memory allows as one table)."""
+    return _files_of_groups([schema], ((group,) for group in groups), dictionary)[0]
+
+
+def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool
+                     ) -> list[bytes]:
+    """One file for each schema, each of `groups` giving every file its next row group."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression="zstd", compression_level=3,
-                          use_dictionary=dictionary, write_statistics=True,
-                          data_page_version="2.0", version="2.6", store_schema=True) as out:
-        for group in groups:
-            out.write_table(group, row_group_size=max(1, group.num_rows))
-    return sink.getvalue().to_pybytes()
+    sinks = [pa.BufferOutputStream() for _ in schemas]
+    writers = [pq.ParquetWriter(sink, schema, compression="zstd", compression_level=3,
+                                use_dictionary=dictionary, write_statistics=True,
+                                data_page_version="2.0", version="2.6", store_schema=True)
+               for sink, schema in zip(sinks, schemas, strict=True)]
+    try:
+        for tables in groups:
+            for writer, table in zip(writers, tables, strict=True):
+                writer.write_table(table, row_group_size=max(1, table.num_rows))
+    finally:
+        for writer in writers:
+            writer.close()
+    return [sink.getvalue().to_pybytes() for sink in sinks]
 
 
 def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any],
@@ -45,12 +57,21 @@ def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any
     without holding the GIL; threads, not forked workers, so no process holds a second
     copy of the caller's memory) and the runs' row groups put together
     (parquet_splice): the same bytes, in a fraction of the time where cores are free."""
+    return parquet_files_threaded([schema], count, lambda number: (group(number),),
+                                  dictionary)[0]
+
+
+def parquet_files_threaded(schemas: list, count: int, groups: Callable[[int], tuple],
+                           dictionary: bool = True) -> list[bytes]:
+    """parquet_groups_bytes_threaded() of several files at once: groups(number) gives the
+    number-th row group of each (files whose groups are made from the same data, made
+    once)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..parallel import worker_count
 
-    def encoded(numbers: range) -> bytes:
-        return parquet_groups_bytes(schema, (group(number) for number in numbers), dictionary)
+    def encoded(numbers: range) -> list[bytes]:
+        return _files_of_groups(schemas, (groups(number) for number in numbers), dictionary)
 
     workers = worker_count()
     share = -(-count // workers) if count else 1
@@ -59,11 +80,15 @@ def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any
         return encoded(range(count))
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(encoded, runs))
-    try:
-        read = [read_parts(part) for part in parts]
-        return assemble([found for part in read for found in part.groups], read[-1].footer)
-    except SpliceError:  # a footer this toolchain cannot put together: encoded at once
-        return encoded(range(count))
+    files = []
+    for made in zip(*parts, strict=True):
+        try:
+            read = [read_parts(part) for part in made]
+            files.append(assemble([found for part in read for found in part.groups],
+                                  read[-1].footer))
+        except SpliceError:  # a footer this toolchain cannot put together: encoded at once
+            return encoded(range(count))
+    return files
 
 
 def write_parquet(path: Path, table, dictionary: bool = True) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
 from ..artifacts.layout import DELTA_FILE, EVIDENCE_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
-from ..artifacts.parquet import parquet_bytes, parquet_groups_bytes_threaded
+from ..artifacts.parquet import parquet_bytes, parquet_files_threaded
 from ..artifacts.parquet_splice import (
     Group,
     SpliceError,
@@ -916,12 +916,10 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
     starts = fact_group_starts(facts.keys, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
     # (in threads: this is the build's last stretch, the other stages done)
     ranges = group_ranges(starts, facts.count)
-    facts_file = parquet_groups_bytes_threaded(facts_schema().with_metadata(merge.metadata()),
-                                               len(ranges),
-                                               lambda number: facts.rows(*ranges[number]))
-    evidence_file = parquet_groups_bytes_threaded(
-        evidence_schema().with_metadata(evidence_metadata(merge.seq, merge.version)),
-        len(ranges), lambda number: facts.evidence(*ranges[number]))
+    facts_file, evidence_file = parquet_files_threaded(
+        [facts_schema().with_metadata(merge.metadata()),
+         evidence_schema().with_metadata(evidence_metadata(merge.seq, merge.version))],
+        len(ranges), lambda number: facts.tables(*ranges[number]))
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
     return _Written([facts_file], [evidence_file], {"added": [], "updated": [],

@@ -189,8 +189,14 @@ class FreshFacts:
             "is_active", pa.array(np.ones(self.count, dtype=bool))).append_column(
             "evidence_count", pa.array(np.diff(self.bounds).astype(np.int32)))
 
-    def rows(self, begin: int, end: int):
-        """The semantic_facts table of facts begin..end, in the artifact's order."""
+    def tables(self, begin: int, end: int):
+        """The semantic_facts table of facts begin..end and their evidence table."""
+        ranked = self._ranked(begin, end)  # (taken once for the two)
+        return self.rows(begin, end, ranked), self.evidence(begin, end, ranked)
+
+    def rows(self, begin: int, end: int, ranked=None):
+        """The semantic_facts table of facts begin..end, in the artifact's order (ranked:
+        their evidence, _ranked's, when taken already)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -208,7 +214,7 @@ class FreshFacts:
         first_made = taken(["value_type", "run_id"], self.first_made[begin:end])
         bounds = self.bounds[begin:end + 1]
         evidence_type = _evidence_type()
-        ranked = self._ranked(begin, end)
+        ranked = self._ranked(begin, end) if ranked is None else ranked
         # freshness_at: the latest date any evidence gives (as Fact.as_row(): "" is none)
         dates = ranked.column("freshness_at")
         dates = pc.if_else(pc.equal(dates, ""), pa.scalar(None, pa.string()), dates)
@@ -263,13 +269,13 @@ class FreshFacts:
             pa.array(self.ranks[self.bounds[begin]:self.bounds[end]]))
         return pa.table([_plain(column) for column in picked.columns], names=names)
 
-    def evidence(self, begin: int, end: int):
+    def evidence(self, begin: int, end: int, ranked=None):
         """The semantic_fact_evidence table of facts begin..end."""
         import numpy as np
         import pyarrow as pa
 
         bounds = self.bounds[begin:end + 1]
-        ranked = self._ranked(begin, end)
+        ranked = self._ranked(begin, end) if ranked is None else ranked
         fact_ids = self.keys.column("fact_id").take(
             pa.array(np.repeat(np.arange(begin, end), np.diff(bounds))))
         schema = evidence_schema()
@@ -281,4 +287,4 @@ class FreshFacts:
 def fresh_facts(streams: list[bytes], build_seq: int, extract_version: str):
     """FreshFacts' whole table, and its evidence table."""
     facts = FreshFacts(streams, build_seq, extract_version)
-    return facts.rows(0, facts.count), facts.evidence(0, facts.count)
+    return facts.tables(0, facts.count)
