@@ -745,14 +745,11 @@ def test_a_merge_of_cut_rows_equals_the_merge_of_all_their_evidence(monkeypatch)
     import copy
     import random
 
-    from ctxfst.facts import build as facts_build
-    from ctxfst.facts import columns as facts_columns
     from ctxfst.facts import model as facts_model
     from ctxfst.facts.build import (
         Merge,
         Source,
         _merged_evidence,
-        _rows_of,
         _source_facts,
         _windowed,
         merge_sorted,
@@ -785,8 +782,6 @@ def test_a_merge_of_cut_rows_equals_the_merge_of_all_their_evidence(monkeypatch)
     cases = 0
     for case in range(150):
         monkeypatch.setattr(facts_model, "EVIDENCE_KEPT", rng.choice([1, 2, 3]))
-        for module in (facts_build, facts_columns):
-            monkeypatch.setattr(module, "EVIDENCE_KEPT", facts_model.EVIDENCE_KEPT)
         paths = sorted(latest)
         first = Merge({}, [], [(source(path), "create", candidates(path), {})
                                for path in paths], 1, "v", [])
@@ -810,7 +805,7 @@ def test_a_merge_of_cut_rows_equals_the_merge_of_all_their_evidence(monkeypatch)
             window = _windowed(facts, evidence, _source_facts(evidence, changed) | {
                 fid for _, _, found, _ in extracted for fid, _ in found}, changed)
             delta, rows = Merge(latest, deleted, extracted, seq, "v", []).apply(window.facts)
-            merged = merge_sorted(facts, _rows_of(facts, window.facts),
+            merged = merge_sorted(facts, window.rows,
                                   rows_table(list(rows.values()), seq, "v"))
             merged_evidence = _merged_evidence(evidence, window, merged, seq, "v")
             assert merged.to_pylist() == list(expected_rows.values()), (case, seq)

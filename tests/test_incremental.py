@@ -75,19 +75,16 @@ def small_row_groups():
     the facts with three or more evidence entries alone in theirs, and fact rows that
     keep one evidence entry, so that rows are cut and entries beyond them come back
     (module scope: Hypothesis forbids per-test ones)."""
-    from ctxfst.facts import columns as facts_columns
     from ctxfst.facts import model as facts_model
     from ctxfst.pipeline import chunk_rows
 
     kept = (chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS,
             facts_build.HEAVY_EVIDENCE, facts_model.EVIDENCE_KEPT)
     chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = 4, 32, 3
-    for module in (facts_build, facts_columns, facts_model):
-        module.EVIDENCE_KEPT = 1
+    facts_model.EVIDENCE_KEPT = 1
     yield
     chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE = kept[:3]
-    for module in (facts_build, facts_columns, facts_model):
-        module.EVIDENCE_KEPT = kept[3]
+    facts_model.EVIDENCE_KEPT = kept[3]
 
 
 def build(root: Path) -> tuple[int, str]:

@@ -712,6 +712,12 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
             raise source.error("CTX803", f"'{key}' must be between {low} and {high}", key)
         return kind(value)
 
+    def flag(key: str, default: bool) -> bool:
+        value = settings.get(key, default)
+        if not isinstance(value, bool):
+            raise source.error("CTX803", f"'{key}' must be true or false", key)
+        return value
+
     def folder(key: str, default: str) -> Path:
         value = text_value(key, default)
         return _inside_root(root, value, source, f"'{key}' = {value!r}", (key,))
@@ -763,9 +769,6 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
             raise source.error("CTX804", f"extra_edges pattern {pattern!r} may reach outside "
                                "the content folder: patterns are relative to it, without "
                                "'..'", "extra_edges", index)
-    json_exports = settings.get("json_exports", True)
-    if not isinstance(json_exports, bool):
-        raise source.error("CTX803", "'json_exports' must be true or false", "json_exports")
     build = BuildSettings(
         embedding_model=model,
         similar_top_k=number("similar_top_k", 5, int, 0, 1000),
@@ -773,7 +776,7 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
         similar_exact_max=number("similar_exact_max", 100_000, int, 2, 1_000_000_000),
         extra_edges=tuple(patterns),
         embed_batch_size=number("embed_batch_size", 32, int, 1, 4096),
-        json_exports=json_exports,
+        json_exports=flag("json_exports", True),
         **_facts_settings(settings.get("facts"), source, root),
     )
     content_dir = folder("content_dir", "content")
@@ -793,9 +796,7 @@ def load_config(root: Path, settings: dict, config_file: Path | None, text: str 
         if path.is_relative_to(build_dir):
             raise source.error("CTX805", f"'build_dir' holds the {key.split('_')[0]} folder: "
                                "`doit clean` would delete sources", "build_dir")
-    report = settings.get("report", False)
-    if not isinstance(report, bool):
-        raise source.error("CTX803", "'report' must be true or false", "report")
+    report = flag("report", False)
     _check_tool_folder(root)
     return Config(root=root, content_dir=content_dir, skills_dir=skills_dir,
                   build_dir=build_dir, config_file=config_file, build=build,

@@ -47,6 +47,7 @@ from ..document.source import MAX_FILE_BYTES, decode_text, load_text
 from ..document.source import Source as DocumentSource
 from ..files import project_relative
 from ..parallel import PARALLEL_THRESHOLD, forked_map
+from . import model
 from .columns import FreshFacts, candidate_batch
 from .extractors import (
     Catalog,
@@ -66,8 +67,6 @@ from .memo import (
     spans_digest,
 )
 from .model import (
-    DECLARED,
-    EVIDENCE_KEPT,
     EVIDENCE_ORDER,
     FACTS_SCHEMA_VERSION,
     SORT_COLUMNS,
@@ -80,6 +79,7 @@ from .model import (
     evidence_schema,
     fact_sort_key,
     facts_schema,
+    kept_rows,
     rows_table,
     runs_schema,
     runs_table,
@@ -367,7 +367,7 @@ def _upgraded(table):
     evidence = pa.Table.from_arrays(
         [table.column("fact_id").take(pc.list_parent_indices(lists)),
          *pc.list_flatten(lists).flatten()], schema=evidence_schema())
-    cut = pc.indices_nonzero(pc.greater(pc.list_value_length(lists), EVIDENCE_KEPT)
+    cut = pc.indices_nonzero(pc.greater(pc.list_value_length(lists), model.EVIDENCE_KEPT)
                              ).to_pylist()
     rows = [Fact.from_row(row).as_row() for row in table.take(cut).to_pylist()]
     return merge_sorted(table, cut, rows_table(rows, 0, "")).replace_schema_metadata(
@@ -531,7 +531,7 @@ def _evidence_problem(table, evidence, order: bool = True) -> str | None:
             evidence.column("fact_id"), table.column("fact_id").take(owners))).as_py():
         return f"{EVIDENCE_FILE}: evidence of other facts, or out of their order"
     kept = pc.list_value_length(table.column("evidence")).to_numpy(zero_copy_only=False)
-    if np.any(kept < np.minimum(counts, EVIDENCE_KEPT)) or np.any(kept > counts):
+    if np.any(kept < np.minimum(counts, model.EVIDENCE_KEPT)) or np.any(kept > counts):
         return f"{FACTS_FILE}: rows that do not keep their first evidence"
     if not order or evidence.num_rows < 2:
         return None
@@ -974,6 +974,7 @@ class _Window:
     their evidence lies in the evidence rows they were read from."""
 
     facts: dict[str, Fact]
+    rows: list[int]   # the fact rows they were read from
     mine: Any         # numpy bool: which evidence rows are these facts'
     hidden_rows: Any  # the numbers of those rows left out of the Fact objects
     hidden_ids: Any   # and each one's fact id (Arrow)
@@ -982,8 +983,9 @@ class _Window:
 def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     """The facts `ids` of these fact rows as Fact objects holding the evidence a merge
     can change or must show: every entry from `paths` (the sources extracted or deleted),
-    every declared entry, and the first EVIDENCE_KEPT of the others (with any entry
-    whose sort key ties the last of them: equal keys keep their order only together).
+    and of the others those a row keeps (kept_evidence: the first few, counted among
+    the others, and every declared one), with any entry whose sort key ties the last of
+    them (equal keys keep their order only together).
     The others sort after those and stay Arrow rows of `evidence` (the rows of these
     facts' evidence, in the file's order), counted in Fact.hidden."""
     import numpy as np
@@ -991,8 +993,8 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     import pyarrow.compute as pc
 
     value_set = pa.array(sorted(ids), pa.string())
-    rows = facts_rows.filter(pc.is_in(facts_rows.column("fact_id"), value_set=value_set)
-                             ).to_pylist()
+    found = pc.indices_nonzero(pc.is_in(facts_rows.column("fact_id"), value_set=value_set))
+    rows = facts_rows.take(found).to_pylist()
     mine = pc.is_in(evidence.column("fact_id"), value_set=value_set).to_numpy(
         zero_copy_only=False)
     at = np.flatnonzero(mine)
@@ -1005,8 +1007,7 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     rest = ~from_paths
     seen = np.cumsum(rest)  # the rest's entries so far, this one included
     rank = seen - 1 - (seen - rest)[np.flatnonzero(starts)][owner]  # among its fact's rest
-    shown = from_paths | (rank < EVIDENCE_KEPT) | pc.equal(
-        entries.column("extractor"), DECLARED).to_numpy(zero_copy_only=False)
+    shown = from_paths | kept_rows(rank, entries.column("extractor"))
     if len(at) > 1:
         tied = ~starts[1:]
         for name, _ in EVIDENCE_ORDER:
@@ -1039,7 +1040,8 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
         fact.hidden_latest = latest.get(number)
         if len(fact.evidence) + fact.hidden != row["evidence_count"]:
             raise ExtractionError(f"{EVIDENCE_FILE}: not the evidence of {fact.fact_id}")
-    return _Window(facts, mine, at[hidden], fact_ids.filter(pa.array(hidden)))
+    return _Window(facts, found.to_pylist(), mine, at[hidden],
+                   fact_ids.filter(pa.array(hidden)))
 
 
 def _merged_evidence(evidence, window: _Window, facts_table, seq: int, version: str):
@@ -1083,10 +1085,10 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
     ids = _source_facts(previous_evidence, paths) | {
         fid for _, _, found, _ in merge.extracted for fid, _ in found}
     window = _windowed(previous, previous_evidence, ids, paths)
-    touched = _rows_of(previous, window.facts)
     delta, rows = merge.apply(window.facts)
     changed = rows_table(list(rows.values()), merge.seq, merge.version)
-    table = merge_sorted(previous, touched, changed).replace_schema_metadata(merge.metadata())
+    table = merge_sorted(previous, window.rows, changed).replace_schema_metadata(
+        merge.metadata())
     evidence = _merged_evidence(previous_evidence, window, table, merge.seq, merge.version)
     starts = fact_group_starts(table, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
     facts_file = parquet_bytes(table.combine_chunks(), group_starts=starts)
@@ -1100,17 +1102,6 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
     return _Written([facts_file], [evidence_file], delta,
                     _memo_of(facts_file, evidence_file, table, starts), entries,
                     _table_size(table))
-
-
-def _rows_of(table, facts: dict[str, Fact]) -> list[int]:
-    """The rows of a facts table that hold these facts."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if table is None or not facts:
-        return []
-    return pc.indices_nonzero(pc.is_in(table.column("fact_id"), value_set=pa.array(
-        sorted(facts), pa.string()))).to_pylist()
 
 
 _DIGEST_SLICE = 20_000  # evidence entries made Python objects at a time for their digests
@@ -1195,13 +1186,11 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
             for group in range(begin, end)) or _evidence_problem(region, region_evidence,
                                                                  order=False)):
         raise _MemoDoesNotFit
-    touched: list[int] = []
-    window = _Window({}, np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64),
+    window = _Window({}, [], np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64),
                      pa.array([], pa.string()))
     if region is not None and changed:
         window = _windowed(region, region_evidence, changed,
                            set(merge.deleted) | {item[0].path for item in merge.extracted})
-        touched = _rows_of(region, window.facts)
     if unplaced - window.facts.keys():
         raise _MemoDoesNotFit
     delta, rows = merge.apply(window.facts, changed)
@@ -1213,7 +1202,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         by_run[bisect.bisect_right(begins, group) - 1].append(row)
     merged, starts, keys = [], [], []
     for offset, size, run_rows in zip(offsets, sizes, by_run, strict=True):
-        in_run = [row - offset for row in touched if offset <= row < offset + size]
+        in_run = [row - offset for row in window.rows if offset <= row < offset + size]
         table = merge_sorted(region.slice(offset, size), in_run,
                              rows_table(run_rows, merge.seq, merge.version))
         run_starts = fact_group_starts(table, memo.group_rows, memo.heavy)

@@ -20,14 +20,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from .model import (
-    DECLARED,
-    EVIDENCE_KEPT,
     EVIDENCE_ORDER,
     SORT_COLUMNS,
     Candidate,
     evidence_metadata,
     evidence_schema,
     facts_schema,
+    kept_rows,
     rows_table,
     table_metadata,
 )
@@ -221,11 +220,9 @@ class FreshFacts:
         latest = pa.table({"fact": np.repeat(np.arange(facts), np.diff(bounds)),
                            "date": dates}).group_by("fact", use_threads=False).aggregate(
             [("date", "max")]).sort_by("fact").column("date_max")
-        # The row keeps the first EVIDENCE_KEPT entries and every declared one
-        # (model.kept_evidence); the evidence file has them all.
+        # The row keeps what kept_evidence keeps; the evidence file has them all.
         rank = np.arange(len(ranked)) - np.repeat(bounds[:-1] - bounds[0], np.diff(bounds))
-        kept = (rank < EVIDENCE_KEPT) | pc.equal(ranked.column("extractor"), DECLARED
-                                                  ).to_numpy(zero_copy_only=False)
+        kept = kept_rows(rank, ranked.column("extractor"))
         offsets = np.concatenate([[0], np.cumsum(kept)])[bounds - bounds[0]]
         ranked = ranked.filter(pa.array(kept))
         evidence = pa.ListArray.from_arrays(

@@ -96,6 +96,15 @@ def kept_evidence(ordered: list[Evidence]) -> list[Evidence]:
                                       if e.extractor == DECLARED]
 
 
+def kept_rows(rank, extractors):
+    """kept_evidence's rule over arrays: which entries a row keeps, from each one's rank
+    in its fact's sort_key order (a numpy array) and its extractor (an Arrow array)."""
+    import pyarrow.compute as pc
+
+    return (rank < EVIDENCE_KEPT) | pc.equal(extractors, DECLARED).to_numpy(
+        zero_copy_only=False)
+
+
 class Candidate(NamedTuple):
     """A fact as one extractor sees it in one source, with its evidence."""
 

@@ -93,14 +93,15 @@ def _row_start(chunk_id: str) -> bytes:
 
 
 def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
-                   previous_json: Path | None = None, json_exports: bool = True) -> Compiled:
+                   previous_json: Path, json_exports: bool = True,
+                   reuse_layout: bool = True) -> Compiled:
     """chunks.json (with json_exports) and chunks.parquet from the units: rows are
     compiled only for the documents without kept rows. With the layout of the previous
     files (the ones the last compile recorded: chunks.json, or without JSON exports
-    chunks.parquet), only the changed documents' rows are read: the others' texts are
-    copied from chunks.json, their Arrow rows from chunks.parquet; without it (or with
-    previous_json None), every document's kept rows are joined. chunks.parquet splices
-    the changed documents' rows into the previous one."""
+    chunks.parquet) and reuse_layout, only the changed documents' rows are read: the
+    others' texts are copied from chunks.json, their Arrow rows from chunks.parquet;
+    otherwise every document's kept rows are joined. chunks.parquet splices the changed
+    documents' rows into the previous one."""
     from ..compile.chunks import CompileError, chunks_json
 
     # Each document's entry: its rows are unchanged while it is (and it is not volatile).
@@ -117,7 +118,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     found = _previous_chunks(made_from, previous_parquet, published)
     opened = [found[1]] if found is not None else []  # (the files spans copy from)
     try:
-        if previous_json is None:
+        if not reuse_layout:
             before = None
         elif json_exports:
             before = _previous_json(made_from, previous_json, published)

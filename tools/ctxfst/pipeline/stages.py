@@ -295,7 +295,8 @@ def stage_compile(run: BuildRun) -> None:
         except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
             store.forget_rows()
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
-                                      None, exports)
+                                      staged(config, "chunks.json"), exports,
+                                      reuse_layout=False)
         compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
         # for profiles: write_json(..., compact=True) of the rows, encoded once
         write_atomic(staged(config, "catalog.json"), compiled.entities_json + b"\n")
