@@ -23,10 +23,10 @@ from .model import (
     EVIDENCE_ORDER,
     SORT_COLUMNS,
     Candidate,
+    bounded_lists,
     evidence_metadata,
     evidence_schema,
     facts_schema,
-    kept_rows,
     rows_table,
     table_metadata,
 )
@@ -221,14 +221,9 @@ class FreshFacts:
                            "date": dates}).group_by("fact", use_threads=False).aggregate(
             [("date", "max")]).sort_by("fact").column("date_max")
         # The row keeps what kept_evidence keeps; the evidence file has them all.
-        rank = np.arange(len(ranked)) - np.repeat(bounds[:-1] - bounds[0], np.diff(bounds))
-        kept = kept_rows(rank, ranked.column("extractor"))
-        offsets = np.concatenate([[0], np.cumsum(kept)])[bounds - bounds[0]]
-        ranked = ranked.filter(pa.array(kept))
-        evidence = pa.ListArray.from_arrays(
-            pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
-                [ranked.column(field.name).combine_chunks() for field in evidence_type],
-                fields=list(evidence_type)))
+        evidence = bounded_lists(pa.StructArray.from_arrays(
+            [ranked.column(field.name).combine_chunks() for field in evidence_type],
+            fields=list(evidence_type)), bounds)
         seq = pa.array(np.full(facts, self.build_seq, dtype=np.int64))
         columns = {
             **{name: primary.column(name) for name in ("fact_id", *SORT_COLUMNS)},

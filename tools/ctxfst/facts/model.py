@@ -105,6 +105,21 @@ def kept_rows(rank, extractors):
         zero_copy_only=False)
 
 
+def bounded_lists(entries, bounds):
+    """The evidence lists fact rows keep (kept_rows' entries of each): `entries` is an
+    Arrow struct array of the facts' evidence, each fact's in sort_key order, and fact
+    i's entries are bounds[i] - bounds[0] .. bounds[i + 1] - bounds[0] (a numpy array)."""
+    import numpy as np
+    import pyarrow as pa
+
+    sizes = np.diff(bounds)
+    rank = np.arange(len(entries)) - np.repeat(bounds[:-1] - bounds[0], sizes)
+    kept = kept_rows(rank, entries.field("extractor"))
+    offsets = np.concatenate([[0], np.cumsum(kept)])[bounds - bounds[0]]
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                    entries.filter(pa.array(kept)))
+
+
 class Candidate(NamedTuple):
     """A fact as one extractor sees it in one source, with its evidence."""
 
