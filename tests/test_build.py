@@ -374,9 +374,10 @@ def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:
 
 
 def test_profiles_are_kept_while_what_they_are_made_from_is(tmp_path, capsys):
-    """The profiles are made again only when the catalog, a chunk's mention columns or
-    the text of a row group they quote changed: an edit of a passage in a group no
-    profile reads keeps the staged files; each build equals a clean build."""
+    """The profiles are kept while the catalog, every chunk's mention columns and the
+    text of the row groups they quote are as they were: an edit of a passage in a group
+    no profile reads keeps the staged files; one in a group some profile quotes makes
+    those profiles again, the others' rows copied; each build equals a clean build."""
     root = tmp_path / "kb"
     generate(root, 300, seed=3)
     project(root)
@@ -394,28 +395,69 @@ def test_profiles_are_kept_while_what_they_are_made_from_is(tmp_path, capsys):
               for group in range(chunks.num_row_groups)]
     assert len(groups) > 2
     profiles = root / "build/entity-profiles.json"
-    kept = []
+    kept, remade = [], []
     for number, ids in enumerate(groups):  # a passage of each row group, edited
         before = profiles.stat().st_ino, profiles.read_bytes()
         _edit_chunk(root, ids[0], f"Edited{number}")
         code, out = build(root, capsys)
         assert code == 0, out
-        if stage(root, "profiles")["entities_profiled"] == 0:
+        profiled = stage(root, "profiles")["entities_profiled"]
+        if profiled == 0:
             kept.append(number)
             assert (profiles.stat().st_ino, profiles.read_bytes()) == before  # not written
-            same_as_clean(f"kept-{number}")
-        else:
-            assert stage(root, "profiles")["entities_profiled"] == made["entities"]
+            if len(kept) == 1:
+                same_as_clean(f"kept-{number}")
+        elif profiled < made["entities"]:  # those quoting the edited group alone
+            remade.append(number)
+            if len(remade) == 1:
+                same_as_clean(f"remade-{number}")
     # The profiles quote the chunks they rank first, which lie in some groups only.
-    assert 0 < len(kept) < len(groups)
+    assert kept and remade
     same_as_clean("last")
-    # A staged profiles file edited in place is not kept (its sha256 is checked).
-    staged_profiles = root / "build/.staging/entity-profiles.json"
-    staged_profiles.write_bytes(staged_profiles.read_bytes().replace(b'"name"', b'"nome"', 1))
-    _edit_chunk(root, groups[kept[0]][0], "Again")
+    # A staged file edited in place is written again: entity-profiles.json from the
+    # kept entities.parquet, which is made again whole when it is the one edited.
+    for name, profiled in (("entity-profiles.json", range(made["entities"])),
+                           ("entities.parquet", [made["entities"]])):
+        edited = root / "build/.staging" / name
+        edited.write_bytes(edited.read_bytes().replace(b"name", b"nome", 1))
+        _edit_chunk(root, groups[kept[0]][0], f"Again-{name}")
+        assert build(root, capsys)[0] == 0
+        assert stage(root, "profiles")["entities_profiled"] in profiled
+        same_as_clean(f"edited-in-place-{name}")
+
+
+def test_an_added_or_deleted_document_makes_only_the_profiles_it_touches(tmp_path, capsys):
+    """A document added, edited or deleted makes again the profiles of the entities its
+    changed chunks name, and copies the others' rows; a renamed entity makes every
+    profile again (its name shows in its neighbours')."""
+    root = tmp_path / "kb"
+    generate(root, 120, seed=5)
+    project(root)
     assert build(root, capsys)[0] == 0
-    assert stage(root, "profiles")["entities_profiled"] == made["entities"]
-    same_as_clean("edited-in-place")
+    entities = stage(root, "profiles")["entities"]
+    source = next((root / "content").rglob("notes-00042.ctxfst.md"))
+    added = source.with_name("notes-added.ctxfst.md")
+    text = source.read_text()
+    copy = text.replace("n00042", "nadded")
+    assert "priority: medium" in copy
+    steps = [("add", lambda: added.write_text(copy)),
+             ("priority", lambda: added.write_text(copy.replace("priority: medium",
+                                                                "priority: low", 1))),
+             ("delete", added.unlink)]
+    for name, step in steps:
+        step()
+        code, out = build(root, capsys)
+        assert code == 0, out
+        assert 0 < stage(root, "profiles")["entities_profiled"] < entities, name
+        assert_equals_a_clean_build(root, tmp_path / f"clean-{name}", capsys, (
+            "entity-profiles.json", "entities.parquet", "entity-graph.json"))
+    for path in (root / "content").rglob("*.ctxfst.md"):  # every declaration of Rust
+        path.write_text(path.read_text().replace("name: Rust\n", "name: Rust Renamed\n"))
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert stage(root, "profiles")["entities_profiled"] == entities
+    assert_equals_a_clean_build(root, tmp_path / "clean-renamed", capsys, (
+        "entity-profiles.json", "entities.parquet", "entity-graph.json"))
 
 
 def test_an_edit_embeds_only_the_changed_texts(tmp_path, capsys):

@@ -117,9 +117,7 @@ def knowledge_base(seed: int) -> tuple[list[dict], list[dict], int]:
 
 
 def parquet(rows: list[dict], group_rows: int) -> pq.ParquetFile:
-    sink = io.BytesIO()
-    pq.write_table(chunks_table(rows), sink, row_group_size=group_rows)
-    return pq.ParquetFile(pa.BufferReader(sink.getvalue()))
+    return pq.ParquetFile(pa.BufferReader(_bytes(rows, group_rows)))
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -151,3 +149,92 @@ def test_contexts_far_down_the_ranking_are_found():
     assert profile["contexts"] == [f"context {n}" for n in range(400, 405)]
     assert profile["content_excerpts"] == [f"content {n}" for n in range(700, 703)]
     assert profile == reference_profiles(entities, rows)[0]
+
+
+def edited(rows: list[dict], rng: random.Random, entities: list[dict]) -> list[dict]:
+    """rows with some chunks removed, added, and changed in one column each."""
+    named = [entity["id"] for entity in entities] + ["entity:ghost"]
+    kept = [dict(row) for row in rows if rng.random() > 0.05]
+    for number in range(rng.randint(0, 4)):
+        kept.insert(rng.randint(0, len(kept)), {
+            "id": f"new-{number}", "context": text(rng, 0.3), "content": text(rng, 0.3),
+            "source": "doc.md", "tags": ["api"], "priority": "critical",
+            "entities": rng.sample(named, rng.randint(0, min(3, len(named))))})
+    for row in rng.sample(kept, min(len(kept), rng.randint(0, 5))):
+        change = rng.choice(["priority", "tags", "entities", "context", "content"])
+        if change == "priority":
+            row["priority"] = rng.choice(["critical", "low", "urgent"])
+        elif change == "tags":
+            row["tags"] = [*row.get("tags", []), "edge"]
+        elif change == "entities":
+            row["entities"] = rng.sample(named, rng.randint(0, min(3, len(named))))
+        else:
+            row[change] = text(rng, 0.5)
+    return kept
+
+
+def spliced(before: list[dict], after: P.Made, only: list[int]) -> list[dict]:
+    profiles = list(before)
+    for entity, profile in zip(only, after.profiles, strict=True):
+        profiles[entity] = profile
+    return profiles
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_profiles_made_again_for_what_changed_are_the_whole_profiles(seed):
+    """After chunks are added, removed and changed, the entities Mentions says a change
+    touches (by the changed rows, or by row group and mentioned chunks when the old rows
+    are not at hand, and by the text they read) made again, with the others' profiles
+    kept, are the profiles made from scratch."""
+    from ctxfst.artifacts.parquet_splice import column_digests
+
+    entities, rows, group_rows = knowledge_base(seed)
+    for number, row in enumerate(rows):  # (chunk ids are unique in a knowledge base)
+        row["id"] = f"{row['id']}-{number}"
+    rng = random.Random(seed)
+    later = edited(rows, rng, entities)
+    files = [parquet(version, group_rows) for version in (rows, later)]
+    before, after = (P.Mentions(entities, file) for file in files)
+    made = before.profiles()
+    whole = after.profiles()
+    old_digests, new_digests = (column_digests(_bytes(version, group_rows),
+                                               P.MENTION_COLUMNS) for version in (rows, later))
+    fresh = [group for group, digest in enumerate(new_digests) if digest not in old_digests]
+    gone = files[0].read_row_groups(
+        [group for group, digest in enumerate(old_digests) if digest not in new_digests],
+        columns=list(P.MENTION_COLUMNS))
+    by_rows = after.named_by_changed_rows(gone, fresh)
+    counts = P.entities_table(made.profiles).column("mention_count").to_numpy()
+    by_groups = after.named_in(fresh) | after.counts_changed(counts)
+    assert by_rows <= by_groups
+    for touched in (by_rows, by_groups):
+        reading = sorted(set(range(len(entities))) - touched)
+        touched = touched | {entity for entity, (digest, _) in after.reading(reading).items()
+                             if digest != made.text_digests[entity]}
+        only = sorted(touched)
+        assert spliced(made.profiles, after.profiles(only), only) == whole.profiles
+        again = after.profiles(only)
+        assert again.text_digests == [whole.text_digests[e] for e in only]
+        assert again.groups == [whole.groups[e] for e in only]
+        assert [(digest, groups) for digest, groups in after.reading(only).values()] == list(
+            zip(again.text_digests, again.groups, strict=True))
+
+
+def _bytes(rows: list[dict], group_rows: int) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(chunks_table(rows), sink, row_group_size=group_rows)
+    return sink.getvalue()
+
+
+def test_an_entity_whose_only_chunk_is_gone_is_touched_by_row_group_too():
+    """Without the old rows, a chunk gone is seen by the count of its entity's chunks:
+    the row group it leaves may name that entity nowhere else."""
+    entities = [{"id": "entity:a", "name": "A"}, {"id": "entity:b", "name": "B"}]
+    rows = [{"id": name, "context": name, "content": name, "tags": [], "entities": [entity]}
+            for name, entity in (("x", "entity:a"), ("y", "entity:b"), ("z", "entity:b"))]
+    before = P.Mentions(entities, parquet(rows, 2)).profiles()
+    after = P.Mentions(entities, parquet(rows[1:], 2))
+    counts = P.entities_table(before.profiles).column("mention_count").to_numpy()
+    assert after.named_in([0]) == {1}
+    assert after.counts_changed(counts) == {0}
+    assert after.profiles([0]).profiles[0]["mentioned_chunks"] == []

@@ -296,8 +296,16 @@ def column_digests(data: bytes, columns: tuple[str, ...]) -> list[str]:
     import pyarrow.parquet as pq
 
     metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    return group_digests(metadata, range(metadata.num_row_groups), columns, len(data),
+                         lambda start, size: data[start:start + size])
+
+
+def group_digests(metadata, groups: Iterable[int], columns: tuple[str, ...], size: int,
+                  read: Callable[[int, int], bytes]) -> list[str]:
+    """column_digests() of these row groups of a file of `size` bytes whose Parquet
+    metadata this is, reading its bytes by read(start, size)."""
     found = []
-    for index in range(metadata.num_row_groups):
+    for index in groups:
         group = metadata.row_group(index)
         digest = hashlib.blake2b(str(group.num_rows).encode(), digest_size=16)
         for column in range(group.num_columns):
@@ -306,10 +314,10 @@ def column_digests(data: bytes, columns: tuple[str, ...]) -> list[str]:
                 continue
             start = chunk.dictionary_page_offset if chunk.has_dictionary_page \
                 else chunk.data_page_offset
-            if not 0 <= start <= start + chunk.total_compressed_size <= len(data):
+            if not 0 <= start <= start + chunk.total_compressed_size <= size:
                 raise SpliceError("a column chunk outside its file")
             digest.update(chunk.path_in_schema.encode() + b"\0")
-            digest.update(data[start:start + chunk.total_compressed_size])
+            digest.update(read(start, chunk.total_compressed_size))
         found.append(digest.hexdigest())
     return found
 

@@ -6,12 +6,14 @@ prefixes (name:, type:, aliases, tags, context, content, related).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
+import json
 import re
 from collections import Counter
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,65 +53,193 @@ def truncate_words(text: str, limit: int = EXCERPT_WORDS) -> str:
 MENTION_COLUMNS = ("chunk_id", "priority", "tags", "entities")
 _PACKED_LIMIT = 2 ** 62  # keys packed into one int64 must stay below this
 TEXT_COLUMNS = ("chunk_id", "context", "content")
+# What a profile reads of its catalog entry (catalog.json holds these alone)
+CATALOG_FIELDS = ("id", "name", "type", "aliases", "preconditions", "postconditions",
+                  "related_skills")
 
 
-def build_profiles(entities: list[dict[str, Any]], chunks, groups_read: set[int] | None = None
-                   ) -> tuple[list[dict[str, Any]], list[str]]:
+def profile_catalog(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The catalog as the profiles read it: each entity's CATALOG_FIELDS."""
+    return [{key: entity[key] for key in CATALOG_FIELDS if key in entity}
+            for entity in entities]
+
+
+def build_profiles(entities: list[dict[str, Any]], chunks) -> tuple[list[dict[str, Any]],
+                                                                    list[str]]:
     """Each catalog entity's profile, and the entity ids chunks name but no document
-    declares (sorted), from chunks.parquet opened as a pyarrow ParquetFile. The profiles
-    are a function of the catalog, the MENTION_COLUMNS of every chunk, and the
-    TEXT_COLUMNS of the row groups added to groups_read (when given).
+    declares (sorted), from chunks.parquet opened as a pyarrow ParquetFile."""
+    mentions = Mentions(entities, chunks)
+    return mentions.profiles().profiles, mentions.dangling
+
+
+class Mentions:
+    """Which chunks of chunks.parquet (a pyarrow ParquetFile) name which catalog
+    entities, from its MENTION_COLUMNS in arrays; a profile is a function of its
+    catalog entry, the names of the entities it shares a chunk with, the mention columns
+    of the chunks naming it and the TEXT_COLUMNS of those it ranks first (read from
+    their row groups only when profiles are made).
 
     Mentions are found and ranked in arrays, and only what the profiles hold becomes
     Python objects (a dict for each of 70,000 chunks took most of a build's time)."""
+
+    def __init__(self, entities: list[dict[str, Any]], chunks) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.entities, self.chunks = entities, chunks
+        table = chunks.read(columns=list(MENTION_COLUMNS))
+        self.tags = table.column("tags")
+        self.count = count = len(entities)
+        self.rows, self.ents, self.dangling = _mentions(entities, table)
+        self.per_entity = np.bincount(self.ents, minlength=count)
+        # the pairs grouped by entity: their entities, and their rows in chunk id order
+        self.owners = np.repeat(np.arange(count), self.per_entity)
+        self.chunk_ids = table.column("chunk_id")
+        by_id = pc.sort_indices(self.chunk_ids).to_numpy()  # stable: equal ids keep order
+        self.by_id = _in_order(self.rows, self.ents, by_id)
+        known = pc.index_in(table.column("priority"),
+                            value_set=pa.array(list(_PRIORITY_RANK)))
+        rank = np.array([*_PRIORITY_RANK.values(), _PRIORITY_RANK["medium"]], np.int8)[
+            known.fill_null(len(_PRIORITY_RANK)).to_numpy()]  # none or unknown: medium
+        # Most important chunks first (priority, then id), so capped lists keep what matters.
+        self.ranked = _in_order(self.rows, self.ents, by_id[np.argsort(rank[by_id],
+                                                                       kind="stable")])
+        sizes = np.array([chunks.metadata.row_group(group).num_rows
+                          for group in range(chunks.num_row_groups)], np.int64)
+        self.group_starts = np.cumsum(sizes) - sizes
+
+    def groups_of(self, rows: np.ndarray) -> np.ndarray:
+        """The row group holding each row (an empty group starts where the next does)."""
+        return np.searchsorted(self.group_starts, rows, "right") - 1
+
+    def named_in(self, groups: list[int]) -> set[int]:
+        """The entities (catalog indices) some chunk of these row groups names."""
+        inside = np.isin(self.groups_of(self.rows), np.asarray(groups, np.int64))
+        return set(np.unique(self.ents[inside]).tolist())
+
+    def named_by_changed_rows(self, before, groups: list[int]) -> set[int]:
+        """The entities named, before or now, by a chunk whose MENTION_COLUMNS are not
+        the same in `before` (those columns of the previous chunks.parquet's rows that
+        lie in none of its row groups found whole in this file) and in this file's row
+        groups `groups` (all those not found whole in the previous file): chunk ids
+        are unique, so a chunk in neither is in a row group both files hold."""
+        now = self.chunks.read_row_groups(groups, columns=list(MENTION_COLUMNS)) \
+            if groups else before.schema.empty_table()
+        rows = [{row["chunk_id"]: row for row in table.to_pylist()} for table in (before, now)]
+        named: set[str] = set()
+        for chunk_id in rows[0].keys() | rows[1].keys():
+            old, new = (version.get(chunk_id) for version in rows)
+            if old != new:
+                named.update(*((row["entities"] or []) for row in (old, new) if row))
+        places = {entity["id"]: index for index, entity in enumerate(self.entities)}
+        return {places[entity_id] for entity_id in named if entity_id in places}
+
+    def counts_changed(self, counts: np.ndarray) -> set[int]:
+        """The entities mentioned by another number of chunks than `counts` (the
+        mention_count column of entities.parquet of the same catalog). With named_in()
+        of the row groups not in the previous file, every entity whose mentioning
+        chunks changed: a chunk that names it now, changed or new, lies in such a group;
+        one that named it before and is gone leaves it fewer unless another came."""
+        return set(np.flatnonzero(np.asarray(counts) != self.per_entity).tolist())
+
+    def _picked(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs of these entities: their places among all pairs, their ranked rows
+        and their entities."""
+        picked = np.isin(self.owners, chosen)
+        return picked, self.ranked[picked], self.owners[picked]
+
+    def reading(self, only: list[int]) -> dict[int, tuple[str, list[int]]]:
+        """For these entities, a digest of the text of the chunks their profiles read
+        (contexts, excerpts and keywords come from it) and the row groups it lies in."""
+        _, ranked, owners = self._picked(np.asarray(only, np.int64))
+        quoted = _quoted(self.chunks, ranked, owners, self.count)
+        return dict(zip(only, zip(_text_digests(quoted, self.count, only),
+                                  self._groups_read(quoted, only), strict=True), strict=True))
+
+    def _groups_read(self, quoted, only: list[int]) -> list[list[int]]:
+        """The row groups whose text _quoted() read for each of these entities."""
+        *_, (readers, read) = quoted
+        groups = _split(self.groups_of(read).tolist(),
+                        np.bincount(readers, minlength=self.count))
+        return [sorted(set(groups[entity])) for entity in only]
+
+    def profiles(self, only: list[int] | None = None) -> Made:
+        """The profiles of the entities `only` (catalog indices, ascending; all when
+        None), with the row groups each read text from and its text_digests()."""
+        entities, count = self.entities, self.count
+        chosen = np.arange(count) if only is None else np.asarray(only, np.int64)
+        picked, ranked, owners = self._picked(chosen)
+        names = [entity.get("name", entity["id"]) for entity in entities]
+        ids = self.chunk_ids.take(from_numpy(self.by_id[picked], _int64())).to_pylist()
+        mentioned = dict(zip(chosen.tolist(), _split(ids, self.per_entity[chosen]),
+                             strict=True))
+        tags = _ordered_tags(self.tags, ranked, owners, count)
+        # (the chunks naming them hold every pair that makes their related entities)
+        sharing = np.isin(self.rows, self.rows[np.isin(self.ents, chosen)])
+        related = _co_mentioned(self.rows[sharing], self.ents[sharing], count)
+        quoted = _quoted(self.chunks, ranked, owners, count)
+        text, context_rows, excerpt_rows, keyword_rows, _ = quoted
+        chunk_tokens: dict[str, list[str]] = {}  # each chunk tokenised once, when needed
+
+        def tokens_of(row: int) -> list[str]:
+            chunk_id, context, content = text[row]
+            if chunk_id not in chunk_tokens:
+                chunk_tokens[chunk_id] = tokens(context + " " + content)
+            return chunk_tokens[chunk_id]
+
+        made = Made([], self._groups_read(quoted, chosen.tolist()),
+                    _text_digests(quoted, count, chosen.tolist()))
+        for index in chosen.tolist():
+            entity = entities[index]
+            counts = Counter(chain.from_iterable(tokens_of(row)
+                                                 for row in keyword_rows[index]))
+            profile = {
+                "id": entity["id"], "name": entity.get("name", ""),
+                "type": entity.get("type", ""), "aliases": entity.get("aliases", []),
+                "mentioned_chunks": mentioned[index],
+                "mention_count": len(mentioned[index]), "tags": tags[index],
+                "contexts": [text[row][1] for row in context_rows[index]],
+                "content_excerpts": [truncate_words(text[row][2])
+                                     for row in excerpt_rows[index]],
+                "related_entities": sorted({names[other] for other in related[index]}),
+                "keywords": _top_words(counts),
+            }
+            for key in ("preconditions", "postconditions", "related_skills"):
+                if entity.get(key):
+                    profile[key] = entity[key]
+            profile["representation"] = representation(profile)
+            made.profiles.append(profile)
+        return made
+
+
+class Made(NamedTuple):
+    """Profiles made (Mentions.profiles), with, for each, the row groups whose text it
+    read and the digest of that text (Mentions.reading)."""
+
+    profiles: list[dict[str, Any]]
+    groups: list[list[int]]
+    text_digests: list[str]
+
+
+def _text_digests(quoted, count: int, only: list[int]) -> list[str]:
+    """The digests of Mentions.reading() of the entities `only` from what _quoted()
+    read for them."""
+    text, *_, (readers, read) = quoted
+    rows = _split(read.tolist(), np.bincount(readers, minlength=count))
+    found = []
+    for entity in only:
+        digest = hashlib.blake2b(digest_size=16)
+        for row in rows[entity]:
+            digest.update(json.dumps(text[row], ensure_ascii=False).encode(
+                "utf-8", "surrogatepass"))
+        found.append(digest.hexdigest())
+    return found
+
+
+def _int64():
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    table = chunks.read(columns=list(MENTION_COLUMNS))
-    names = [entity.get("name", entity["id"]) for entity in entities]
-    count = len(entities)
-    rows, ents, dangling = _mentions(entities, table)
-    per_entity = np.bincount(ents, minlength=count)
-    owners = np.repeat(np.arange(count), per_entity)  # of the pairs grouped by entity
-    chunk_ids = table.column("chunk_id")
-    by_id = pc.sort_indices(chunk_ids).to_numpy()  # stable, as sorted(): equal ids keep order
-    known = pc.index_in(table.column("priority"), value_set=pa.array(list(_PRIORITY_RANK)))
-    rank = np.array([*_PRIORITY_RANK.values(), _PRIORITY_RANK["medium"]], np.int8)[
-        known.fill_null(len(_PRIORITY_RANK)).to_numpy()]  # none or unknown: medium
-    # Most important chunks first (priority, then id), so capped lists keep what matters.
-    ranked = _in_order(rows, ents, by_id[np.argsort(rank[by_id], kind="stable")])
-    ids = chunk_ids.to_numpy(zero_copy_only=False)  # str objects: faster to pick than take()
-    mentioned = _split(ids[_in_order(rows, ents, by_id)].tolist(), per_entity)
-    tags = _ordered_tags(table.column("tags"), ranked, owners, count)
-    related = [sorted({names[other] for other in others})
-               for others in _co_mentioned(rows, ents, count)]
-    text, context_rows, excerpt_rows, keyword_rows = _quoted(chunks, ranked, owners, count,
-                                                             groups_read)
-    chunk_tokens: dict[str, list[str]] = {}  # each chunk tokenised once, when first needed
-
-    def tokens_of(row: int) -> list[str]:
-        chunk_id, context, content = text[row]
-        if chunk_id not in chunk_tokens:
-            chunk_tokens[chunk_id] = tokens(context + " " + content)
-        return chunk_tokens[chunk_id]
-
-    profiles = []
-    for index, entity in enumerate(entities):
-        counts = Counter(chain.from_iterable(tokens_of(row) for row in keyword_rows[index]))
-        profile = {
-            "id": entity["id"], "name": entity.get("name", ""), "type": entity.get("type", ""),
-            "aliases": entity.get("aliases", []),
-            "mentioned_chunks": mentioned[index], "mention_count": len(mentioned[index]),
-            "tags": tags[index], "contexts": [text[row][1] for row in context_rows[index]],
-            "content_excerpts": [truncate_words(text[row][2]) for row in excerpt_rows[index]],
-            "related_entities": related[index], "keywords": _top_words(counts),
-        }
-        for key in ("preconditions", "postconditions", "related_skills"):
-            if entity.get(key):
-                profile[key] = entity[key]
-        profile["representation"] = representation(profile)
-        profiles.append(profile)
-    return profiles, dangling
+    return pa.int64()
 
 
 def _top_words(counts: Counter) -> list[str]:
@@ -168,12 +298,12 @@ def _ordered_tags(column, ranked: np.ndarray, owners: np.ndarray,
                   np.bincount(owners[first], minlength=count))
 
 
-def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int,
-            groups_read: set[int] | None = None):
+def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int):
     """The text (chunk id, context, content) of each entity's first KEYWORD_CHUNKS ranked
-    rows, first MAX_CONTEXTS with a context and first MAX_EXCERPTS with content, and
-    those rows. Text is read for a prefix of each entity's ranked rows, made longer while
-    it holds too few contexts or contents and there are more rows."""
+    rows, first MAX_CONTEXTS with a context and first MAX_EXCERPTS with content, those
+    rows, and the (entity, row) pairs whose text the entity's profile depends on. Text
+    is read for a prefix of each entity's ranked rows, made longer while it holds too
+    few contexts or contents and there are more rows."""
     per_entity = np.bincount(owners, minlength=count)
     place = np.arange(len(ranked)) - np.repeat(np.cumsum(per_entity) - per_entity, per_entity)
     reach = np.full(count, KEYWORD_CHUNKS)
@@ -181,7 +311,7 @@ def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int,
     while True:
         within = np.flatnonzero(place < reach[owners])
         new = [row for row in _distinct(ranked[within]).tolist() if row not in text]
-        text.update(zip(new, _texts(chunks, new, groups_read), strict=True))
+        text.update(zip(new, _texts(chunks, new), strict=True))
         has = np.array([(bool(text[row][1]), bool(text[row][2]))
                         for row in ranked[within].tolist()], bool).reshape(-1, 2)
         contexts, contents = (np.bincount(owners[within[has[:, part]]], minlength=count)
@@ -198,11 +328,11 @@ def _quoted(chunks, ranked: np.ndarray, owners: np.ndarray, count: int,
         return _split(ranked[at].tolist(), np.bincount(owners[at], minlength=count))
 
     return (text, leading(within[has[:, 0]], MAX_CONTEXTS),
-            leading(within[has[:, 1]], MAX_EXCERPTS), leading(within, KEYWORD_CHUNKS))
+            leading(within[has[:, 1]], MAX_EXCERPTS), leading(within, KEYWORD_CHUNKS),
+            (owners[within], ranked[within]))
 
 
-def _texts(chunks, rows: list[int], groups_read: set[int] | None = None
-           ) -> list[tuple[str, str, str]]:
+def _texts(chunks, rows: list[int]) -> list[tuple[str, str, str]]:
     """The chunk id, context and content of rows (ascending) of chunks.parquet, reading
     only the row groups that hold them."""
     import pyarrow as pa
@@ -215,8 +345,6 @@ def _texts(chunks, rows: list[int], groups_read: set[int] | None = None
     # The group holding each row (an empty group starts where the next does: never this).
     groups = np.searchsorted(starts, rows, "right") - 1
     read = _distinct(groups)
-    if groups_read is not None:
-        groups_read.update(read.tolist())
     table = chunks.read_row_groups(read.tolist(), columns=list(TEXT_COLUMNS))
     # A row's place in what was read: where its group starts there, plus its own place.
     read_starts = np.cumsum(sizes[read]) - sizes[read]
@@ -308,7 +436,6 @@ def entities_table(profiles: list[dict[str, Any]], dangling: list[str] | None = 
     """entities.parquet's table: the profiles' fields as columns, and in its metadata the
     entity ids chunks name but no document declares (entity-profiles.json's
     meta.dangling_chunk_entity_refs), so that it stands without the JSON export."""
-    import json
 
     import pyarrow as pa
 
@@ -336,7 +463,28 @@ def entities_table(profiles: list[dict[str, Any]], dangling: list[str] | None = 
     })
     return table.replace_schema_metadata({
         "ctxfst.artifact": "entities", "ctxfst.schema_version": PROFILES_SCHEMA_VERSION,
-        DANGLING_KEY: json.dumps(sorted(dangling or []), ensure_ascii=False)})
+        DANGLING_KEY: dangling_json(dangling or [])})
+
+
+def dangling_json(dangling: list[str]) -> str:
+    """entities.parquet's metadata value of the dangling entity references."""
+    return json.dumps(sorted(dangling), ensure_ascii=False)
+
+
+def profiles_from_table(table) -> list[dict[str, Any]]:
+    """The profiles of an entities table (entities_table's inverse): as build_profiles
+    makes them, for entity-profiles.json."""
+    profiles = []
+    for row in table.to_pylist():
+        profile = {"id": row["entity_id"], **{key: row[key] for key in (
+            "name", "type", "aliases", "mentioned_chunks", "mention_count", "tags",
+            "contexts", "content_excerpts", "related_entities", "keywords")}}
+        for key in ("preconditions", "postconditions", "related_skills"):
+            if row[key]:
+                profile[key] = row[key]
+        profile["representation"] = row["representation"]
+        profiles.append(profile)
+    return profiles
 
 
 GRAPH_FIELDS = ("name", "type", "aliases", "mention_count", "mentioned_chunks",
@@ -348,8 +496,6 @@ def read_entities(path, fields: tuple[str, ...] = GRAPH_FIELDS
     """The profiles in an entities.parquet (`id` and these fields, named as in
     entity-profiles.json) and its dangling entity references; ValueError when it is
     not such a file."""
-    import json
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..artifacts.arrays import ParquetParts
 from ..artifacts.io import Span, compact_json, is_sha256, write_pieces
+from ..compile.profiles import profile_catalog
 from ..diagnostics import Diagnostic
 from ..document.link import Summary, link
 from ..files import file_stamp
@@ -43,7 +44,7 @@ class Compiled:
     json: list[bytes | Span] | None  # (None: chunks.json is not made)
     parquet: list[bytes | memoryview | Span]
     chunks: int
-    entities_json: bytes  # the entity catalog's rows, compact (catalog.json)
+    catalog_json: bytes  # what the profiles read of the catalog, compact (catalog.json)
     entities: int
     recompiled: int
     made_from: dict[str, Any]
@@ -139,13 +140,12 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         parquet, layout = _chunks_parquet(rows, fresh, made_from, found, changed)
         recompiled = len(fresh)
         fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
-        entities_json = compact_json(entities)  # (catalog.json, and inside chunks.json)
-        pieces = chunks_json(entities_json, rows.texts()) if json_exports else None
+        pieces = chunks_json(compact_json(entities), rows.texts()) if json_exports else None
         made_from = {"sha256": None, "documents": [entries[unit.path] for unit in
                                                    checked.units],
                      "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
-        return Compiled(pieces, parquet, len(rows.ids), entities_json, len(entities),
-                        recompiled, made_from, rows.copied, opened, read_from)
+        return Compiled(pieces, parquet, len(rows.ids), compact_json(profile_catalog(entities)),
+                        len(entities), recompiled, made_from, rows.copied, opened, read_from)
     except BaseException:
         for handle in opened:  # (Compiled.write closes them otherwise)
             os.close(handle)

@@ -298,8 +298,7 @@ def stage_compile(run: BuildRun) -> None:
                                       staged(config, "chunks.json"), exports,
                                       reuse_layout=False)
         compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
-        # for profiles: write_json(..., compact=True) of the rows, encoded once
-        write_atomic(staged(config, "catalog.json"), compiled.entities_json + b"\n")
+        write_atomic(staged(config, "catalog.json"), compiled.catalog_json + b"\n")
         compiled.record(store)  # what the staged chunk files were made from
         checked.let_go_typed()  # (the facts stage types what it extracts, in its workers)
     except CompileError as error:
@@ -349,9 +348,11 @@ _PROFILE_FILES = ("entity-profiles.json", "entities.parquet")
 def stage_profiles(run: BuildRun) -> None:
     """Entity profiles from the catalog and chunks.parquet (its columns read as needed:
     parsing the 66 MB chunks.json of 10,000 documents took twice as long as reading
-    every column). They are kept as staged while the catalog, every chunk's mention
-    columns and the text of the row groups they quote are as they were (most edits
-    change only a passage no profile quotes)."""
+    every column). The staged files are kept while the catalog, every chunk's mention
+    columns and the text of the row groups the profiles quote are as they were (most
+    edits change only a passage no profile quotes); otherwise only the profiles of the
+    entities a change touches are made again, the others' rows copied from the staged
+    entities.parquet (compile.profiles.Mentions says what a profile depends on)."""
     import hashlib
 
     import pyarrow as pa
@@ -363,11 +364,14 @@ def stage_profiles(run: BuildRun) -> None:
     from ..artifacts.parquet_splice import SpliceError, column_digests
     from ..artifacts.reader import parse_json
     from ..compile.profiles import (
+        DANGLING_KEY,
         MENTION_COLUMNS,
         TEXT_COLUMNS,
-        build_profiles,
+        Mentions,
+        dangling_json,
         entities_table,
         profiles_document,
+        profiles_from_table,
     )
     from .published import PUBLISHED
 
@@ -384,27 +388,52 @@ def stage_profiles(run: BuildRun) -> None:
     basis = {"catalog": hashlib.sha256(catalog).hexdigest(), "mentions": mentions}
     store = unit_store(config)
     try:
-        count = _profiles_kept(config, store.value(_PROFILED), basis, texts,
-                               store.value(PUBLISHED), files)
-        made = 0
-        if count is None:
+        published = store.value(PUBLISHED)
+        record = _profiles_record(store.value(_PROFILED), files)
+        count = made = None
+        if record is not None and mentions is not None and texts is not None and all(
+                record[key] == value for key, value in basis.items()) and \
+                set(record["quoted"]) <= set(texts) and \
+                _profiles_kept(config, record, published, files):
+            count, made = record["entities"], 0
+        else:
             store.remove(_PROFILED)  # (until the files below are written)
             store.save()
-            groups_read: set[int] = set()
+            entities = parse_json(catalog)
+            keys = _catalog_keys(entities)
+            reading: dict[int, tuple[str, list[int]]] = {}
             with pq.ParquetFile(arrow_reader(chunks)) as table:
-                profiles, dangling = build_profiles(parse_json(catalog), table, groups_read)
-            if "entity-profiles.json" in files:
-                write_json(staged(config, "entity-profiles.json"),
-                           profiles_document(profiles, dangling))
-            write_parquet(staged(config, "entities.parquet"),
-                          entities_table(profiles, dangling))
-            count = made = len(profiles)
-            written = written_so_far()
+                index = Mentions(entities, table)
+                previous = _previous_profiles(config, record, keys, published) \
+                    if mentions is not None and texts is not None else None
+                only = None if previous is None else _touched_profiles(
+                    config, index, record, keys, mentions, texts, previous, reading)
+                made_now = index.profiles(only)
+            made, count = len(made_now.profiles), len(entities)
+            if only == [] and (previous.schema.metadata or {}).get(DANGLING_KEY.encode()) == \
+                    dangling_json(index.dangling).encode() and \
+                    _profiles_kept(config, record, published, files):
+                written = {str(staged(config, name)): {"sha256": record["outputs"][name]}
+                           for name in files}  # (the same bytes: not written again)
+            else:
+                fresh = entities_table(made_now.profiles, index.dangling)
+                if only is not None:
+                    fresh = _spliced_profiles(previous, fresh, only)
+                write_parquet(staged(config, "entities.parquet"), fresh)
+                if "entity-profiles.json" in files:
+                    write_json(staged(config, "entity-profiles.json"), profiles_document(
+                        made_now.profiles if only is None else profiles_from_table(fresh),
+                        index.dangling))
+                written = written_so_far()
             if mentions is not None and texts is not None:
-                store.put(_PROFILED, {**basis, "entities": count, "texts": {
-                    str(group): texts[group] for group in sorted(groups_read)}, "outputs": {
-                    name: written[str(staged(config, name))]["sha256"]
-                    for name in files}})
+                reading.update(zip(range(count) if only is None else only, zip(
+                    made_now.text_digests, made_now.groups, strict=True), strict=True))
+                store.put(_PROFILED, {
+                    **basis, **keys, "entities": count,
+                    **_reading_record(record if only is not None else None, reading, texts,
+                                      count),
+                    "outputs": {name: written[str(staged(config, name))]["sha256"]
+                                for name in files}})
                 store.save()
     finally:
         store.close()
@@ -412,35 +441,190 @@ def stage_profiles(run: BuildRun) -> None:
             artifact_rows={name: count for name in files})
 
 
-def _profiles_kept(config: Config, record: Any, basis: dict, texts: list[str] | None,
-                   published: Any, files: list[str]) -> int | None:
-    """How many profiles the staged files hold, when they were made from what `basis`
-    and `texts` (each row group's text columns) describe now; else None. The files kept
-    are vouched for to the manifest (artifacts.io.note_written): it need not hash them."""
+def _catalog_keys(entities: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the record keeps of the catalog: a digest of its ids and names in order (a
+    name shows in the profiles of every entity sharing a chunk with it), and one of each
+    entry (its own profile)."""
+    import hashlib
+
+    from ..artifacts.io import compact_json
+
+    def digest(value: Any) -> str:
+        return hashlib.blake2b(compact_json(value), digest_size=16).hexdigest()
+
+    return {"names": digest([[entity["id"], entity.get("name", entity["id"])]
+                             for entity in entities]),
+            "entries": [digest(entity) for entity in entities]}
+
+
+def _profiles_record(record: Any, files: list[str]) -> dict | None:
+    """The profiles record when it has the shape this toolchain writes, else None."""
+    if not isinstance(record, dict):
+        return None
+    count, quoted, outputs = record.get("entities"), record.get("quoted"), record.get("outputs")
+    entries, mentions = record.get("entries"), record.get("mentions")
+    texts = record.get("texts")
+    if not (type(count) is int and isinstance(quoted, dict) and isinstance(outputs, dict)
+            and isinstance(entries, list) and len(entries) == count
+            and isinstance(texts, list) and len(texts) == count
+            and isinstance(mentions, list) and isinstance(record.get("names"), str)
+            and all(type(outputs.get(name)) is str for name in files)):
+        return None
+    for indices in quoted.values():
+        if not (isinstance(indices, list) and all(
+                type(index) is int and 0 <= index < count for index in indices)):
+            return None
+    return record
+
+
+def _profiles_kept(config: Config, record: dict, published: Any, files: list[str]) -> bool:
+    """Whether the staged files are those the record was written with; they are then
+    vouched for to the manifest (artifacts.io.note_written): it need not hash them."""
     from .published import vouched
 
-    if not (isinstance(record, dict) and basis["mentions"] is not None and texts is not None
-            and all(record.get(key) == value for key, value in basis.items())):
-        return None
-    quoted, outputs, count = record.get("texts"), record.get("outputs"), record.get("entities")
-    if not (isinstance(quoted, dict) and isinstance(outputs, dict) and type(count) is int):
-        return None
-    for group, digest in quoted.items():
-        if not (group.isdecimal() and int(group) < len(texts) and texts[int(group)] == digest):
-            return None
     for name in files:
-        path, sha256 = staged(config, name), outputs.get(name)
+        path, sha256 = staged(config, name), record["outputs"][name]
         try:
             info = os.lstat(path)
-            if not (stat.S_ISREG(info.st_mode) and type(sha256) is str and (
-                    vouched(published, path, info, sha256)
-                    or sha256_file(path) == sha256)):
-                return None
+            if not (stat.S_ISREG(info.st_mode) and (vouched(published, path, info, sha256)
+                                                    or sha256_file(path) == sha256)):
+                return False
         except OSError:
-            return None
+            return False
     for name in files:
-        note_written(staged(config, name), outputs[name])
-    return count
+        note_written(staged(config, name), record["outputs"][name])
+    return True
+
+
+def _previous_profiles(config: Config, record: dict | None, keys: dict, published: Any):
+    """The staged entities table (with its metadata), when the record describes it and a
+    catalog of the same ids and names in the same order (the profiles of the others are
+    then rows of it)."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..artifacts.io import read_regular
+    from ..compile.profiles import entities_table
+    from .published import read_as_published
+
+    if record is None or record["names"] != keys["names"] or \
+            record["entities"] != len(keys["entries"]):
+        return None
+    name = "entities.parquet"
+    sha256 = record["outputs"].get(name)
+    try:
+        data, info = read_regular(staged(config, name), follow_links=False)
+        if not (read_as_published(published, name, data, info, sha256)
+                or hashlib.sha256(data).hexdigest() == sha256):
+            return None
+        table = pq.read_table(pa.BufferReader(data))
+        metadata = table.schema.metadata
+        table = table.cast(entities_table([]).schema.remove_metadata().with_metadata(metadata))
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return table if table.num_rows == record["entities"] else None
+
+
+def _touched_profiles(config: Config, index, record: dict, keys: dict, mentions: list[str],
+                      texts: list[str], previous, reading: dict) -> list[int]:
+    """The entities (catalog indices, ascending) whose profiles may differ from their
+    rows in `previous`: named by a chunk whose mention columns changed (or, without the
+    previous chunks.parquet, named in a row group whose mention columns are new, or
+    mentioned by another number of chunks), or their catalog entry changed, or the
+    text of the chunks they quote changed. The entities whose text was read again to
+    tell are added to `reading` (Mentions.reading)."""
+    before = set(record["mentions"])
+    fresh = [group for group, digest in enumerate(mentions) if digest not in before]
+    gone = _vanished_rows(config, record["mentions"], set(mentions))
+    if gone is not None:
+        touched = index.named_by_changed_rows(gone, fresh)
+    else:  # by row group: every entity a new one names, and those mentioned less
+        touched = index.named_in(fresh)
+        touched |= index.counts_changed(previous.column("mention_count").to_numpy())
+    touched.update(entity for entity, (old, new) in enumerate(zip(
+        record["entries"], keys["entries"], strict=True)) if old != new)
+    present = set(texts)
+    quoting = {entity for digest, entities in record["quoted"].items()
+               if digest not in present for entity in entities} - touched
+    if quoting:  # the text they read, chunk by chunk, against what they read before
+        reading.update(index.reading(sorted(quoting)))
+        touched.update(entity for entity in quoting
+                       if reading[entity][0] != record["texts"][entity])
+    return sorted(touched)
+
+
+def _vanished_rows(config: Config, digests: list[str], now: set[str]):
+    """The MENTION_COLUMNS of the rows in the row groups of the chunks.parquet the
+    profiles were made from (its groups' `digests`) that the staged one does not hold
+    whole (`now`: its groups' digests), read from the last published chunks.parquet
+    when it is that file (those groups' digests checked); else None."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..artifacts.io import open_no_follow
+    from ..artifacts.parquet_splice import SpliceError, group_digests
+    from ..artifacts.reader import published_folder
+    from ..compile.profiles import MENTION_COLUMNS
+
+    vanished = [group for group, digest in enumerate(digests) if digest not in now]
+    try:
+        handle = open_no_follow(published_folder(config.build_dir) / "chunks.parquet")
+    except (OSError, ValueError):
+        return None
+    with os.fdopen(handle, "rb") as file:
+        def read(start: int, size: int) -> bytes:
+            file.seek(start)
+            return file.read(size)
+
+        try:
+            parquet = pq.ParquetFile(file)
+            if parquet.metadata.num_row_groups != len(digests) or group_digests(
+                    parquet.metadata, vanished, MENTION_COLUMNS, os.fstat(handle).st_size,
+                    read) != [digests[group] for group in vanished]:
+                return None
+            return parquet.read_row_groups(vanished, columns=list(MENTION_COLUMNS)) \
+                if vanished else parquet.schema_arrow.empty_table().select(
+                    list(MENTION_COLUMNS))
+        except (OSError, SpliceError, pa.ArrowException):
+            return None
+
+
+def _spliced_profiles(previous, fresh, only: list[int]):
+    """The entities table of `previous` with the rows `only` replaced by `fresh`'s (in
+    order), with fresh's metadata."""
+    import numpy as np
+    import pyarrow as pa
+
+    order = np.arange(previous.num_rows)
+    order[only] = previous.num_rows + np.arange(len(only))
+    table = pa.concat_tables([previous.replace_schema_metadata(None),
+                              fresh.replace_schema_metadata(None)])
+    return table.take(pa.array(order)).combine_chunks().replace_schema_metadata(
+        fresh.schema.metadata)
+
+
+def _reading_record(record: dict | None, reading: dict[int, tuple[str, list[int]]],
+                    texts: list[str], count: int) -> dict[str, Any]:
+    """The record's "texts" (each entity's Mentions.reading digest) and "quoted" (for
+    each text digest of a row group some profile reads, the entities reading it): those
+    of `record` (None: none) with the entities `reading` holds read now (their row
+    groups are of this chunks.parquet, whose groups' text digests are `texts`)."""
+    digests = list(record["texts"]) if record is not None else [""] * count
+    groups_of: list[list[str]] = [[] for _ in range(count)]
+    if record is not None:
+        for digest, entities in record["quoted"].items():
+            for entity in entities:
+                groups_of[entity].append(digest)
+    for entity, (digest, groups) in reading.items():
+        digests[entity] = digest
+        groups_of[entity] = [texts[group] for group in groups]
+    quoted: dict[str, list[int]] = {}
+    for entity, groups in enumerate(groups_of):
+        for digest in groups:
+            quoted.setdefault(digest, []).append(entity)
+    return {"texts": digests, "quoted": dict(sorted(quoted.items()))}
 
 
 def embedding_cache(config: Config):
