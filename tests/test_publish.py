@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,17 @@ def edit(root: Path, number: int) -> None:
     text = path.read_text()
     end = text.index("</Chunk>")
     path.write_text(text[:end] + f"Added sentence number {number}.\n" + text[end:])
+
+
+def published_folders(root: Path) -> list[str]:
+    """The folders in build/.published once the removers of dropped ones are done (each
+    removes its folders in a process of its own, renamed out of the way first)."""
+    versions = root / "build/.published"
+    deadline = time.monotonic() + 60
+    while any(name.startswith(publish.RETIRED) for name in os.listdir(versions)):
+        assert time.monotonic() < deadline, os.listdir(versions)
+        time.sleep(0.05)
+    return sorted(os.listdir(versions))
 
 
 def staged_sets(root: Path, capsys, count: int) -> Path:
@@ -85,7 +97,7 @@ def test_readers_never_see_half_a_publication_while_it_is_killed_at_random(tmp_p
     # The last publication finished: one whole build, no journal, no leftovers.
     assert not (root / "build/.publish.json").exists()
     assert_consistent(root)
-    folders = os.listdir(root / "build/.published")
+    folders = published_folders(root)
     assert folders and not [name for name in folders if name.startswith(".")], folders
     opened = BuildArtifacts(root / "build", list(ARTIFACTS))
     for name in ARTIFACTS:
@@ -110,7 +122,7 @@ def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys,
                                                              monkeypatch):
     """The current folder and the one before always stay; older ones stay
     RETAIN_SECONDS after they stopped being current, and go with the next publication
-    after that."""
+    after that (removed by a process of its own, which the build does not wait for)."""
     root = example(tmp_path / "kb")
     assert build(root, capsys)[0] == 0
     first = published_folder(root / "build").name
@@ -119,9 +131,18 @@ def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys,
         assert build(root, capsys)[0] == 0
     assert len(os.listdir(root / "build/.published")) == 3  # all within RETAIN_SECONDS
     monkeypatch.setattr(publish, "RETAIN_SECONDS", 0)
+    real_rmtree = shutil.rmtree
+
+    def slow_rmtree(path, *args, **kwargs):  # (in the remover, after the build returned)
+        time.sleep(1)
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(publish.shutil, "rmtree", slow_rmtree)
     edit(root, 3)
     assert build(root, capsys)[0] == 0
-    kept = sorted(os.listdir(root / "build/.published"))
+    # renamed at once, removed by a process the build did not wait for
+    assert os.listdir(root / "build/.published").count(publish.RETIRED + first) == 1
+    kept = published_folders(root)
     assert len(kept) == 2 and first not in kept
     assert_consistent(root)
 

@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -190,11 +191,16 @@ def _replace_with_link(path: Path, target: str) -> None:
         raise
 
 
+RETIRED = ".retired-"  # + the id of a published folder being removed
+
+
 def _drop_versions(versions: Path, keep: set[str | None]) -> None:
     """The published folders that stopped being current over RETAIN_SECONDS ago, but
     never the current one or the one before (readers that opened them may still be
-    reading), and what killed publications left there."""
+    reading), and what killed publications left there. A folder dropped is renamed
+    out of the way at once and removed by a process of its own (_remove_detached)."""
     retired_before = time.time() - RETAIN_SECONDS
+    doomed = []
     for entry in os.scandir(versions):
         if entry.name in keep:
             continue
@@ -202,8 +208,52 @@ def _drop_versions(versions: Path, keep: set[str | None]) -> None:
             retired = entry.stat(follow_symlinks=False).st_mtime
         except FileNotFoundError:
             continue
-        if entry.name.startswith(".") or retired < retired_before:
-            _remove(Path(entry.path))
+        path = Path(entry.path)
+        if entry.name.startswith(RETIRED):  # (one a remover did not finish)
+            doomed.append(path)
+        elif entry.name.startswith("."):
+            _remove(path)
+        elif retired < retired_before:
+            try:
+                os.rename(path, versions / f"{RETIRED}{entry.name}")
+                doomed.append(versions / f"{RETIRED}{entry.name}")
+            except OSError:
+                _remove(path)
+    if doomed:
+        _remove_detached(doomed)
+
+
+def _remove_detached(paths: list[Path]) -> None:
+    """Remove these folders in a process detached from this one (its own session, no
+    open file of ours: not the build lock, not the pipes a caller reads our output
+    from), so that the build ends without waiting for the kernel to free a large build's
+    files (the unique files of a 100,000-document build, some 800 MB, took 0.5-1 s).
+    Nothing reads a dropped folder, so the next build need not wait for it either; one
+    killed half-way is removed by a later publication. Removed here where this process
+    runs threads (a fork copies one of them)."""
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        for path in paths:
+            _remove(path)
+        return
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)  # (it forks the remover and ends at once)
+        return
+    try:
+        os.setsid()
+        if os.fork() == 0:
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):
+                os.dup2(quiet, stream)
+            os.closerange(3, _MAX_FD)
+            os.nice(10)
+            for path in paths:
+                shutil.rmtree(path, ignore_errors=True)
+    finally:
+        os._exit(0)
+
+
+_MAX_FD = 1 << 16  # (closerange is one close_range call where the kernel has it)
 
 
 def _remove(path: Path) -> None:
