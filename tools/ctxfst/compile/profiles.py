@@ -105,7 +105,7 @@ class Mentions:
         self.ranked = _in_order(self.rows, self.ents, by_id[np.argsort(rank[by_id],
                                                                        kind="stable")])
         sizes = np.array([chunks.metadata.row_group(group).num_rows
-                          for group in range(chunks.num_row_groups)], np.int64)
+                          for group in range(chunks.metadata.num_row_groups)], np.int64)
         self.group_starts = np.cumsum(sizes) - sizes
 
     def groups_of(self, rows: np.ndarray) -> np.ndarray:
@@ -340,7 +340,7 @@ def _texts(chunks, rows: list[int]) -> list[tuple[str, str, str]]:
     if not rows:
         return []
     sizes = np.array([chunks.metadata.row_group(group).num_rows
-                      for group in range(chunks.num_row_groups)])
+                      for group in range(chunks.metadata.num_row_groups)])
     starts = np.cumsum(sizes) - sizes
     # The group holding each row (an empty group starts where the next does: never this).
     groups = np.searchsorted(starts, rows, "right") - 1

@@ -356,9 +356,8 @@ def stage_profiles(run: BuildRun) -> None:
     import hashlib
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from ..artifacts.arrays import arrow_reader
+    from ..artifacts.arrays import ParquetParts
     from ..artifacts.io import read_regular
     from ..artifacts.parquet import write_parquet
     from ..artifacts.parquet_splice import SpliceError, column_digests
@@ -402,7 +401,7 @@ def stage_profiles(run: BuildRun) -> None:
             entities = parse_json(catalog)
             keys = _catalog_keys(entities)
             reading: dict[int, tuple[str, list[int]]] = {}
-            with pq.ParquetFile(arrow_reader(chunks)) as table:
+            with ParquetParts(chunks) as table:
                 index = Mentions(entities, table)
                 previous = _previous_profiles(config, record, keys, published) \
                     if mentions is not None and texts is not None else None
