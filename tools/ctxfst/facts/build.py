@@ -34,6 +34,7 @@ from ..artifacts.parquet_splice import (
     SpliceError,
     content_group_starts,
     encoding_of,
+    group_bytes,
     group_ranges,
     read_parts,
     replace_runs,
@@ -60,6 +61,7 @@ from .extractors import (
 from .memo import (
     RECORD,
     SOURCE,
+    GroupKeys,
     LedgerMemo,
     digests_by_source,
     group_keys,
@@ -265,17 +267,20 @@ class _Ledger:
     runs_data: bytes = b""  # the runs file's bytes
     evidence_data: bytes = b""  # semantic_fact_evidence.parquet's bytes
     evidence: Any = None   # the evidence, read whole and checked with the facts
+    recovered: bool = False  # the memo was made again from the files (_recovered_memo)
 
 
 Vouched = Callable[[str, bytes, os.stat_result, str], bool]
 
 
-def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = None
-                 ) -> _Ledger:
+def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = None,
+                 whole: bool = False) -> _Ledger:
     """The previous facts, their evidence and the runs. With the memo of exactly these
     files (facts/memo.py: this toolchain wrote them) the facts and evidence are left in
-    their files, to be read by row group; any other ledger is read whole and checked, for
-    the order the merge relies on too.
+    their files, to be read by row group. Without it, the files are checked a row group
+    at a time and the memo made again from them (_recovered_memo), where they are cut
+    in row groups as this toolchain cuts them; any other ledger (or with `whole`) is
+    read whole and checked, for the order the merge relies on too.
 
     The ledger may come with a stranger's checkout: one of another shape, with nulls
     where the build needs values, or out of step with its build_seq is refused clearly."""
@@ -313,20 +318,27 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
             FACT_GROUP_ROWS, HEAVY_EVIDENCE)
         runs = pq.ParquetFile(arrow_reader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
+        ledger.seq = int((pq.ParquetFile(pa.BufferReader(ledger.data)).schema_arrow.metadata
+                          or {}).get(b"ctxfst.build_seq", b"0"))  # (its footer only)
         if ledger.memo is not None:
             file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footers only)
             evidence_file = pq.ParquetFile(pa.BufferReader(ledger.evidence_data))
-            metadata = file.schema_arrow.metadata
-            ledger.seq = int((metadata or {}).get(b"ctxfst.build_seq", b"0"))
             problem = None  # the very files this toolchain wrote and checked
             if (file.metadata.num_row_groups, file.metadata.num_rows,
                     evidence_file.metadata.num_row_groups) != (
                     len(ledger.memo.keys), sum(k.rows for k in ledger.memo.keys),
                     len(ledger.memo.keys)):
-                return _read_ledger(directory)  # a memo of other groups: read it whole
+                return _read_ledger(directory, whole=whole)  # a memo of other groups
+        elif not earlier and not whole and (recovered := _recovered_memo(ledger, runs)):
+            problem, ledger.memo = recovered
+            ledger.recovered = ledger.memo is not None
+            if ledger.memo is not None:
+                ledger.memo.runs_sha = _ledger_sha(RUNS_FILE, runs_data, runs_info, None,
+                                                   None)
+                ledger.memo.evidence_sha = _ledger_sha(EVIDENCE_FILE, ledger.evidence_data,
+                                                       evidence_info, None, None)
         else:
             table = pq.ParquetFile(arrow_reader(ledger.data)).read()
-            ledger.seq = int((table.schema.metadata or {}).get(b"ctxfst.build_seq", b"0"))
             # Parquet names list items "element"; cast back to the written schema
             # ("item"), so carried-over rows encode exactly like fresh ones.
             ledger.table = table.replace_schema_metadata(None).cast(facts_schema())
@@ -376,6 +388,17 @@ def _upgraded(table):
     column = table.schema.get_field_index("evidence")
     return table.set_column(column, table.schema.field(column),
                             bounded_lists(entries, bounds)), evidence
+
+
+def _encoded_as_ours(table, parts, group: int) -> bool:
+    """Whether row group `group` of a Parquet file (read_parts) holds the bytes, and its
+    footer the encoding, that this toolchain writes for its rows (`table`)."""
+    try:
+        ours = read_parts(parquet_bytes(table))
+    except SpliceError:
+        return False
+    return encoding_of(ours.footer) == encoding_of(parts.footer) and \
+        group_bytes(ours.groups[0]) == group_bytes(parts.groups[group])
 
 
 def _ledger_sha(name: str, data: bytes, info: os.stat_result, claimed: Any,
@@ -487,19 +510,91 @@ def _latest_runs(runs) -> _LatestRuns:
 
 
 def _ledger_problem(table, evidence, runs, seq: int) -> str | None:
+    return _runs_problem(runs, seq) or _rows_problem(table, evidence, seq)
+
+
+def _runs_problem(runs, seq: int) -> str | None:
     import pyarrow.compute as pc
 
-    for name, source, columns in ((FACTS_FILE, table, _FACT_COLUMNS_SET),
-                                  (EVIDENCE_FILE, evidence, _EVIDENCE_COLUMNS_SET),
-                                  (RUNS_FILE, runs, _RUN_COLUMNS_SET)):
-        empty = [column for column in columns if source.column(column).null_count]
-        if empty:
-            return f"{name}: no value for {', '.join(empty)} in some rows"
-    newest = max(pc.max(column).as_py() or 0 for column in (
-        runs.column("build_seq"), table.column("updated_build_seq")))
-    if not 0 <= newest <= seq:
+    return _nulls_problem(RUNS_FILE, runs, _RUN_COLUMNS_SET) or _seq_problem(
+        pc.max(runs.column("build_seq")).as_py(), seq)
+
+
+def _rows_problem(table, evidence, seq: int) -> str | None:
+    """What is wrong with facts rows and their evidence rows (a whole file's or a row
+    group's) that the merge cannot take: a missing value, or a build after `seq`."""
+    import pyarrow.compute as pc
+
+    return _nulls_problem(FACTS_FILE, table, _FACT_COLUMNS_SET) or _nulls_problem(
+        EVIDENCE_FILE, evidence, _EVIDENCE_COLUMNS_SET) or _seq_problem(
+        pc.max(table.column("updated_build_seq")).as_py(), seq)
+
+
+def _nulls_problem(name: str, table, columns) -> str | None:
+    empty = [column for column in columns if table.column(column).null_count]
+    return f"{name}: no value for {', '.join(empty)} in some rows" if empty else None
+
+
+def _seq_problem(newest: int | None, seq: int) -> str | None:
+    if not 0 <= (newest or 0) <= seq:
         return f"build_seq {seq} is behind the ledger's rows ({newest})"
     return None
+
+
+def _recovered_memo(ledger: _Ledger, runs) -> tuple[str | None, LedgerMemo | None] | None:
+    """The memo of a ledger whose memo is lost (the cache removed, a ledger restored from
+    a backup), made again from its files a row group at a time: each group's facts and
+    evidence checked as a whole ledger is (_read_ledger), the groups in order, each fact
+    once, and the groups cut and encoded as this toolchain cuts and encodes them (the
+    merge copies groups into the files it writes; else None: read it whole). A problem
+    found is returned with no memo. At 100,000 documents the ledger read whole
+    takes over 16 GB; this holds a group at a time and the fact ids."""
+    import numpy as np
+
+    from ..artifacts.arrays import ParquetParts
+
+    try:
+        facts_parts, evidence_parts = read_parts(ledger.data), read_parts(ledger.evidence_data)
+    except SpliceError:
+        return None
+    groups, seq = len(facts_parts.groups), ledger.seq
+    problem = _runs_problem(runs, seq)
+    if problem or len(evidence_parts.groups) != groups:
+        return problem or f"{EVIDENCE_FILE}: not the row groups of {FACTS_FILE}", None
+    keys: list[GroupKeys] = []
+    ids: list[str] = []
+    counts = []
+    last = None  # the sort key of the previous group's last row
+    with ParquetParts(ledger.data) as facts, ParquetParts(ledger.evidence_data) as evidence:
+        for group in range(groups):
+            table = facts.read_row_groups([group]).replace_schema_metadata(None).cast(
+                facts_schema())
+            entries = evidence.read_row_groups([group]).replace_schema_metadata(None).cast(
+                evidence_schema())
+            problem = _rows_problem(table, entries, seq) or _order_problem(table) or \
+                _evidence_problem(table, entries)
+            if problem:
+                return problem, None
+            if not (_encoded_as_ours(table, facts_parts, group)
+                    and _encoded_as_ours(entries, evidence_parts, group)):
+                return None  # (bytes ctxfst would not write: never copied into its files)
+            first, *_ = group_keys(table, [0], HEAVY_EVIDENCE)
+            if last is not None and first.first < last:
+                return f"{FACTS_FILE}: facts out of their order", None
+            last = tuple(table.slice(table.num_rows - 1).select(SORT_COLUMNS).to_pylist()[0]
+                         .values())
+            keys.append(first)
+            ids.extend(table.column("fact_id").to_pylist())
+            counts.append(table.column("evidence_count").to_numpy())
+    if len(set(ids)) != len(ids):
+        return f"{FACTS_FILE}: a fact id twice", None
+    memo = LedgerMemo(ledger.sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,
+                      encoding_of(facts_parts.footer), keys, facts_parts.groups, "",
+                      encoding_of(evidence_parts.footer), evidence_parts.groups)
+    heavy = np.flatnonzero(np.concatenate(counts) >= HEAVY_EVIDENCE).tolist()
+    if content_group_starts(ids, FACT_GROUP_ROWS, heavy) != memo.starts:
+        return None
+    return None, memo
 
 
 def _order_problem(table) -> str | None:
@@ -677,6 +772,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
     ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None,
                           vouched)
+    if ledger.recovered and store is not None:  # (digests of some other ledger's facts:
+        for key in store.keys(SOURCE):           # this build takes them from the ledger)
+            store.remove(key)
     prior_seq = ledger.seq
     latest = _latest_runs(ledger.runs)
     work = _plan(sources, latest, digests, version)
@@ -768,7 +866,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             written = _merge_by_group(ledger, merge, store, failed)
         except _MemoDoesNotFit:
             del new_runs[recorded:]  # (the merge recorded its runs: made again below)
-            ledger = _read_ledger(ledger_dir)  # read whole, as for a stranger's ledger
+            ledger = _read_ledger(ledger_dir, whole=True)  # as for a stranger's ledger
     if written is None:
         written = _merge_whole(ledger, merge, present)
     facts_sha = write_pieces(out_dir / FACTS_FILE, written.facts_file)
@@ -1150,13 +1248,11 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     memo = ledger.memo
     if not memo.keys:
         raise _MemoDoesNotFit  # nothing to splice into
-    changed, entries = _changed_facts(merge, store)
-    for path in failed:
-        if read_digests(store.value(SOURCE + path)) is None:
-            last = merge.latest.get(path)
-            if last is not None and not last["source_deleted"]:
-                raise _MemoDoesNotFit  # it may support facts the memo should know of
-            entries[path] = {}  # a new source that failed supports no fact yet
+    changed, entries = _changed_facts(merge, store, ledger)
+    unknown = [path for path in failed if ledger.recovered
+               or read_digests(store.value(SOURCE + path)) is None]
+    for path, digests in _ledger_digests(ledger, unknown).items():
+        entries[path] = digests  # (the facts it supports are kept, as its digests say)
     placed = {fid: (c.tenant_id, c.entity_type, c.entity_id, c.namespace, c.key,
                     c.value_norm)
               for _, _, found, _ in merge.extracted for fid, c in found if fid in changed}
@@ -1249,7 +1345,8 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
                     len(new_keys) - sum(len(run_keys) for run_keys in keys))
 
 
-def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, str]]]:
+def _changed_facts(merge: Merge, store, ledger: _Ledger
+                   ) -> tuple[set[str], dict[str, dict[str, str]]]:
     """The facts whose evidence from an extracted or deleted source changes, found by
     the sources' digests, and the extracted sources' new digests."""
     old: dict[str, dict[str, str]] = {}
@@ -1259,12 +1356,13 @@ def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, s
             old[source.path] = {}  # (a source created again starts with no facts)
     wanted = [path for path in [*merge.deleted, *(item[0].path for item in merge.extracted)]
               if path not in old]
-    for key, value in store.values([SOURCE + path for path in wanted]).items():
+    stored = {} if ledger.recovered else store.values([SOURCE + path for path in wanted])
+    for key, value in stored.items():
         digests = read_digests(value)
         if digests is not None:
             old[key[len(SOURCE):]] = digests
-    if any(path not in old for path in wanted):
-        raise _MemoDoesNotFit  # a source the memo should know and does not
+    # (a source the store does not know: its entries in the ledger say)
+    old.update(_ledger_digests(ledger, [path for path in wanted if path not in old]))
     changed: set[str] = set()
     for path in merge.deleted:
         changed.update(old[path])
@@ -1275,6 +1373,42 @@ def _changed_facts(merge: Merge, store) -> tuple[set[str], dict[str, dict[str, s
                        if before.get(fid) != new.get(fid))
         entries[source.path] = new
     return changed, entries
+
+
+def _ledger_digests(ledger: _Ledger, paths: list[str]) -> dict[str, dict[str, str]]:
+    """These sources' digests of the active facts they support (facts/memo.py), from
+    the ledger's evidence: for sources the store has none for (its memo made again,
+    _recovered_memo). Only the row groups holding their entries are read whole."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..artifacts.arrays import ParquetParts
+
+    found: dict[str, dict[str, str]] = {path: {} for path in paths}
+    if not paths:
+        return found
+    wanted = pa.array(sorted(paths), pa.string())
+    with ParquetParts(ledger.evidence_data) as evidence:
+        rows = pc.indices_nonzero(pc.is_in(evidence.read(["source_path"]).column(
+            "source_path"), value_set=wanted)).to_numpy()
+        if not len(rows):
+            return found
+        sizes = np.array([evidence.metadata.row_group(group).num_rows
+                          for group in range(evidence.metadata.num_row_groups)])
+        groups = np.unique(np.searchsorted(np.cumsum(sizes) - sizes, rows, "right") - 1
+                           ).tolist()
+        entries = evidence.read_row_groups(groups).replace_schema_metadata(None).cast(
+            evidence_schema())
+    with ParquetParts(ledger.data) as facts:  # (group for group, the evidence's facts)
+        states = facts.read_row_groups(groups, columns=["fact_id", "is_active"])
+    active = states.column("fact_id").filter(states.column("is_active"))
+    entries = entries.filter(pc.and_(pc.is_in(entries.column("source_path"), value_set=wanted),
+                                     pc.is_in(entries.column("fact_id"), value_set=active)))
+    found.update(digests_by_source(zip(
+        entries.column("fact_id").to_pylist(),
+        evidence_entries(entries.select(list(Evidence._fields)).to_pylist()), strict=True)))
+    return found
 
 
 def _source_digests(candidates: list[tuple[str, Candidate]], path: str) -> dict[str, str]:
