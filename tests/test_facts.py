@@ -949,7 +949,6 @@ def _same_as_a_whole_read(root: Path, tmp_path: Path, capsys, name: str
     made again from the ledger's files, a row group at a time) and a copy whose ledger
     is also cut in other row groups (read whole): the same facts artifacts, and every
     run recorded once. The three facts stage results."""
-
     copies = {kind: tmp_path / f"{kind}-{name}" for kind in ("recovered", "whole")}
     for kind, copy in copies.items():
         shutil.copytree(root, copy, symlinks=True)
