@@ -165,12 +165,14 @@ class Mentions:
 
     def profiles(self, only: list[int] | None = None) -> Made:
         """The profiles of the entities `only` (catalog indices, ascending; all when
-        None), with the row groups each read text from and its text_digests()."""
+        None), with what reading() says of each."""
+        import pyarrow as pa
+
         entities, count = self.entities, self.count
         chosen = np.arange(count) if only is None else np.asarray(only, np.int64)
         picked, ranked, owners = self._picked(chosen)
         names = [entity.get("name", entity["id"]) for entity in entities]
-        ids = self.chunk_ids.take(from_numpy(self.by_id[picked], _int64())).to_pylist()
+        ids = self.chunk_ids.take(from_numpy(self.by_id[picked], pa.int64())).to_pylist()
         mentioned = dict(zip(chosen.tolist(), _split(ids, self.per_entity[chosen]),
                              strict=True))
         tags = _ordered_tags(self.tags, ranked, owners, count)
@@ -234,12 +236,6 @@ def _text_digests(quoted, count: int, only: list[int]) -> list[str]:
                 "utf-8", "surrogatepass"))
         found.append(digest.hexdigest())
     return found
-
-
-def _int64():
-    import pyarrow as pa
-
-    return pa.int64()
 
 
 def _top_words(counts: Counter) -> list[str]:
