@@ -360,12 +360,10 @@ def stage_profiles(run: BuildRun) -> None:
     from ..artifacts.arrays import ParquetParts
     from ..artifacts.io import read_regular
     from ..artifacts.parquet import write_parquet
-    from ..artifacts.parquet_splice import SpliceError, column_digests
+    from ..artifacts.parquet_splice import SpliceError
     from ..artifacts.reader import parse_json
     from ..compile.profiles import (
         DANGLING_KEY,
-        MENTION_COLUMNS,
-        TEXT_COLUMNS,
         Mentions,
         dangling_json,
         entities_table,
@@ -380,19 +378,19 @@ def stage_profiles(run: BuildRun) -> None:
     catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
     chunks = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
     try:
-        mentions = column_digests(chunks, MENTION_COLUMNS)
-        texts = column_digests(chunks, TEXT_COLUMNS)
+        groups = _ChunkGroups(chunks)
     except (SpliceError, pa.ArrowException):  # (read whole below, which says what is wrong)
-        mentions = texts = None
-    basis = {"catalog": hashlib.sha256(catalog).hexdigest(), "mentions": mentions}
+        groups = None
+    basis = {"catalog": hashlib.sha256(catalog).hexdigest(),
+             "mentions": groups.mentions if groups is not None else None}
     store = unit_store(config)
     try:
         published = store.value(PUBLISHED)
         record = _profiles_record(store.value(_PROFILED), files)
         count = made = None
-        if record is not None and mentions is not None and texts is not None and all(
+        if record is not None and groups is not None and all(
                 record[key] == value for key, value in basis.items()) and \
-                set(record["quoted"]) <= set(texts) and \
+                all(map(groups.holds, record["quoted"])) and \
                 _profiles_kept(config, record, published, files):
             count, made = record["entities"], 0
         else:
@@ -404,9 +402,9 @@ def stage_profiles(run: BuildRun) -> None:
             with ParquetParts(chunks) as table:
                 index = Mentions(entities, table)
                 previous = _previous_profiles(config, record, keys, published) \
-                    if mentions is not None and texts is not None else None
+                    if groups is not None else None
                 only = None if previous is None else _touched_profiles(
-                    config, index, record, keys, mentions, texts, previous, reading)
+                    config, index, record, keys, groups, previous, reading)
                 made_now = index.profiles(only)
             made, count = len(made_now.profiles), len(entities)
             if only == [] and (previous.schema.metadata or {}).get(DANGLING_KEY.encode()) == \
@@ -424,12 +422,12 @@ def stage_profiles(run: BuildRun) -> None:
                         made_now.profiles if only is None else profiles_from_table(fresh),
                         index.dangling))
                 written = written_so_far()
-            if mentions is not None and texts is not None:
+            if groups is not None:
                 reading.update(zip(range(count) if only is None else only, zip(
                     made_now.text_digests, made_now.groups, strict=True), strict=True))
                 store.put(_PROFILED, {
                     **basis, **keys, "entities": count,
-                    **_reading_record(record if only is not None else None, reading, texts,
+                    **_reading_record(record if only is not None else None, reading, groups,
                                       count),
                     "outputs": {name: written[str(staged(config, name))]["sha256"]
                                 for name in files}})
@@ -526,8 +524,8 @@ def _previous_profiles(config: Config, record: dict | None, keys: dict, publishe
     return table if table.num_rows == record["entities"] else None
 
 
-def _touched_profiles(config: Config, index, record: dict, keys: dict, mentions: list[str],
-                      texts: list[str], previous, reading: dict) -> list[int]:
+def _touched_profiles(config: Config, index, record: dict, keys: dict, groups: _ChunkGroups,
+                      previous, reading: dict) -> list[int]:
     """The entities (catalog indices, ascending) whose profiles may differ from their
     rows in `previous`: named by a chunk whose mention columns changed (or, without the
     previous chunks.parquet, named in a row group whose mention columns are new, or
@@ -535,8 +533,8 @@ def _touched_profiles(config: Config, index, record: dict, keys: dict, mentions:
     text of the chunks they quote changed. The entities whose text was read again to
     tell are added to `reading` (Mentions.reading)."""
     before = set(record["mentions"])
-    fresh = [group for group, digest in enumerate(mentions) if digest not in before]
-    gone = _vanished_rows(config, record["mentions"], set(mentions))
+    fresh = [group for group, digest in enumerate(groups.mentions) if digest not in before]
+    gone = _vanished_rows(config, record["mentions"], set(groups.mentions))
     if gone is not None:
         touched = index.named_by_changed_rows(gone, fresh)
     else:  # by row group: every entity a new one names, and those mentioned less
@@ -544,9 +542,8 @@ def _touched_profiles(config: Config, index, record: dict, keys: dict, mentions:
         touched |= index.counts_changed(previous.column("mention_count").to_numpy())
     touched.update(entity for entity, (old, new) in enumerate(zip(
         record["entries"], keys["entries"], strict=True)) if old != new)
-    present = set(texts)
-    quoting = {entity for digest, entities in record["quoted"].items()
-               if digest not in present for entity in entities} - touched
+    quoting = {entity for group, entities in record["quoted"].items()
+               if not groups.holds(group) for entity in entities} - touched
     if quoting:  # the text they read, chunk by chunk, against what they read before
         reading.update(index.reading(sorted(quoting)))
         touched.update(entity for entity in quoting
@@ -605,25 +602,64 @@ def _spliced_profiles(previous, fresh, only: list[int]):
 
 
 def _reading_record(record: dict | None, reading: dict[int, tuple[str, list[int]]],
-                    texts: list[str], count: int) -> dict[str, Any]:
+                    groups: _ChunkGroups, count: int) -> dict[str, Any]:
     """The record's "texts" (each entity's Mentions.reading digest) and "quoted" (for
-    each text digest of a row group some profile reads, the entities reading it): those
+    each row group some profile reads, _ChunkGroups.key, the entities reading it): those
     of `record` (None: none) with the entities `reading` holds read now (their row
-    groups are of this chunks.parquet, whose groups' text digests are `texts`)."""
+    groups are of this chunks.parquet, `groups`)."""
     digests = list(record["texts"]) if record is not None else [""] * count
     groups_of: list[list[str]] = [[] for _ in range(count)]
     if record is not None:
-        for digest, entities in record["quoted"].items():
+        for group, entities in record["quoted"].items():
             for entity in entities:
-                groups_of[entity].append(digest)
-    for entity, (digest, groups) in reading.items():
+                groups_of[entity].append(group)
+    for entity, (digest, read) in reading.items():
         digests[entity] = digest
-        groups_of[entity] = [texts[group] for group in groups]
+        groups_of[entity] = [groups.key(group) for group in read]
     quoted: dict[str, list[int]] = {}
-    for entity, groups in enumerate(groups_of):
-        for digest in groups:
-            quoted.setdefault(digest, []).append(entity)
+    for entity, keys in enumerate(groups_of):
+        for key in keys:
+            quoted.setdefault(key, []).append(entity)
     return {"texts": digests, "quoted": dict(sorted(quoted.items()))}
+
+
+class _ChunkGroups:
+    """The row groups of chunks.parquet (its bytes) as the profiles record knows them:
+    by a digest of their mention columns, and of their text columns (hashed only when
+    asked: the text is most of the file, 0.2 s of hashing at 100,000 documents)."""
+
+    def __init__(self, data: bytes) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from ..artifacts.parquet_splice import group_digests
+        from ..compile.profiles import MENTION_COLUMNS
+
+        self._data = data
+        self._metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+        self.mentions = group_digests(self._metadata, range(self._metadata.num_row_groups),
+                                      MENTION_COLUMNS, len(data), self._read)
+        self._place = {digest: group for group, digest in enumerate(self.mentions)}
+        self._texts: dict[int, str] = {}
+
+    def _read(self, start: int, size: int) -> bytes:
+        return self._data[start:start + size]
+
+    def key(self, group: int) -> str:
+        """The group as the record names it: its mention and text digests."""
+        from ..artifacts.parquet_splice import group_digests
+        from ..compile.profiles import TEXT_COLUMNS
+
+        if group not in self._texts:
+            self._texts[group], = group_digests(self._metadata, [group], TEXT_COLUMNS,
+                                                len(self._data), self._read)
+        return f"{self.mentions[group]}:{self._texts[group]}"
+
+    def holds(self, key: str) -> bool:
+        """Whether a group of this file is the one the record names so (a group's
+        mention columns hold its chunk ids: two groups never share that digest)."""
+        group = self._place.get(key.partition(":")[0])
+        return group is not None and self.key(group) == key
 
 
 def embedding_cache(config: Config):
