@@ -357,19 +357,8 @@ def stage_profiles(run: BuildRun) -> None:
 
     import pyarrow as pa
 
-    from ..artifacts.arrays import ParquetParts
     from ..artifacts.io import read_regular
-    from ..artifacts.parquet import write_parquet
     from ..artifacts.parquet_splice import SpliceError
-    from ..artifacts.reader import parse_json
-    from ..compile.profiles import (
-        DANGLING_KEY,
-        Mentions,
-        dangling_json,
-        entities_table,
-        profiles_document,
-        profiles_from_table,
-    )
     from .published import PUBLISHED
 
     config = run.config
@@ -387,7 +376,6 @@ def stage_profiles(run: BuildRun) -> None:
     try:
         published = store.value(PUBLISHED)
         record = _profiles_record(store.value(_PROFILED), files)
-        count = made = None
         if record is not None and groups is not None and all(
                 record[key] == value for key, value in basis.items()) and \
                 all(map(groups.holds, record["quoted"])) and \
@@ -396,46 +384,69 @@ def stage_profiles(run: BuildRun) -> None:
         else:
             store.remove(_PROFILED)  # (until the files below are written)
             store.save()
-            entities = parse_json(catalog)
-            keys = _catalog_keys(entities)
-            reading: dict[int, tuple[str, list[int]]] = {}
-            with ParquetParts(chunks) as table:
-                index = Mentions(entities, table)
-                previous = _previous_profiles(config, record, keys, published) \
-                    if groups is not None else None
-                only = None if previous is None else _touched_profiles(
-                    config, index, record, keys, groups, previous, reading)
-                made_now = index.profiles(only)
-            made, count = len(made_now.profiles), len(entities)
-            if only == [] and (previous.schema.metadata or {}).get(DANGLING_KEY.encode()) == \
-                    dangling_json(index.dangling).encode() and \
-                    _profiles_kept(config, record, published, files):
-                written = {str(staged(config, name)): {"sha256": record["outputs"][name]}
-                           for name in files}  # (the same bytes: not written again)
-            else:
-                fresh = entities_table(made_now.profiles, index.dangling)
-                if only is not None:
-                    fresh = _spliced_profiles(previous, fresh, only)
-                write_parquet(staged(config, "entities.parquet"), fresh)
-                if "entity-profiles.json" in files:
-                    write_json(staged(config, "entity-profiles.json"), profiles_document(
-                        made_now.profiles if only is None else profiles_from_table(fresh),
-                        index.dangling))
-                written = written_so_far()
-            if groups is not None:
-                reading.update(zip(range(count) if only is None else only, zip(
-                    made_now.text_digests, made_now.groups, strict=True), strict=True))
-                store.put(_PROFILED, {
-                    **basis, **keys, "entities": count,
-                    **_reading_record(record if only is not None else None, reading, groups,
-                                      count),
-                    "outputs": {name: written[str(staged(config, name))]["sha256"]
-                                for name in files}})
+            count, made, made_from = _make_profiles(config, files, catalog, chunks, groups,
+                                                    record, published)
+            if made_from is not None:
+                store.put(_PROFILED, {**basis, **made_from})
                 store.save()
     finally:
         store.close()
     _record(config, "profiles", started, entities=count, entities_profiled=made,
             artifact_rows={name: count for name in files})
+
+
+def _make_profiles(config: Config, files: list[str], catalog: bytes, chunks: bytes,
+                   groups: _ChunkGroups | None, record: dict | None, published: Any
+                   ) -> tuple[int, int, dict | None]:
+    """Write the staged profile files: the touched profiles made again into the
+    previous ones where the record describes them, else every profile. How many
+    profiles they hold and how many were made, and what the record keeps of what they
+    were made from (None: chunks.parquet's row groups could not be named)."""
+    from ..artifacts.arrays import ParquetParts
+    from ..artifacts.parquet import write_parquet
+    from ..artifacts.reader import parse_json
+    from ..compile.profiles import (
+        DANGLING_KEY,
+        Mentions,
+        dangling_json,
+        entities_table,
+        profiles_document,
+        profiles_from_table,
+    )
+
+    entities = parse_json(catalog)
+    keys = _catalog_keys(entities)
+    reading: dict[int, tuple[str, list[int]]] = {}
+    with ParquetParts(chunks) as table:
+        index = Mentions(entities, table)
+        previous = _previous_profiles(config, record, keys, published) \
+            if groups is not None else None
+        only = None if previous is None else _touched_profiles(
+            config, index, record, keys, groups, previous, reading)
+        made = index.profiles(only)
+    if only == [] and (previous.schema.metadata or {}).get(DANGLING_KEY.encode()) == \
+            dangling_json(index.dangling).encode() and \
+            _profiles_kept(config, record, published, files):
+        outputs = dict(record["outputs"])  # (the same bytes: not written again)
+    else:
+        fresh = entities_table(made.profiles, index.dangling)
+        if only is not None:
+            fresh = _spliced_profiles(previous, fresh, only)
+        write_parquet(staged(config, "entities.parquet"), fresh)
+        if "entity-profiles.json" in files:
+            write_json(staged(config, "entity-profiles.json"), profiles_document(
+                made.profiles if only is None else profiles_from_table(fresh),
+                index.dangling))
+        written = written_so_far()
+        outputs = {name: written[str(staged(config, name))]["sha256"] for name in files}
+    if groups is None:
+        return len(entities), len(made.profiles), None
+    reading.update(zip(range(len(entities)) if only is None else only, zip(
+        made.text_digests, made.groups, strict=True), strict=True))
+    return len(entities), len(made.profiles), {
+        **keys, "entities": len(entities), "outputs": outputs,
+        **_reading_record(record if only is not None else None, reading, groups,
+                          len(entities))}
 
 
 def _catalog_keys(entities: list[dict[str, Any]]) -> dict[str, Any]:
