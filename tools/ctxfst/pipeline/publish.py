@@ -257,14 +257,20 @@ _MAX_FD = 1 << 16  # (closerange is one close_range call where the kernel has it
 
 
 def _remove(path: Path) -> None:
-    """A file, link or folder (a folder's links are removed, never followed)."""
+    """A file, link or folder (a folder's links are removed, never followed); what is
+    gone already (a detached remover's work, _remove_detached) is no error."""
     try:
         if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path)
+            shutil.rmtree(path, onerror=_gone_already)
         else:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def _gone_already(function, path: str, error: tuple) -> None:
+    if not isinstance(error[1], FileNotFoundError):
+        raise error[1]
 
 
 def remove_published(build: Path) -> None:
