@@ -63,7 +63,8 @@ def main() -> None:
     from ctxfst.artifacts.reader import parse_json
     from ctxfst.facts.build import FACT_GROUP_ROWS, HEAVY_EVIDENCE
     from ctxfst.facts.memo import RECORD, LedgerMemo
-    from ctxfst.pipeline.units import UnitStore, load_compiled
+    from ctxfst.pipeline.chunk_rows import load_compiled
+    from ctxfst.pipeline.units import UnitStore
 
     root = args.project.resolve()
     staging = root / "build" / ".staging"
@@ -73,7 +74,7 @@ def main() -> None:
     catalog = parse_json((staging / "catalog.json").read_bytes())
     chunks = pq.ParquetFile(staging / "chunks.parquet")
     totals = _per_entity(profiles)
-    best, median = _timed(args.runs, lambda: profiles.build_profiles(catalog, chunks, set()))
+    best, median = _timed(args.runs, lambda: profiles.build_profiles(catalog, chunks))
     results.append(("profiles: build_profiles, every entity", best, median))
     results.append(("  of which per-entity work (texts, keywords, excerpts), mean",
                     totals["per-entity"] / args.runs, totals["per-entity"] / args.runs))
@@ -82,13 +83,15 @@ def main() -> None:
                     *_timed(args.runs, lambda: load_compiled(store))))
 
     memo = store.value(RECORD)
-    ledger = root / ".ctxfst" / "facts" / "semantic_facts.parquet"
-    if isinstance(memo, dict) and ledger.is_file():
-        data = ledger.read_bytes()
+    ledger = root / ".ctxfst" / "facts"
+    if isinstance(memo, dict) and (ledger / "semantic_fact_evidence.parquet").is_file():
+        data = (ledger / "semantic_facts.parquet").read_bytes()
+        evidence = (ledger / "semantic_fact_evidence.parquet").read_bytes()
 
         def read_memo():
             return LedgerMemo.read(json.loads(compact_json(memo)), data, memo["facts_sha256"],
-                                   memo["runs_sha256"], FACT_GROUP_ROWS, HEAVY_EVIDENCE)
+                                   memo["runs_sha256"], evidence, memo["evidence_sha256"],
+                                   FACT_GROUP_ROWS, HEAVY_EVIDENCE)
 
         read = read_memo()
         if read is not None:
