@@ -133,12 +133,15 @@ def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys,
     assert len(os.listdir(root / "build/.published")) == 3  # all within RETAIN_SECONDS
     monkeypatch.setattr(publish, "RETAIN_SECONDS", 0)
     real_rmtree = shutil.rmtree
+    go = tmp_path / "go"  # the remover waits for it (10 s at the most)
 
-    def slow_rmtree(path, *args, **kwargs):  # (in the remover, after the build returned)
-        time.sleep(1)
+    def held_rmtree(path, *args, **kwargs):  # (in the remover, after the build returned)
+        deadline = time.monotonic() + 10
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
         real_rmtree(path, *args, **kwargs)
 
-    monkeypatch.setattr(publish.shutil, "rmtree", slow_rmtree)
+    monkeypatch.setattr(publish.shutil, "rmtree", held_rmtree)
     edit(root, 3)
     # (built in a process of one thread, as doit's is: where other threads run, as some
     # tests leave in this one, a fork would copy one of them, and the build removes the
@@ -153,6 +156,7 @@ def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys,
     assert os.waitstatus_to_exitcode(os.waitpid(builder, 0)[1]) == 0
     # renamed at once, removed by a process the build did not wait for
     assert os.listdir(root / "build/.published").count(publish.RETIRED + first) == 1
+    go.touch()
     kept = published_folders(root)
     assert len(kept) == 2 and first not in kept
     assert_consistent(root)
