@@ -16,7 +16,6 @@ import pytest
 from ctxfst.artifacts.reader import ArtifactError, BuildArtifacts, published_folder
 from ctxfst.config import find_project
 from ctxfst.pipeline import publish
-from ctxfst.pipeline.runner import run_build
 from ctxfst.pipeline.table import ARTIFACTS
 
 from .test_build import PUBLISHED, assert_consistent, build, example
@@ -119,11 +118,33 @@ def test_a_reader_keeps_the_build_it_opened_while_the_next_one_is_published(tmp_
         (root / "build/chunks.json").read_bytes()
 
 
-def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys,
-                                                             monkeypatch):
+# A build in a process of its own (as doit's: one thread; some tests leave threads in
+# this one, and where threads run the build removes a dropped folder itself), whose
+# remover waits for a file to appear (10 s at the most) before it removes a folder.
+HELD_REMOVAL_BUILD = """
+import shutil, sys, time
+from pathlib import Path
+from ctxfst.pipeline import publish
+from ctxfst.pipeline.runner import run_build
+publish.RETAIN_SECONDS = 0
+real_rmtree, go = shutil.rmtree, Path(sys.argv[2])
+
+def held_rmtree(path, *args, **kwargs):
+    deadline = time.monotonic() + 10
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    real_rmtree(path, *args, **kwargs)
+
+shutil.rmtree = held_rmtree
+sys.exit(run_build(Path(sys.argv[1]), []))
+"""
+
+
+def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys):
     """The current folder and the one before always stay; older ones stay
     RETAIN_SECONDS after they stopped being current, and go with the next publication
-    after that (removed by a process of its own, which the build does not wait for)."""
+    after that: renamed out of the way, removed by a process of its own, which neither
+    the build nor a reader of its output waits for."""
     root = example(tmp_path / "kb")
     assert build(root, capsys)[0] == 0
     first = published_folder(root / "build").name
@@ -131,30 +152,11 @@ def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys,
         edit(root, number)
         assert build(root, capsys)[0] == 0
     assert len(os.listdir(root / "build/.published")) == 3  # all within RETAIN_SECONDS
-    monkeypatch.setattr(publish, "RETAIN_SECONDS", 0)
-    real_rmtree = shutil.rmtree
-    go = tmp_path / "go"  # the remover waits for it (10 s at the most)
-
-    def held_rmtree(path, *args, **kwargs):  # (in the remover, after the build returned)
-        deadline = time.monotonic() + 10
-        while not go.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        real_rmtree(path, *args, **kwargs)
-
-    monkeypatch.setattr(publish.shutil, "rmtree", held_rmtree)
     edit(root, 3)
-    # (built in a process of one thread, as doit's is: where other threads run, as some
-    # tests leave in this one, a fork would copy one of them, and the build removes the
-    # folder itself)
-    builder = os.fork()
-    if builder == 0:
-        code = 1
-        try:
-            code = run_build(root, [])
-        finally:
-            os._exit(code)
-    assert os.waitstatus_to_exitcode(os.waitpid(builder, 0)[1]) == 0
-    # renamed at once, removed by a process the build did not wait for
+    go = tmp_path / "go"
+    builder = subprocess.run([sys.executable, "-c", HELD_REMOVAL_BUILD, str(root), str(go)],
+                             capture_output=True, text=True, timeout=120)
+    assert builder.returncode == 0, builder.stdout + builder.stderr
     assert os.listdir(root / "build/.published").count(publish.RETIRED + first) == 1
     go.touch()
     kept = published_folders(root)
