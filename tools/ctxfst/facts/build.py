@@ -309,19 +309,18 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
         claims = memo if isinstance(memo, dict) else {}
         ledger.sha = _ledger_sha(FACTS_FILE, ledger.data, info, claims.get("facts_sha256"),
                                  vouched)
-        ledger.memo = LedgerMemo.read(
-            memo, ledger.data, ledger.sha,
-            _ledger_sha(RUNS_FILE, runs_data, runs_info, claims.get("runs_sha256"), vouched),
-            ledger.evidence_data,
-            _ledger_sha(EVIDENCE_FILE, ledger.evidence_data, evidence_info,
-                        claims.get("evidence_sha256"), vouched),
-            FACT_GROUP_ROWS, HEAVY_EVIDENCE)
+        runs_sha = _ledger_sha(RUNS_FILE, runs_data, runs_info, claims.get("runs_sha256"),
+                               vouched)
+        evidence_sha = _ledger_sha(EVIDENCE_FILE, ledger.evidence_data, evidence_info,
+                                   claims.get("evidence_sha256"), vouched)
+        ledger.memo = LedgerMemo.read(memo, ledger.data, ledger.sha, runs_sha,
+                                      ledger.evidence_data, evidence_sha, FACT_GROUP_ROWS,
+                                      HEAVY_EVIDENCE)
         runs = pq.ParquetFile(arrow_reader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
-        ledger.seq = int((pq.ParquetFile(pa.BufferReader(ledger.data)).schema_arrow.metadata
-                          or {}).get(b"ctxfst.build_seq", b"0"))  # (its footer only)
+        file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footer only)
+        ledger.seq = int((file.schema_arrow.metadata or {}).get(b"ctxfst.build_seq", b"0"))
         if ledger.memo is not None:
-            file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footers only)
             evidence_file = pq.ParquetFile(pa.BufferReader(ledger.evidence_data))
             problem = None  # the very files this toolchain wrote and checked
             if (file.metadata.num_row_groups, file.metadata.num_rows,
@@ -333,10 +332,7 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
             problem, ledger.memo = recovered
             ledger.recovered = ledger.memo is not None
             if ledger.memo is not None:
-                ledger.memo.runs_sha = _ledger_sha(RUNS_FILE, runs_data, runs_info, None,
-                                                   None)
-                ledger.memo.evidence_sha = _ledger_sha(EVIDENCE_FILE, ledger.evidence_data,
-                                                       evidence_info, None, None)
+                ledger.memo.runs_sha, ledger.memo.evidence_sha = runs_sha, evidence_sha
         else:
             table = pq.ParquetFile(arrow_reader(ledger.data)).read()
             # Parquet names list items "element"; cast back to the written schema

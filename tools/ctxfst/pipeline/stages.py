@@ -508,29 +508,25 @@ def _previous_profiles(config: Config, record: dict | None, keys: dict, publishe
     """The staged entities table (with its metadata), when the record describes it and a
     catalog of the same ids and names in the same order (the profiles of the others are
     then rows of it)."""
-    import hashlib
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..artifacts.io import read_regular
     from ..compile.profiles import entities_table
-    from .published import read_as_published
+    from .chunk_rows import recorded_file
 
     if record is None or record["names"] != keys["names"] or \
             record["entities"] != len(keys["entries"]):
         return None
-    name = "entities.parquet"
-    sha256 = record["outputs"].get(name)
+    data = recorded_file(staged(config, "entities.parquet"),
+                         {"sha256": record["outputs"].get("entities.parquet")},
+                         published=published)
+    if data is None:
+        return None
     try:
-        data, info = read_regular(staged(config, name), follow_links=False)
-        if not (read_as_published(published, name, data, info, sha256)
-                or hashlib.sha256(data).hexdigest() == sha256):
-            return None
         table = pq.read_table(pa.BufferReader(data))
         metadata = table.schema.metadata
         table = table.cast(entities_table([]).schema.remove_metadata().with_metadata(metadata))
-    except (OSError, ValueError, pa.ArrowException):
+    except (ValueError, pa.ArrowException):
         return None
     return table if table.num_rows == record["entities"] else None
 
