@@ -213,3 +213,19 @@ def test_group_starts_follow_their_definition():
                     index - expected[-1] >= 8 * target:
                 expected.append(index)
         assert content_group_starts(keys, target) == expected, case
+
+
+def test_groups_moved_across_a_varint_length_are_the_whole_write():
+    """Offsets around 2**21 take three bytes below it and four above: a removed or grown
+    group moves the groups after it across that length, and the spliced footer still
+    holds the bytes of a whole write."""
+    rng = random.Random(11)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    rows = [(f"id{i:05d}", "".join(rng.choices(letters, k=900)), []) for i in range(3500)]
+    assert len(whole(rows, 32)) > 2 ** 21 + 200_000  # (compressed: some 730 bytes a row)
+    for edit in range(4):
+        after = [row for row in rows if row[0] != f"id{300 * edit + 5:05d}"]
+        grown = rng.randrange(len(after))
+        after[grown] = (after[grown][0], after[grown][1] * 20, [])
+        result = spliced(rows, after, 32, {after[grown][0]})
+        assert result == whole(after, 32), edit

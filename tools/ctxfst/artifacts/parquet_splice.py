@@ -48,7 +48,6 @@ _META_OUTSIDE = (10, 14, 15)
 # Footer fields that say how the groups were encoded: a group is copied only under a
 # footer that has the same ones (another pyarrow, another schema: written whole).
 _FILE_ENCODING = (1, 2, 6, 7)  # version, schema, created_by, column_orders
-_SHIFT, _ORDINAL = "shift", "ordinal"  # what a patch does to its number
 
 
 class SpliceError(ValueError):
@@ -153,6 +152,31 @@ def _list(data: bytes, at: int) -> tuple[int, int, int]:
 
 
 @dataclass
+class Patches:
+    """The numbers of a row group's footer entry that change when its column chunks
+    move: each one's place in the entry [at, end), whether it is the group's ordinal
+    (else a file offset, moved with the chunks), and its value. numpy arrays, so that
+    the entries of thousands of groups are read and moved together (_read_patches,
+    _moved_entries)."""
+
+    at: Any       # int64
+    end: Any      # int64
+    ordinal: Any  # bool
+    value: Any    # int64
+
+    @classmethod
+    def of(cls, items: list[tuple[int, int, bool, int]]) -> Patches:
+        import numpy as np
+
+        try:
+            rows = np.array(items, np.int64).reshape(-1, 4)
+        except OverflowError:
+            raise SpliceError("a number of more than 64 bits") from None
+        return cls(rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].astype(bool),
+                   rows[:, 3].copy())
+
+
+@dataclass
 class Group:
     """One row group of a file: its rows, its bytes' place and its footer entry."""
 
@@ -161,7 +185,7 @@ class Group:
     size: int    # their bytes, together
     rows: int
     entry: bytes  # its RowGroup struct, as written
-    patches: list[tuple[int, int, str, int]]  # (start, end, what, number) in entry
+    patches: Patches  # the numbers in entry that a move changes
 
 
 @dataclass
@@ -172,13 +196,12 @@ class ParquetParts:
 
 def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
     """The row group entry at `at` (its data must end by `limit`) and where it ends."""
-    patches: list[tuple[int, int, str, int]] = []
+    patches: list[tuple[int, int, bool, int]] = []  # (start, end, ordinal?, value)
     found = {"rows": None, "begin": None, "end": None}
 
-    def number(value_at: int, what: str | None) -> int:
+    def number(value_at: int, ordinal: bool) -> int:
         value, end = _signed(data, value_at)
-        if what is not None:
-            patches.append((value_at, end, what, value))
+        patches.append((value_at, end, ordinal, value))
         return end
 
     def column_meta(field_id: int, kind: int, value_at: int) -> int | None:
@@ -186,7 +209,7 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
             raise SpliceError("index pages and bloom filters are not supported")
         if field_id in _META_OFFSETS and kind == _I64:
             value, end = _signed(data, value_at)
-            patches.append((value_at, end, _SHIFT, value))
+            patches.append((value_at, end, False, value))
             if field_id in (_META_DATA_PAGE, _META_DICTIONARY_PAGE):
                 meta["first"] = value if meta["first"] is None else min(meta["first"], value)
             return end
@@ -201,7 +224,7 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
         if field_id == _CHUNK_FILE_OFFSET and kind == _I64:
             value, end = _signed(data, value_at)
             if value:  # (pyarrow writes 0 there)
-                patches.append((value_at, end, _SHIFT, value))
+                patches.append((value_at, end, False, value))
             return end
         if field_id == _CHUNK_META and kind == _STRUCT:
             return _walk_struct(data, value_at, column_meta)
@@ -223,9 +246,9 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
                 found["end"] = meta["first"] + meta["size"]
             return at
         if field_id == _GROUP_FILE_OFFSET and kind == _I64:
-            return number(value_at, _SHIFT)
+            return number(value_at, False)
         if field_id == _GROUP_ORDINAL and kind == _I16:
-            return number(value_at, _ORDINAL)
+            return number(value_at, True)
         if field_id == _GROUP_NUM_ROWS and kind == _I64:
             found["rows"], end = _signed(data, value_at)
             return end
@@ -236,17 +259,17 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
     begin, stop, rows = found["begin"], found["end"], found["rows"]
     if begin is None or rows is None or rows < 0 or not 4 <= begin <= stop <= limit:
         raise SpliceError("row group outside the data")
-    _check_offsets(patches, begin, stop)
+    if any(not ordinal and not (begin <= value < stop or value == 0 and stop == begin)
+           for _, _, ordinal, value in patches):
+        raise SpliceError(_OUTSIDE)
     entry = data[at:end]
     return Group(data, begin, stop - begin, rows, entry,
-                 [(s - at, e - at, what, value) for s, e, what, value in patches]), end
+                 Patches.of([(s - at, e - at, ordinal, value)
+                             for s, e, ordinal, value in patches])), end
 
 
-def _check_offsets(patches: list[tuple[int, int, str, int]], begin: int, stop: int) -> None:
-    """Every number moved with a group must point into it (or be the 0 pyarrow writes)."""
-    if any(what == _SHIFT and not (begin <= value < stop or value == 0 and stop == begin)
-           for _, _, what, value in patches):
-        raise SpliceError("an offset outside its row group")
+# Every number moved with a group must point into it (or be the 0 pyarrow writes).
+_OUTSIDE = "an offset outside its row group"
 
 
 def _footer_start(data: bytes) -> int:
@@ -352,26 +375,72 @@ def group_spans(data: bytes) -> list[tuple[int, int, int]]:
     return spans
 
 
-def _moved_entry(group: Group, delta: int, ordinal: int
-                 ) -> tuple[bytes, list[tuple[int, int, str, int]]]:
-    """A row group's footer entry for its bytes moved by delta, as the ordinal-th, and
-    the places of its numbers in it."""
-    if delta == 0 and all(value == ordinal for _, _, what, value in group.patches
-                          if what == _ORDINAL):
-        return group.entry, group.patches
-    out = bytearray()
-    patches = []
-    last = 0
-    entry = group.entry
-    for start, end, what, value in group.patches:
-        out += entry[last:start]
-        moved = value + delta if what == _SHIFT else ordinal
-        encoded = _zigzag_bytes(moved)  # (once: some 20,000 numbers a file)
-        patches.append((len(out), len(out) + len(encoded), what, moved))
-        out += encoded
-        last = end
-    out += entry[last:]
-    return bytes(out), patches
+def _moved_entries(groups: list[Group], starts: list[int]) -> list[tuple[bytes, Patches]]:
+    """Each group's footer entry, and the places of its numbers in it, for its bytes
+    moved to starts[i] as the i-th group of a file. All groups' numbers are encoded
+    together and written over the old ones where they keep their length (an edit moves
+    offsets by far less than they are); an entry whose numbers change length is spliced
+    from its bytes and them. A group whose numbers keep their values keeps its entry."""
+    import numpy as np
+
+    count = len(groups)
+    if not count:
+        return []
+    counts = np.fromiter((len(g.patches.at) for g in groups), np.int64, count)
+    sizes = np.fromiter((len(g.entry) for g in groups), np.int64, count)
+    owner = np.repeat(np.arange(count), counts)
+    at, end, ordinal, value = (np.concatenate([getattr(g.patches, name) for g in groups])
+                               for name in ("at", "end", "ordinal", "value"))
+    deltas = np.asarray(starts, np.int64) - np.fromiter((g.start for g in groups), np.int64,
+                                                        count)
+    moved = np.where(ordinal, owner, value + deltas[owner])
+    changed = np.bincount(owner[moved != value], minlength=count) > 0
+    zigzag = ((moved << 1) ^ (moved >> 63)).view(np.uint64)
+    shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
+    lengths = 1 + (zigzag[:, None] >= (np.uint64(1) << shifts[1:])).sum(axis=1)
+    encoded = ((zigzag[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    used = np.arange(10) < lengths[:, None]
+    encoded[np.arange(10) < (lengths - 1)[:, None]] |= 0x80  # (continuation bits)
+    resized = np.bincount(owner[lengths != end - at], minlength=count) > 0
+    first = np.zeros(count + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    entry_at = np.zeros(count + 1, np.int64)
+    np.cumsum(sizes, out=entry_at[1:])
+    out = np.frombuffer(b"".join(g.entry for g in groups), np.uint8).copy()
+    places = (entry_at[owner] + at)[:, None] + np.arange(10)
+    kept = used & ~resized[owner][:, None]  # (a longer number would spill over)
+    out[places[kept]] = encoded[kept]
+    out_bytes = out.tobytes()
+    found = []
+    for index, group in enumerate(groups):
+        if not changed[index]:
+            found.append((group.entry, group.patches))
+            continue
+        low, high = first[index], first[index + 1]
+        if not resized[index]:
+            found.append((out_bytes[entry_at[index]:entry_at[index + 1]], Patches(
+                at[low:high], end[low:high], ordinal[low:high], moved[low:high])))
+            continue
+        spliced, new_at, last = bytearray(), [], 0
+        for number in range(low, high):
+            spliced += group.entry[last:at[number]]
+            new_at.append(len(spliced))
+            spliced += encoded[number, :lengths[number]].tobytes()
+            last = end[number]
+        spliced += group.entry[last:]
+        places_now = np.array(new_at, np.int64)
+        found.append((bytes(spliced), Patches(places_now, places_now + lengths[low:high],
+                                                ordinal[low:high], moved[low:high])))
+    return found
+
+
+def _exclusive_sums(values):
+    """Each place's sum of the values before it (numpy)."""
+    import numpy as np
+
+    sums = np.zeros(len(values), np.int64)
+    np.cumsum(values[:-1], out=sums[1:])
+    return sums
 
 
 def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes:
@@ -406,16 +475,12 @@ def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]],
     them without joining them), and each row group's fields as they lie in the new file,
     but its file (start, size, rows, entry, patches: its footer need not be walked to
     splice it again)."""
-    pieces: list[Any] = [MAGIC]
-    start = len(MAGIC)
-    entries = []
-    placed = []
-    for ordinal, group in enumerate(groups):
-        pieces.append(piece(group))
-        entry, patches = _moved_entry(group, start - group.start, ordinal)
-        entries.append(entry)
-        placed.append((start, group, entry, patches))
-        start += group.size
+    pieces: list[Any] = [MAGIC, *map(piece, groups)]
+    starts = list(itertools.accumulate((group.size for group in groups), initial=len(MAGIC)))
+    moved = _moved_entries(groups, starts[:-1])
+    entries = [entry for entry, _ in moved]
+    placed = [(start, group, entry, patches)
+              for start, group, (entry, patches) in zip(starts, groups, moved, strict=False)]
     encoded = bytearray()
     last = 0
     for field_id, kind, value in footer:
@@ -441,64 +506,82 @@ def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]],
 
 
 def group_record(group: Group) -> dict:
-    """A row group's place and footer entry as JSON data (group_from_record reads it).
+    """A row group's place and footer entry as JSON data (groups_from_records reads it).
     Of the numbers a move patches, only their places in the entry are kept (packed, 32
     bits each: place * 2, plus 1 for the ordinal): the numbers are read back from it."""
-    places = struct.pack(f"<{len(group.patches)}I", *(
-        start * 2 + (what == _ORDINAL) for start, _, what, _ in group.patches))
+    places = (group.patches.at * 2 + group.patches.ordinal).astype("<u4").tobytes()
     return {"start": group.start, "size": group.size, "rows": group.rows,
             "entry": base64.b64encode(group.entry).decode("ascii"),
             "places": base64.b64encode(places).decode("ascii")}
 
 
-def group_from_record(data: bytes, record: dict) -> Group:
-    """The row group a group_record() describes in the file `data` (SpliceError for a
-    record that does not fit it)."""
-    try:
-        start, size, rows = (record[name] for name in ("start", "size", "rows"))
-        entry = base64.b64decode(record["entry"], validate=True)
-        places = base64.b64decode(record["places"], validate=True)
-        words = struct.unpack(f"<{len(places) // 4}I", places)
-    except (KeyError, TypeError, ValueError, struct.error) as error:
-        raise SpliceError(f"a row group record that is not one ({error})") from None
-    if any(type(n) is not int for n in (start, size, rows)) or not (
-            4 <= start and 0 <= size and start + size <= len(data) - 8 and rows >= 0):
-        raise SpliceError("a row group record outside its file")
-    patches = []
-    last = 0
-    for word in words:  # (each a varint that must lie in the entry, after the last)
-        at = end = word >> 1
-        if at < last:
-            raise SpliceError("a row group record whose numbers are not in its entry")
-        value = shift = 0
-        while True:  # (_signed, inline: some 20,000 numbers a record at 10,000 documents)
-            if end >= len(entry) or shift > 63:
-                raise SpliceError("a row group record whose numbers are not in its entry")
-            byte = entry[end]
-            end += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        patches.append((at, end, _ORDINAL if word & 1 else _SHIFT,
-                        (value >> 1) ^ -(value & 1)))
-        last = end
-    _check_offsets(patches, start, start + size)
-    return Group(data, start, size, rows, entry, patches)
-
-
 def groups_from_records(data: bytes, records: list) -> list[Group]:
-    """The row groups group_record()s describe, which must lie one after the other from
-    the file's start, as pyarrow writes them (SpliceError otherwise)."""
+    """The row groups group_record()s describe in the file `data`, which must lie one
+    after the other from the file's start, as pyarrow writes them (SpliceError for
+    records that do not fit it)."""
     if not isinstance(records, list):
         raise SpliceError("row group records that are not a list")
-    groups = [group_from_record(data, record) for record in records]
+    fields, entries, places = [], [], []
     at = len(MAGIC)
-    for group in groups:
-        if group.start != at:
+    for record in records:
+        try:
+            start, size, rows = (record[name] for name in ("start", "size", "rows"))
+            entries.append(base64.b64decode(record["entry"], validate=True))
+            places.append(base64.b64decode(record["places"], validate=True))
+        except (KeyError, TypeError, ValueError) as error:
+            raise SpliceError(f"a row group record that is not one ({error})") from None
+        if any(type(n) is not int for n in (start, size, rows)) or not (
+                4 <= start and 0 <= size and start + size <= len(data) - 8 and rows >= 0) \
+                or len(places[-1]) % 4:
+            raise SpliceError("a row group record outside its file")
+        if start != at:
             raise SpliceError("row group records that do not follow one another")
-        at += group.size
-    return groups
+        at += size
+        fields.append((start, size, rows))
+    patches = _read_patches(entries, places, [start for start, _, _ in fields],
+                            [start + size for start, size, _ in fields])
+    return [Group(data, start, size, rows, entry, numbers) for (start, size, rows), entry,
+            numbers in zip(fields, entries, patches, strict=True)]
+
+
+def _read_patches(entries: list[bytes], places: list[bytes], begins: list[int],
+                  stops: list[int]) -> list[Patches]:
+    """The numbers at these places (group_record's) of these entries, all groups'
+    together; each must be a varint that lies in its entry after the one before it,
+    and each offset must point into its group's bytes [begin, stop)."""
+    import numpy as np
+
+    count = len(entries)
+    if not count:
+        return []
+    counts = np.fromiter((len(p) // 4 for p in places), np.int64, count)
+    sizes = np.fromiter(map(len, entries), np.int64, count)
+    owner = np.repeat(np.arange(count), counts)
+    words = np.frombuffer(b"".join(places), "<u4").astype(np.int64)
+    at, ordinal = words >> 1, (words & 1).astype(bool)
+    if (at >= sizes[owner]).any():
+        raise SpliceError("a row group record whose numbers are not in its entry")
+    joined = np.frombuffer(b"".join(entries) + bytes(10), np.uint8)
+    window = joined[(_exclusive_sums(sizes)[owner] + at)[:, None] + np.arange(10)]
+    last_byte = window < 0x80
+    lengths = last_byte.argmax(axis=1) + 1
+    end = at + lengths
+    if not last_byte.any(axis=1).all() or (end > sizes[owner]).any() \
+            or ((owner[1:] == owner[:-1]) & (at[1:] < end[:-1])).any() \
+            or (window[lengths == 10, 9] > 1).any():  # (more than 64 bits)
+        raise SpliceError("a row group record whose numbers are not in its entry")
+    payload = (window & 0x7F).astype(np.uint64) << (np.arange(10, dtype=np.uint64) * 7)
+    payload[np.arange(10) >= lengths[:, None]] = 0
+    raw = np.bitwise_or.reduce(payload, axis=1)
+    value = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    begin = np.asarray(begins, np.int64)[owner]
+    stop = np.asarray(stops, np.int64)[owner]
+    if (~ordinal & ~((begin <= value) & (value < stop) | (value == 0) & (stop == begin))
+            ).any():
+        raise SpliceError(_OUTSIDE)
+    pieces = np.cumsum(counts)[:-1]
+    return [Patches(*numbers) for numbers in zip(
+        *(np.split(column, pieces) for column in (at, end, ordinal, value)), strict=True)]
 
 
 def encoding_of(footer: list[tuple[int, int, bytes]]) -> str:
