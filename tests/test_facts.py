@@ -1314,3 +1314,17 @@ def test_a_ledger_of_facts_schema_1_carries_on(tmp_path, capsys):
     (kb / names[2]).unlink()
     assert "incomplete facts ledger (semantic_fact_evidence.parquet missing)" in \
         build_fails(kb, capsys)
+
+
+def test_source_fingerprints_keep_their_encoding():
+    """A fingerprint is the sha of the JSON list of its parts, as ledgers written before
+    recorded them (a changed encoding would extract every source of a KB again)."""
+    from ctxfst.facts.build import Source, _sha, fingerprint
+    from ctxfst.facts.model import FACTS_SCHEMA_VERSION
+
+    for tenant, digest, catalog, version, kind in [
+            ("default", "ab" * 32, "", "builtin-1", "document"),
+            ("t\u00e9\"n\\ant", "\u4e2d\n", "c" * 64, "v\"2", "skill")]:
+        source = Source("notes/a.md", kind, "a.md", lambda: None, tenant, [], digest=digest)
+        assert fingerprint(source, catalog, version) == _sha(json.dumps(
+            [FACTS_SCHEMA_VERSION, version, digest, tenant, catalog, kind]).encode())
