@@ -989,6 +989,8 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
     monkeypatch.setattr(facts_build, "RUN_GROUP_ROWS", 3)  # runs appended to their last group
     root = copy_example(tmp_path / "kb")
     build(root, capsys)
+    always = len(list((root / "skills").glob("*/SKILL.md"))) + sum(
+        "content_path:" in path.read_text() for path in (root / "content").rglob("*.md"))
     target = next((root / "content").rglob("*.md"))
     original = target.read_text()
     body = original.index("<Chunk id=")
@@ -1006,6 +1008,13 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
         stage, recovered, whole = _same_as_a_whole_read(root, tmp_path, capsys, name)
         facts(root)  # and the spliced file is the bytes of writing its rows at once
         assert whole["fact_groups_copied"] == 0, name  # read whole, written whole
+        # the sources compared with their last runs: those the edit made anew, those
+        # with content_path passages (read every build) and the skills, where the last
+        # run was on the last validation's units (not in the copies: their caches are
+        # new); all, where the names of the entities change (the added document's)
+        assert stage["sources_compared"] == (
+            stage["sources"] if name in ("add", "delete") else 1 + always), name
+        assert whole["sources_compared"] == whole["sources"] == stage["sources"], name
         assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], name
         assert recovered["fact_groups_copied"] == stage["fact_groups_copied"], name
         # the runs: all but the last group copied, the same bytes as written whole

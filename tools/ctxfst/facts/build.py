@@ -21,7 +21,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -147,11 +147,15 @@ def document_tenant(frontmatter: dict | None, relative: str, settings) -> str | 
     return settings.tenant_for(relative) or DEFAULT_TENANT
 
 
-def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
+def collect_sources(root: Path, kb, settings, checked=None,
+                    tenants: Mapping[str, str] | None = None,
+                    only: set[str] | None = None) -> list[Source]:
     """Every document and skill of a validated knowledge base, with its tenant (the
-    documents from a build's units when `checked` is given: nothing is typed for them).
-    Fails closed: a source whose tenant cannot be decided, or a [facts] tenants folder
-    that holds no source (its documents would be another tenant's), stops the stage."""
+    documents from a build's units when `checked` is given: nothing is typed for them;
+    tenants: their tenants by path, as unit_tenants gives them; only: the paths of the
+    documents wanted, the others left out). Fails closed: a source whose tenant cannot
+    be decided, or a [facts] tenants folder that holds no source (its documents would be
+    another tenant's), stops the stage."""
     from ..files import ProjectRelative
     from ..skills.index import skill_node_id
 
@@ -159,13 +163,17 @@ def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
     sources: list[Source] = []
     found: list[tuple] = []  # (kind, relative, fs_path, typed, frontmatter, labels, ...)
     if checked is not None:
+        tenants = unit_tenants(checked, settings) if tenants is None else tenants
         root_text = os.fspath(checked.root)
         for unit in checked.units:
-            frontmatter = {} if unit.tenant is None else {"tenant": unit.tenant}
-            labels = checked.labels[unit.path]
-            found.append(("document", unit.relative, os.path.join(root_text, unit.relative),
-                          _loader(checked, unit.path), frontmatter, labels,
-                          unit.volatile, unit.sha256, unit.path))
+            if only is not None and unit.path not in only:
+                continue
+            sources.append(Source(unit.relative, "document",
+                                  os.path.join(root_text, unit.relative),
+                                  _loader(checked, unit.path), tenants[unit.path],
+                                  checked.labels[unit.path], unit.volatile,
+                                  file_sha=unit.sha256, entity_id=unit.relative,
+                                  key=unit.path))
     else:
         for doc in kb.documents:
             found.append(("document", relative_to_root(doc.fs_path, doc.path),
@@ -178,21 +186,36 @@ def collect_sources(root: Path, kb, settings, checked=None) -> list[Source]:
                           skill.frontmatter,
                           [], False, "", skill.path))
     for kind, relative, fs_path, typed, frontmatter, labels, passages, sha, key in found:
-        tenant = document_tenant(frontmatter, relative, settings)
-        if tenant is None:
-            raise ExtractionError(f"{relative}: its tenant cannot be decided (an invalid "
-                                  "`tenant:`); no facts are served from it")
+        tenant = _tenant_of(frontmatter, relative, settings)
         entity_id = relative if kind == "document" else skill_node_id(typed().record.name)
         sources.append(Source(relative, kind, fs_path, typed, tenant, labels, passages,
                               file_sha=sha, entity_id=entity_id, key=key))
+    everything = [s.path for s in sources] if only is None else [
+        *(unit.relative for unit in checked.units),
+        *(s.path for s in sources if s.kind == "skill")]
     for folder, tenant in settings.facts_tenants:
-        if not any(s.path.startswith(folder + "/") for s in sources):
+        if not any(path.startswith(folder + "/") for path in everything):
             from ..config import setting_error
 
             raise ExtractionError(str(setting_error(
                 root, "CTX807", f"tenant folder {folder!r} (tenant {tenant!r}) holds no "
                 "document or skill of the project", "facts", "tenants", folder)))
     return sorted(sources, key=lambda s: s.path)
+
+
+def unit_tenants(checked, settings) -> dict[str, str]:
+    """The tenant of each document of a build's units, by its path (ExtractionError for
+    one that cannot be decided)."""
+    return {unit.path: _tenant_of({} if unit.tenant is None else {"tenant": unit.tenant},
+                                  unit.relative, settings) for unit in checked.units}
+
+
+def _tenant_of(frontmatter: dict | None, relative: str, settings) -> str:
+    tenant = document_tenant(frontmatter, relative, settings)
+    if tenant is None:
+        raise ExtractionError(f"{relative}: its tenant cannot be decided (an invalid "
+                              "`tenant:`); no facts are served from it")
+    return tenant
 
 
 def _loader(checked, path: str) -> Callable[[], Any]:
@@ -217,13 +240,14 @@ def _passage_files(root: Path, source: Source) -> list[Path]:
     return sorted(found)
 
 
-def _catalogs(sources: list[Source]) -> tuple[dict[str, Catalog], dict[str, str]]:
+def _catalogs(documents: Iterable[tuple[str, list[tuple[str, list[str]]]]]
+              ) -> tuple[dict[str, Catalog], dict[str, str]]:
+    """Each tenant's catalog of entity names, and its digest, from the documents'
+    (tenant, labels)."""
     labels: dict[str, dict[str, list[str]]] = {}
-    for source in sources:
-        if source.kind != "document":
-            continue
-        tenant = labels.setdefault(source.tenant, {})
-        for entity_id, names in source.labels:
+    for tenant_id, document_labels in documents:
+        tenant = labels.setdefault(tenant_id, {})
+        for entity_id, names in document_labels:
             known = tenant.setdefault(entity_id, [])
             for label in names:
                 if label not in known:
@@ -493,6 +517,10 @@ class _LatestRuns(Mapping):
         """The paths whose last run is not of their deletion."""
         return [path for path, row in self._row.items() if not self._deleted[row]]
 
+    def failed(self) -> set[str]:
+        """The paths whose last run failed."""
+        return {path for path, row in self._row.items() if self._statuses[row] == "failed"}
+
 
 def _latest_runs(runs) -> _LatestRuns:
     """Each source's last run (_LatestRuns), as Python only where asked for (a ledger
@@ -730,6 +758,36 @@ def _plan(sources: list[Source], latest: _LatestRuns, digests: dict[str, str],
     return work
 
 
+# The record of the last facts run: the validation it ran on (Checked.generation), the
+# ledger it wrote, and what every source's fingerprint was made with.
+FACTS_PLAN = "facts_plan"
+
+
+def _changed_since_plan(store, checked, ledger: _Ledger, version: str,
+                        digests: dict[str, str], settings, latest: _LatestRuns
+                        ) -> set[str] | None:
+    """The documents (by unit path) whose sources can differ from those of the last facts
+    run, when it ran on the last validation's units and wrote this ledger, with these
+    extractors, catalogs and tenant folders: those the validation made anew, and those
+    whose last run failed (tried again). None otherwise, and where two documents share a
+    path (a link to another): every source is looked at."""
+    record = store.value(FACTS_PLAN) if store is not None else None
+    if not (isinstance(record, dict) and checked.generation > 1 and ledger.sha
+            and record.get("generation") == checked.generation - 1
+            and record.get("ledger") == ledger.sha and record.get("seq") == ledger.seq
+            and record.get("version") == version and record.get("catalogs") == digests
+            and record.get("tenants") == [list(t) for t in settings.facts_tenants]):
+        return None
+    relatives = {unit.relative for unit in checked.units}
+    if len(relatives) != len(checked.units):
+        return None
+    wanted = set(checked.changed)
+    failed = latest.failed()
+    if failed:
+        wanted.update(unit.path for unit in checked.units if unit.relative in failed)
+    return wanted
+
+
 def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked=None,
               store=None, may_let_go: bool = False, vouched: Vouched | None = None
               ) -> Outcome:
@@ -749,7 +807,23 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     """
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
-    sources = collect_sources(root, kb, settings, checked)
+    ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None,
+                          vouched)
+    if ledger.recovered and store is not None:  # (digests of some other ledger's facts:
+        for key in store.keys(SOURCE):           # this build takes them from the ledger)
+            store.remove(key)
+    latest = _latest_runs(ledger.runs)
+    only = tenants = None
+    if checked is not None:
+        tenants = unit_tenants(checked, settings)
+        catalogs, digests = _catalogs((tenants[unit.path], checked.labels[unit.path])
+                                      for unit in checked.units)
+        only = _changed_since_plan(store, checked, ledger, version, digests, settings,
+                                   latest)
+    sources = collect_sources(root, kb, settings, checked, tenants, only)
+    if checked is None:
+        catalogs, digests = _catalogs((source.tenant, source.labels) for source in sources
+                                      if source.kind == "document")
     if checked is not None:  # (their passages are found from the typed record: together)
         checked.documents([s.key for s in sources if s.kind == "document" and s.passages])
     for source in sources:
@@ -770,26 +844,32 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
             raise ExtractionError(f"{source.path} changed during the build ({error}): run "
                                   "`doit` again") from None
         source.digest = _sha(source.file_sha.encode(), *passages)
-    catalogs, digests = _catalogs(sources)
     for source in sources:
         source.fingerprint = fingerprint(source, digests.get(source.tenant, ""), version)
-    ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None,
-                          vouched)
-    if ledger.recovered and store is not None:  # (digests of some other ledger's facts:
-        for key in store.keys(SOURCE):           # this build takes them from the ledger)
-            store.remove(key)
     prior_seq = ledger.seq
-    latest = _latest_runs(ledger.runs)
     work = _plan(sources, latest, digests, version)
     present = {s.path for s in sources}
+    total = len(sources)
+    if only is not None:  # (the documents left out are unchanged since the last run)
+        present.update(unit.relative for unit in checked.units)
+        total = len(checked.units) + sum(s.kind == "skill" for s in sources)
     deleted = sorted(path for path in latest.live() if path not in present)
-    counts: dict[str, Any] = {"sources": len(sources), "extracted": 0,
-                              "unchanged": len(sources) - len(work), "failed": 0,
+    counts: dict[str, Any] = {"sources": total, "sources_compared": len(sources),
+                              "extracted": 0, "unchanged": total - len(work), "failed": 0,
                               "deleted": len(deleted)}
+
+    def planned(facts_sha: str, seq: int) -> None:
+        """What the next build's _changed_since_plan compares with."""
+        if store is not None and checked is not None:
+            store.put(FACTS_PLAN, {"generation": checked.generation, "ledger": facts_sha,
+                                   "seq": seq, "version": version, "catalogs": digests,
+                                   "tenants": [list(t) for t in settings.facts_tenants]})
+
     if not work and not deleted and ledger.data:
         for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
             write_atomic(out_dir / name, (ledger_dir / name).read_bytes())
         rows, active, _ = _size_of(ledger)
+        planned(ledger.sha, prior_seq)
         return Outcome(prior_seq, False, _final_counts(counts, rows, active, prior_seq, {}),
                        ledger.sha)
     seq = prior_seq + 1
@@ -900,6 +980,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                 store.put_blob(SOURCE + path, entry)
             else:
                 store.put(SOURCE + path, entry)
+    planned(facts_sha, seq)
     rows, active, evidence_rows = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
                   fact_groups_copied=written.copied, run_groups_copied=run_groups_copied)

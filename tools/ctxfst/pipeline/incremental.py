@@ -23,6 +23,7 @@ from ..document.model import ParsedDocument
 from ..files import changed_lately, file_stamp
 from .errors import BuildFailed
 from .units import (
+    GENERATION,
     LINKED,
     DocumentUnit,
     UnitStore,
@@ -52,6 +53,11 @@ class Checked:
     # each document's entities as (id, [name, *aliases]), by path (the facts catalogs)
     labels: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
     mark: str = ""  # the units digest its link step was saved with (LINKED)
+    # which validation of the store this is (GENERATION, one more than the last), and
+    # the documents whose units it made anew (changed or added): a later stage that
+    # ran on the last validation's units needs to look again only at these
+    generation: int = 0
+    changed: set[str] = field(default_factory=set)
     # file -> (relative path, sha256, size) of the inputs hashed for this validation
     digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
@@ -183,10 +189,14 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     mark = units_digest(units[path] for path in order)
     store.put(LINKED, {"clean": not linked.diagnostics, "units": mark,
                         "entities": store.index.catalog_count()})
+    generation = store.value(GENERATION)
+    generation = generation + 1 if type(generation) is int and generation > 0 else 1
+    store.put(GENERATION, generation)
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, reader.load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
-                    "documents_typed": len(typed)}, labels, mark)
+                    "documents_typed": len(typed)}, labels, mark, generation=generation,
+                   changed=set(changed))
 
 
 @dataclass

@@ -48,6 +48,10 @@ _MAX_ROW = 64 * 1024 * 1024
 # step through every summary. It also records how many catalog rows it left.
 LINKED = "linked"
 COMPILED = "compiled"  # the record of what the staged chunk files were made from
+# How many validations have saved units to this store (each one counts it up): a stage
+# that records the one it ran on knows whether the units changed only as the last
+# validation says.
+GENERATION = "generation"
 
 
 class DocumentUnit:
