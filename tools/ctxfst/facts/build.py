@@ -206,6 +206,10 @@ def collect_sources(root: Path, kb, settings, checked=None,
 def unit_tenants(checked, settings) -> dict[str, str]:
     """The tenant of each document of a build's units, by its path (ExtractionError for
     one that cannot be decided)."""
+    if not settings.facts_tenants:  # (no folder has a tenant: a `tenant:`, or the default)
+        return {unit.path: DEFAULT_TENANT if unit.tenant is None else
+                _tenant_of({"tenant": unit.tenant}, unit.relative, settings)
+                for unit in checked.units}
     return {unit.path: _tenant_of({} if unit.tenant is None else {"tenant": unit.tenant},
                                   unit.relative, settings) for unit in checked.units}
 
@@ -244,14 +248,17 @@ def _catalogs(documents: Iterable[tuple[str, list[tuple[str, list[str]]]]]
               ) -> tuple[dict[str, Catalog], dict[str, str]]:
     """Each tenant's catalog of entity names, and its digest, from the documents'
     (tenant, labels)."""
-    labels: dict[str, dict[str, list[str]]] = {}
+    found: dict[str, dict[str, dict[str, None]]] = {}  # tenant -> entity -> its labels
     for tenant_id, document_labels in documents:
-        tenant = labels.setdefault(tenant_id, {})
+        tenant = found.get(tenant_id)
+        if tenant is None:
+            tenant = found[tenant_id] = {}
         for entity_id, names in document_labels:
-            known = tenant.setdefault(entity_id, [])
-            for label in names:
-                if label not in known:
-                    known.append(label)
+            known = tenant.get(entity_id)
+            if known is None:
+                known = tenant[entity_id] = {}
+            known.update(dict.fromkeys(names))  # (in the order first given)
+    labels = {t: {k: list(v) for k, v in d.items()} for t, d in found.items()}
     catalogs = {t: Catalog.build(v) for t, v in labels.items()}
     digests = {t: hashlib.sha256(json.dumps(sorted((k, sorted(v)) for k, v in d.items()),
                                             ensure_ascii=False).encode()).hexdigest()
