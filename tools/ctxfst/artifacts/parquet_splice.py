@@ -402,10 +402,7 @@ def _moved_entries(groups: list[Group], starts: list[int]) -> list[tuple[bytes, 
     used = np.arange(10) < lengths[:, None]
     encoded[np.arange(10) < (lengths - 1)[:, None]] |= 0x80  # (continuation bits)
     resized = np.bincount(owner[lengths != end - at], minlength=count) > 0
-    first = np.zeros(count + 1, np.int64)
-    np.cumsum(counts, out=first[1:])
-    entry_at = np.zeros(count + 1, np.int64)
-    np.cumsum(sizes, out=entry_at[1:])
+    first, entry_at = _starts(counts), _starts(sizes)
     out = np.frombuffer(b"".join(g.entry for g in groups), np.uint8).copy()
     places = (entry_at[owner] + at)[:, None] + np.arange(10)
     kept = used & ~resized[owner][:, None]  # (a longer number would spill over)
@@ -434,13 +431,14 @@ def _moved_entries(groups: list[Group], starts: list[int]) -> list[tuple[bytes, 
     return found
 
 
-def _exclusive_sums(values):
-    """Each place's sum of the values before it (numpy)."""
+def _starts(sizes):
+    """Where each of items of these sizes starts when they are put end to end, and
+    where the last ends (numpy: one more than the sizes)."""
     import numpy as np
 
-    sums = np.zeros(len(values), np.int64)
-    np.cumsum(values[:-1], out=sums[1:])
-    return sums
+    starts = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    return starts
 
 
 def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes:
@@ -477,10 +475,11 @@ def assemble_pieces(groups: list[Group], footer: list[tuple[int, int, bytes]],
     splice it again)."""
     pieces: list[Any] = [MAGIC, *map(piece, groups)]
     starts = list(itertools.accumulate((group.size for group in groups), initial=len(MAGIC)))
-    moved = _moved_entries(groups, starts[:-1])
+    del starts[-1]  # (where the last group ends: the footer)
+    moved = _moved_entries(groups, starts)
     entries = [entry for entry, _ in moved]
-    placed = [(start, group, entry, patches)
-              for start, group, (entry, patches) in zip(starts, groups, moved, strict=False)]
+    placed = [(at, group, entry, patches)
+              for at, group, (entry, patches) in zip(starts, groups, moved, strict=True)]
     encoded = bytearray()
     last = 0
     for field_id, kind, value in footer:
@@ -562,7 +561,7 @@ def _read_patches(entries: list[bytes], places: list[bytes], begins: list[int],
     if (at >= sizes[owner]).any():
         raise SpliceError("a row group record whose numbers are not in its entry")
     joined = np.frombuffer(b"".join(entries) + bytes(10), np.uint8)
-    window = joined[(_exclusive_sums(sizes)[owner] + at)[:, None] + np.arange(10)]
+    window = joined[(_starts(sizes)[owner] + at)[:, None] + np.arange(10)]
     last_byte = window < 0x80
     lengths = last_byte.argmax(axis=1) + 1
     end = at + lengths
