@@ -1337,3 +1337,62 @@ def test_source_fingerprints_keep_their_encoding():
         source = Source("notes/a.md", kind, "a.md", lambda: None, tenant, [], digest=digest)
         assert fingerprint(source, catalog, version) == _sha(json.dumps(
             [FACTS_SCHEMA_VERSION, version, digest, tenant, catalog, kind]).encode())
+
+
+def test_facts_compare_every_source_unless_they_ran_on_the_last_validation(tmp_path, capsys):
+    """After an edit validated alone (`doit validate`), the facts stage did not run on the
+    last validation's units: it compares every source with its last run; after the next
+    edit only that one and those it always reads again; with the ledger replaced by
+    another (a backup), every source again. Each time the active facts equal a clean
+    build's."""
+    root = copy_example(tmp_path / "kb")
+    build(root, capsys)
+    always = len(list((root / "skills").glob("*/SKILL.md"))) + sum(
+        "content_path:" in path.read_text() for path in (root / "content").rglob("*.md"))
+    target = next(path for path in sorted((root / "content").rglob("*.md"))
+                  if "content_path:" not in path.read_text())
+    body = target.read_text().index("<Chunk id=")
+    body = target.read_text().index("\n", body) + 1
+
+    def edit(words: str) -> None:
+        text = target.read_text()
+        target.write_text(text[:body] + words + " " + text[body:])
+
+    def compared() -> tuple[int, int]:
+        stage = next(s for s in json.loads((root / "build/run_results.json").read_text())[
+            "stages"] if s["stage"] == "facts")
+        return stage["sources_compared"], stage["sources"]
+
+    def active(kb: Path) -> list[dict]:
+        """The active facts, run ids and build numbers aside (a clean build's are others)."""
+        return [{name: [{k: v for k, v in entry.items() if k != "run_id"} for entry in value]
+                 if name == "evidence" else value for name, value in row.items()
+                 if "run" not in name and "seq" not in name}
+                for row in facts(kb) if row["is_active"]]
+
+    def same_as_clean(name: str) -> None:
+        clean = tmp_path / f"clean-{name}"
+        shutil.copytree(root / "content", clean / "content")
+        shutil.copytree(root / "skills", clean / "skills")
+        shutil.copy(root / "ctxfst.toml", clean / "ctxfst.toml")
+        build(clean, capsys)
+        assert active(root) == active(clean), name
+
+    edit("See also the index.")
+    build(root, capsys, "validate")
+    build(root, capsys)
+    sources_compared, sources = compared()
+    assert sources_compared == sources > always + 1
+    same_as_clean("after validate")
+    backup = tmp_path / "ledger-backup"
+    shutil.copytree(root / ".ctxfst/facts", backup)
+    edit("And the glossary.")
+    build(root, capsys)
+    assert compared() == (1 + always, sources)
+    same_as_clean("one edit")
+    edit("Then the appendix.")
+    shutil.rmtree(root / ".ctxfst/facts")
+    shutil.copytree(backup, root / ".ctxfst/facts")
+    build(root, capsys)
+    assert compared() == (sources, sources)
+    same_as_clean("a restored ledger")
