@@ -1396,3 +1396,20 @@ def test_facts_compare_every_source_unless_they_ran_on_the_last_validation(tmp_p
     build(root, capsys)
     assert compared() == (sources, sources)
     same_as_clean("a restored ledger")
+
+
+def test_name_catalogs_do_not_depend_on_shared_labels():
+    """Documents of a build share one label object per declaration; merged from shared
+    objects, from copies, or from labels made on the fly, the catalogs are the same."""
+    from ctxfst.facts.build import _catalogs
+
+    shared = [("entity:a", ["Alpha", "A"]), ("entity:b", ["Beta"]), ("entity:a", ["Alef"])]
+    documents = [("default", [shared[0], shared[1]]), ("t2", [shared[1]]),
+                 ("default", [shared[2], shared[0]]), ("default", [shared[1]])]
+    made = [_catalogs(iter(documents)),
+            _catalogs((tenant, [(i, list(names)) for i, names in labels])
+                      for tenant, labels in documents)]
+    assert made[0][1] == made[1][1] and set(made[0][1]) == {"default", "t2"}
+    assert [c.names for c in made[0][0].values()] == [c.names for c in made[1][0].values()]
+    assert made[0][0]["default"].names == {"alpha": "entity:a", "a": "entity:a",
+                                           "alef": "entity:a", "beta": "entity:b"}

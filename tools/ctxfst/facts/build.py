@@ -249,11 +249,20 @@ def _catalogs(documents: Iterable[tuple[str, list[tuple[str, list[str]]]]]
     """Each tenant's catalog of entity names, and its digest, from the documents'
     (tenant, labels)."""
     found: dict[str, dict[str, dict[str, None]]] = {}  # tenant -> entity -> its labels
+    # A declaration's label is one object in every document that makes it (a build's
+    # units share them: UnitStore.entity_labels), merged once per tenant. (Each is held
+    # here by its id, so that no other object can take that id meanwhile.)
+    merged: dict[str, dict[int, tuple]] = {}
     for tenant_id, document_labels in documents:
         tenant = found.get(tenant_id)
         if tenant is None:
-            tenant = found[tenant_id] = {}
-        for entity_id, names in document_labels:
+            tenant, merged[tenant_id] = found.setdefault(tenant_id, {}), {}
+        seen = merged[tenant_id]
+        for label in document_labels:
+            if id(label) in seen:
+                continue
+            seen[id(label)] = label
+            entity_id, names = label
             known = tenant.get(entity_id)
             if known is None:
                 known = tenant[entity_id] = {}
