@@ -783,13 +783,16 @@ def _changed_since_plan(store, checked, ledger: _Ledger, version: str,
                         digests: dict[str, str], settings, latest: _LatestRuns
                         ) -> set[str] | None:
     """The documents (by unit path) whose sources can differ from those of the last facts
-    run, when it ran on the last validation's units and wrote this ledger, with these
-    extractors, catalogs and tenant folders: those the validation made anew, and those
-    whose last run failed (tried again). None otherwise, and where two documents share a
-    path (a link to another): every source is looked at."""
+    run, when it ran on the last validation, on the very units this validation started
+    from (their digest: another validation in between, even one beside it in the same
+    build, leaves others), and wrote this ledger, with these extractors, catalogs and
+    tenant folders: those the validation made anew, and those whose last run failed
+    (tried again). None otherwise, and where two documents share a path (a link to
+    another): every source is looked at."""
     record = store.value(FACTS_PLAN) if store is not None else None
     if not (isinstance(record, dict) and checked.generation > 1 and ledger.sha
             and record.get("generation") == checked.generation - 1
+            and checked.based_on and record.get("units") == checked.based_on
             and record.get("ledger") == ledger.sha and record.get("seq") == ledger.seq
             and record.get("version") == version and record.get("catalogs") == digests
             and record.get("tenants") == [list(t) for t in settings.facts_tenants]):
@@ -877,7 +880,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     def planned(facts_sha: str, seq: int) -> None:
         """What the next build's _changed_since_plan compares with."""
         if store is not None and checked is not None:
-            store.put(FACTS_PLAN, {"generation": checked.generation, "ledger": facts_sha,
+            store.put(FACTS_PLAN, {"generation": checked.generation, "units": checked.mark,
+                                   "ledger": facts_sha,
                                    "seq": seq, "version": version, "catalogs": digests,
                                    "tenants": [list(t) for t in settings.facts_tenants]})
 

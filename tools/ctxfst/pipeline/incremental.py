@@ -58,6 +58,10 @@ class Checked:
     # ran on the last validation's units needs to look again only at these
     generation: int = 0
     changed: set[str] = field(default_factory=set)
+    # the units digest (units_digest) of the units it started from, where the saved link
+    # step vouched for them ("" otherwise): a stage that ran on units of that digest
+    # sees them changed only in `changed`
+    based_on: str = ""
     # file -> (relative path, sha256, size) of the inputs hashed for this validation
     digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
@@ -196,7 +200,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     return Checked(root, live, typed, kb, linked, ordered(out), edges, reader.load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
                     "documents_typed": len(typed)}, labels, mark, generation=generation,
-                   changed=set(changed))
+                   changed=set(changed), based_on=linked_before["units"] if reusable else "")
 
 
 @dataclass
