@@ -190,9 +190,9 @@ def collect_sources(root: Path, kb, settings, checked=None,
         entity_id = relative if kind == "document" else skill_node_id(typed().record.name)
         sources.append(Source(relative, kind, fs_path, typed, tenant, labels, passages,
                               file_sha=sha, entity_id=entity_id, key=key))
-    everything = [s.path for s in sources] if only is None else [
-        *(unit.relative for unit in checked.units),
-        *(s.path for s in sources if s.kind == "skill")]
+    everything = [s.path for s in sources] if only is None or not settings.facts_tenants \
+        else [*(unit.relative for unit in checked.units),
+              *(s.path for s in sources if s.kind == "skill")]
     for folder, tenant in settings.facts_tenants:
         if not any(path.startswith(folder + "/") for path in everything):
             from ..config import setting_error
@@ -206,12 +206,10 @@ def collect_sources(root: Path, kb, settings, checked=None,
 def unit_tenants(checked, settings) -> dict[str, str]:
     """The tenant of each document of a build's units, by its path (ExtractionError for
     one that cannot be decided)."""
-    if not settings.facts_tenants:  # (no folder has a tenant: a `tenant:`, or the default)
-        return {unit.path: DEFAULT_TENANT if unit.tenant is None else
-                _tenant_of({"tenant": unit.tenant}, unit.relative, settings)
-                for unit in checked.units}
-    return {unit.path: _tenant_of({} if unit.tenant is None else {"tenant": unit.tenant},
-                                  unit.relative, settings) for unit in checked.units}
+    by_folder = bool(settings.facts_tenants)  # (else: a `tenant:`, or the default)
+    return {unit.path: DEFAULT_TENANT if unit.tenant is None and not by_folder else
+            _tenant_of({} if unit.tenant is None else {"tenant": unit.tenant},
+                       unit.relative, settings) for unit in checked.units}
 
 
 def _tenant_of(frontmatter: dict | None, relative: str, settings) -> str:
@@ -832,19 +830,20 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         for key in store.keys(SOURCE):           # this build takes them from the ledger)
             store.remove(key)
     latest = _latest_runs(ledger.runs)
-    only = tenants = None
+    only = None
     if checked is not None:
         tenants = unit_tenants(checked, settings)
         catalogs, digests = _catalogs((tenants[unit.path], checked.labels[unit.path])
                                       for unit in checked.units)
         only = _changed_since_plan(store, checked, ledger, version, digests, settings,
                                    latest)
-    sources = collect_sources(root, kb, settings, checked, tenants, only)
-    if checked is None:
+        sources = collect_sources(root, kb, settings, checked, tenants, only)
+        # (their passages are found from the typed record: together)
+        checked.documents([s.key for s in sources if s.kind == "document" and s.passages])
+    else:
+        sources = collect_sources(root, kb, settings)
         catalogs, digests = _catalogs((source.tenant, source.labels) for source in sources
                                       if source.kind == "document")
-    if checked is not None:  # (their passages are found from the typed record: together)
-        checked.documents([s.key for s in sources if s.kind == "document" and s.passages])
     for source in sources:
         try:
             if not source.file_sha:  # (a unit knows the sha256 its validation saw)
