@@ -663,6 +663,31 @@ def test_the_previous_chunk_files_are_not_hashed_again_while_they_are_as_publish
     assert_consistent(root)
 
 
+def test_doit_does_not_hash_again_the_staged_files_a_build_wrote(tmp_path, capsys,
+                                                                  monkeypatch):
+    """doit's check of a stage's inputs compares a staged file whose identity moved by
+    its content; a file this build wrote (the facts stage's, in the process it forks,
+    too) has its sha256 known already: doit's check takes it, and reads nothing."""
+    from ctxfst.pipeline import doit_state
+
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    hashed: list[str] = []
+    real = doit_state._content_hash
+
+    def counted(path, sha256):
+        hashed.append(str(path))
+        return real(path, sha256)
+
+    monkeypatch.setattr(doit_state, "_content_hash", counted)
+    doc = root / "content/deployment.zh-TW.ctxfst.md"
+    doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    code, output = build(root, capsys)
+    assert code == 0 and {"compile", "profiles", "facts", "manifest"} <= ran(output)
+    assert not [path for path in hashed if "/.staging/" in path], hashed
+    assert_consistent(root)
+
+
 def test_an_edit_copies_the_kept_chunk_row_groups_in_the_kernel(tmp_path, capsys,
                                                                monkeypatch):
     """After an edit, the unchanged row groups of chunks.parquet and chunk_vectors.parquet
