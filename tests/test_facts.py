@@ -817,6 +817,37 @@ def test_a_merge_of_cut_rows_equals_the_merge_of_all_their_evidence(monkeypatch)
     assert cases > 20  # windows that left entries in the file
 
 
+def test_a_window_shows_every_entry_of_a_run_of_ties_after_a_shown_one(monkeypatch):
+    """A fact's row keeps its first entries in sort_key order; entries whose keys tie
+    the last kept one keep their order only together, so the window holds the whole run
+    of ties after it, however long, and leaves the entries after the run in the file."""
+    from ctxfst.facts import model as facts_model
+    from ctxfst.facts.build import _windowed
+    from ctxfst.facts.model import Evidence, Fact, evidence_table, rows_table
+
+    monkeypatch.setattr(facts_model, "EVIDENCE_KEPT", 2)
+
+    def entry(path: str, start: int, excerpt: str) -> Evidence:
+        return Evidence("document", path, path, start, start + 1, excerpt, "r", "1", 1.0,
+                        None, path, "run-1", excerpt)
+
+    fact = Fact("f1", "t", "entity", "e", "ns", "k", "v", "keyword",
+                [entry("content/a.md", 0, "a"), *(entry("content/b.md", 3, word)
+                                                  for word in ("b", "c", "d", "e")),
+                 entry("content/c.md", 0, "f")],
+                created_run_id="run-1", created_build_seq=1, updated_build_seq=1)
+    other = Fact("f2", "t", "entity", "e", "ns", "k2", "v", "keyword",
+                 [entry("content/a.md", 1, "g")], created_run_id="run-1",
+                 created_build_seq=1, updated_build_seq=1)
+    facts = rows_table([f.as_row() for f in (fact, other)], 1, "v")
+    evidence = evidence_table([fact, other], 1, "v")
+    window = _windowed(facts, evidence, {"f1"}, set())
+    held = window.facts["f1"]
+    assert [e.excerpt for e in held.evidence] == ["a", "b", "c", "d", "e"]
+    assert held.hidden == 1 and list(window.hidden_rows) == [5]
+    assert set(window.facts) == {"f1"} and window.mine.tolist() == [True] * 6 + [False]
+
+
 def test_candidates_sort_as_their_strings_whatever_their_dictionaries_hold():
     """The merge sorts the candidates by their dictionaries' indices once each dictionary
     is put in order: with values repeated in a dictionary, or a null among them (another

@@ -1203,7 +1203,9 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     mine = pc.is_in(evidence.column("fact_id"), value_set=value_set).to_numpy(
         zero_copy_only=False)
     at = np.flatnonzero(mine)
-    entries = evidence.take(pa.array(at, pa.int64()))
+    # (only the columns every entry needs: a heavy fact has some 20,000 entries)
+    entries = evidence.select(["fact_id", "source_path", "extractor"]).take(
+        pa.array(at, pa.int64()))
     fact_ids = entries.column("fact_id").combine_chunks()
     starts = _new_fact(fact_ids)
     owner = np.cumsum(starts) - 1
@@ -1213,23 +1215,17 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     seen = np.cumsum(rest)  # the rest's entries so far, this one included
     rank = seen - 1 - (seen - rest)[np.flatnonzero(starts)][owner]  # among its fact's rest
     shown = from_paths | kept_rows(rank, entries.column("extractor"))
-    if len(at) > 1:
-        tied = ~starts[1:]
-        for name, _ in EVIDENCE_ORDER:
-            column = entries.column(name)
-            tied &= pc.equal(column.slice(1), column.slice(0, len(at) - 1)).to_numpy(
-                zero_copy_only=False)
-        for row in np.flatnonzero(tied) + 1:  # (ascending: a run of ties is followed)
-            shown[row] |= shown[row - 1]
+    _show_ties(evidence, at, starts, shown)
     fields = list(Evidence._fields)
     held: dict[str, list[Evidence]] = {}
+    shown_rows = pa.array(at[shown], pa.int64())
     for fid, entry in zip(fact_ids.filter(pa.array(shown)).to_pylist(), evidence_entries(
-            entries.select(fields).filter(pa.array(shown)).to_pylist()), strict=True):
+            evidence.select(fields).take(shown_rows).to_pylist()), strict=True):
         held.setdefault(fid, []).append(entry)
     hidden = ~shown
     first_ids = fact_ids.take(pa.array(np.flatnonzero(starts))).to_pylist()
     hidden_counts = np.bincount(owner[hidden], minlength=len(first_ids))
-    dates = entries.column("freshness_at").filter(pa.array(hidden))
+    dates = evidence.column("freshness_at").take(pa.array(at[hidden], pa.int64()))
     grouped = pa.table({"fact": owner[hidden], "date": pc.if_else(
         pc.equal(dates, ""), pa.scalar(None, pa.string()), dates)}).group_by(
         "fact", use_threads=False).aggregate([("date", "max")])
@@ -1247,6 +1243,32 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
             raise ExtractionError(f"{EVIDENCE_FILE}: not the evidence of {fact.fact_id}")
     return _Window(facts, found.to_pylist(), mine, at[hidden],
                    fact_ids.filter(pa.array(hidden)))
+
+
+def _show_ties(evidence, at, starts, shown) -> None:
+    """Show also each entry whose sort key ties the one before it in its fact where that
+    one is shown, and so on along a run of ties (equal keys keep their order only
+    together): `at` are the rows of `evidence` of the window's facts, `starts` which of
+    them start a fact, `shown` which are shown (changed in place). Only the entries
+    right after shown ones are compared, round by round."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    after = np.flatnonzero(shown[:-1]) + 1  # (positions in `at`)
+    while len(after):
+        after = after[~shown[after] & ~starts[after]]
+        if not len(after):
+            return
+        tied = np.ones(len(after), bool)
+        for name, _ in EVIDENCE_ORDER:
+            column = evidence.column(name)
+            tied &= pc.equal(column.take(pa.array(at[after], pa.int64())),
+                             column.take(pa.array(at[after - 1], pa.int64()))).to_numpy(
+                zero_copy_only=False)
+        after = after[tied]
+        shown[after] = True
+        after = after[after + 1 < len(shown)] + 1
 
 
 def _merged_evidence(evidence, window: _Window, facts_table, seq: int, version: str):
