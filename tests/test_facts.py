@@ -1115,6 +1115,41 @@ def test_a_heavy_fact_is_a_row_group_of_its_own_and_an_add_encodes_only_those_it
     assert len(next(ids for _, ids, _ in groups() if lightest["fact_id"] in ids)) > 1
 
 
+def test_a_delete_finds_the_facts_of_the_document_by_their_subjects(tmp_path, capsys,
+                                                                     monkeypatch):
+    """A deleted document names its facts by id alone (its digests): they are looked for
+    in the row groups of the subjects (tenant, entity type, entity id) its facts had,
+    not in every fact id of the ledger; where that hint is missing or wrong, in every
+    row group. The files are what a whole read writes either way."""
+    from ctxfst.facts import build as facts_build
+    from ctxfst.facts.memo import SUBJECTS
+    from ctxfst.mock import generate
+
+    monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
+    root = tmp_path / "kb"
+    generate(root, 40, seed=5)
+    write(root, "ctxfst.toml", 'content_dir = "content"\nskills_dir = "skills"\n'
+                               'embedding_model = "hash-64"\n')
+    source = (root / "content/000/notes-00007.ctxfst.md").read_text()
+    for copy in ("a", "b", "c"):  # (documents no other one depends on)
+        write(root, f"content/{copy}.ctxfst.md", source.replace("n00007", f"n{copy}"))
+    build(root, capsys)
+    (root / "content/a.ctxfst.md").unlink()
+    stage, _, _ = _same_as_a_whole_read(root, tmp_path, capsys, "delete")
+    assert 0 < stage["fact_groups_searched"] < stage["fact_groups"] / 2, stage
+    assert stage["facts_invalidated"] > 0
+    gone = "content/b.ctxfst.md"
+    _memo(root, lambda store: store.put(SUBJECTS + gone, [["t", "document", "elsewhere"]]))
+    (root / gone).unlink()
+    stage, _, _ = _same_as_a_whole_read(root, tmp_path, capsys, "stale")
+    assert stage["fact_groups_searched"] > stage["fact_groups"], stage
+    gone = "content/c.ctxfst.md"
+    _memo(root, lambda store: store.remove(SUBJECTS + gone))  # (as an older build left it)
+    (root / gone).unlink()
+    stage, _, _ = _same_as_a_whole_read(root, tmp_path, capsys, "missing")
+    assert stage["fact_groups_searched"] >= stage["fact_groups"], stage
+
+
 def test_a_memo_that_does_not_fit_is_not_trusted(tmp_path, capsys, monkeypatch):
     """A memo of another encoding (an older pyarrow's files) is found out only after the
     merge: the ledger is read whole then, and the runs are not recorded twice. A failed

@@ -62,12 +62,15 @@ from .extractors import (
 from .memo import (
     RECORD,
     SOURCE,
+    SUBJECTS,
     GroupKeys,
     LedgerMemo,
     digests_by_source,
     group_keys,
     read_digests,
+    read_subjects,
     spans_digest,
+    subjects_of,
 )
 from .model import (
     EVIDENCE_ORDER,
@@ -926,8 +929,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
               if status == "ok"]
         stream, supported = candidate_batch(ok)
         counts = iter(supported)
-        return [(status, (next(counts), compact_json(result[1])) if status == "ok" else result)
-                for status, result in outcomes], stream
+        return [(status, (next(counts), compact_json(result[1]),
+                          compact_json(subjects_of(result[0])))
+                 if status == "ok" else result) for status, result in outcomes], stream
 
     # Sources are extracted independently: in forked workers when there are many (a
     # first build), which inherit the typed records and catalogs.
@@ -946,11 +950,14 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         checked.let_go_typed()  # (extracted: the merge that follows is the peak)
         return_free_memory()
     failed: list[str] = []
+    # each source's subjects (memo.SUBJECTS), as they are now (None: forget them)
+    subjects: dict[str, list | bytes | None] = dict.fromkeys(deleted)
     for (source, trigger), (status, result) in zip(work, outcomes, strict=True):
         if status == "changed":  # its fingerprint would describe bytes never validated
             raise SourceChanged(result)
         if status == "ok":
-            extracted.append((source, trigger, *result))
+            extracted.append((source, trigger, *result[:2]))
+            subjects[source.path] = result[2] if fresh else subjects_of(result[0])
             continue
         counts["failed"] += 1
         failed.append(source.path)
@@ -999,10 +1006,18 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                 store.put_blob(SOURCE + path, entry)
             else:
                 store.put(SOURCE + path, entry)
+        for path, found in subjects.items():
+            if found is None:
+                store.remove(SUBJECTS + path)
+            elif isinstance(found, bytes):
+                store.put_blob(SUBJECTS + path, found)
+            else:
+                store.put(SUBJECTS + path, found)
     planned(facts_sha, seq)
     rows, active, evidence_rows = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
-                  fact_groups_copied=written.copied, run_groups_copied=run_groups_copied)
+                  fact_groups_copied=written.copied, fact_groups_searched=written.searched,
+                  run_groups_copied=run_groups_copied)
     runs_rows = (ledger.runs.num_rows if ledger.runs is not None else 0) + len(new_runs)
     return Outcome(seq, True, _final_counts(counts, rows, active, seq, written.changes),
                    facts_sha, {FACTS_FILE: rows, EVIDENCE_FILE: evidence_rows,
@@ -1080,6 +1095,7 @@ class _Written:
     entries: dict[str, dict[str, str] | bytes | None]
     size: tuple[int, int, int]             # rows, active rows, evidence rows
     copied: int = 0                        # row groups copied from the previous file
+    searched: int = 0  # row groups whose fact ids were read to find facts no key places
     changes: dict[str, int] = field(default_factory=dict)  # facts added, updated, ...
 
     def __post_init__(self) -> None:
@@ -1395,7 +1411,6 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     copied."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from ..artifacts.arrays import ParquetParts
 
@@ -1413,14 +1428,12 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     groups = {memo.group_of(key) for key in placed.values()}
     unplaced = changed - placed.keys()  # facts only a source's old digests name
     # (a few row groups are read from the ledger's bytes: not a copy of them all)
+    searched = 0
     with ParquetParts(ledger.data) as file:
         if unplaced:
-            ids = file.read(columns=["fact_id"]).column("fact_id")
-            found = pc.indices_nonzero(pc.is_in(ids, value_set=pa.array(sorted(unplaced),
-                                                                       pa.string())))
-            if len(found) != len(unplaced):
-                raise _MemoDoesNotFit
-            groups.update(memo.group_of_row(row) for row in found.to_pylist())
+            found, searched = _unplaced_groups(file, memo, unplaced, _old_subjects(
+                store, [*merge.deleted, *(item[0].path for item in merge.extracted)]))
+            groups.update(found)
         runs = _runs(memo, groups, changed)
         numbers = [group for begin, end in runs for group in range(begin, end)]
         region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
@@ -1496,7 +1509,45 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     return _Written(facts_file, evidence_file, delta, made, entries,
                     (sum(k.rows for k in new_keys), sum(k.active for k in new_keys),
                      sum(group.rows for group in made.evidence_groups)),
-                    len(new_keys) - sum(len(run_keys) for run_keys in keys))
+                    len(new_keys) - sum(len(run_keys) for run_keys in keys), searched=searched)
+
+
+def _old_subjects(store, paths: list[str]) -> set[tuple[str, str, str]]:
+    """The subjects the store holds for these sources (memo.SUBJECTS): a hint only."""
+    found: set[tuple[str, str, str]] = set()
+    for value in store.values([SUBJECTS + path for path in paths]).values():
+        found.update(read_subjects(value) or ())
+    return found
+
+
+def _unplaced_groups(file, memo: LedgerMemo, unplaced: set[str],
+                     subjects: set[tuple[str, str, str]]) -> tuple[set[int], int]:
+    """The row groups of the facts `unplaced` (which only sources' old digests name: no
+    sort key says where they are), found by their ids in the fact_id column of the row
+    groups of these subjects first (the changed sources' facts were about them), and of
+    every row group for any not found there (a hint the store lacks, or a stale one:
+    5,000,000 ids at 100,000 documents took 3 s of a delete). And how many row groups'
+    ids were read."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = pa.array(sorted(unplaced), pa.string())
+    numbers = sorted({group for subject in subjects
+                      for group in memo.groups_of_subject(subject)})
+    found: set[int] = set()
+    if numbers:
+        ids = file.read_row_groups(numbers, columns=["fact_id"]).column("fact_id")
+        rows = pc.indices_nonzero(pc.is_in(ids, value_set=wanted)).to_numpy()
+        ends = np.cumsum([memo.keys[group].rows for group in numbers])
+        found.update(numbers[at] for at in np.searchsorted(ends, rows, "right").tolist())
+        if len(rows) == len(unplaced):
+            return found, len(numbers)
+    ids = file.read(columns=["fact_id"]).column("fact_id")
+    rows = pc.indices_nonzero(pc.is_in(ids, value_set=wanted))
+    if len(rows) != len(unplaced):
+        raise _MemoDoesNotFit
+    return {memo.group_of_row(row) for row in rows.to_pylist()}, len(numbers) + len(memo.keys)
 
 
 def _changed_facts(merge: Merge, store, ledger: _Ledger

@@ -44,6 +44,9 @@ from .model import SORT_COLUMNS, Evidence
 
 RECORD = "facts_file"
 SOURCE = "facts:"  # + a source's path: {fact id: evidence digest}
+# + a source's path: the [tenant, entity type, entity id] of the facts it supports, where
+# a merge looks first for the row groups of facts only its old digests name
+SUBJECTS = "facts-subjects:"
 
 
 def evidence_digest(evidence: Iterable[Evidence]) -> str:
@@ -64,6 +67,23 @@ def digests_by_source(entries: Iterable[tuple[str, Evidence]]) -> dict[str, dict
         found.setdefault(evidence.source_path, {}).setdefault(fid, []).append(evidence)
     return {path: {fid: evidence_digest(items) for fid, items in facts.items()}
             for path, facts in found.items()}
+
+
+def subjects_of(candidates) -> list[list[str]]:
+    """The subjects (tenant, entity type, entity id) of the facts these (fact id,
+    Candidate) pairs support, sorted: where their rows lie in the facts' order."""
+    return [list(subject) for subject in sorted({
+        (c.tenant_id, c.entity_type, c.entity_id) for _, c in candidates})]
+
+
+def read_subjects(value: Any) -> list[tuple[str, str, str]] | None:
+    """A source's subjects as the store holds them; None for anything else."""
+    if not isinstance(value, list) or not all(
+            isinstance(item, list) and len(item) == 3 and all(type(part) is str
+                                                              for part in item)
+            for item in value):
+        return None
+    return [tuple(item) for item in value]
 
 
 def read_digests(value: Any) -> dict[str, str] | None:
@@ -180,3 +200,14 @@ class LedgerMemo:
 
     def group_of_row(self, row: int) -> int:
         return bisect.bisect_right(self.starts, row) - 1
+
+    def groups_of_subject(self, subject: tuple[str, str, str]) -> range:
+        """The row groups that hold the rows of this subject's facts, if it has any:
+        SORT_COLUMNS begin with the subject."""
+        prefixes = self._subjects
+        first = self.group_of((*subject, *[""] * (len(SORT_COLUMNS) - len(subject))))
+        return range(first, max(first + 1, bisect.bisect_right(prefixes, subject)))
+
+    @cached_property
+    def _subjects(self) -> list[tuple[str, ...]]:
+        return [k.first[:3] for k in self.keys]
