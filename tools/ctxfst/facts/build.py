@@ -1292,8 +1292,8 @@ def _merged_evidence(evidence, window: _Window, facts_table, seq: int, version: 
     previous evidence rows: those of the facts the merge left alone as they were, and
     for the merged ones (window.facts) the entries they hold now and the rows they left
     hidden (unless their evidence was started afresh), each fact's in sort_key order.
-    Rows are picked by number and copied once (a heavy fact's 20,000 entries, copied
-    three times, were most of an add's merge)."""
+    Rows are picked by number and copied once (a heavy fact has some 20,000 entries:
+    each copy of them is a good part of an add's merge)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -1332,8 +1332,7 @@ def _interleaved(evidence, hidden_rows, hidden_ids, held: list[tuple[str, Eviden
     import numpy as np
 
     count = len(hidden_rows)
-    starts = np.flatnonzero(_new_fact(hidden_ids)).tolist() \
-        if count else []
+    starts = np.flatnonzero(_new_fact(hidden_ids)).tolist() if count else []
     runs = dict(zip(hidden_ids.take(starts).to_pylist(),
                     zip(starts, [*starts[1:], count], strict=True), strict=True)) \
         if starts else {}
@@ -1526,8 +1525,8 @@ def _unplaced_groups(file, memo: LedgerMemo, unplaced: set[str],
     sort key says where they are), found by their ids in the fact_id column of the row
     groups of these subjects first (the changed sources' facts were about them), and of
     every row group for any not found there (a hint the store lacks, or a stale one:
-    5,000,000 ids at 100,000 documents took 3 s of a delete). And how many row groups'
-    ids were read."""
+    the 5,000,000 ids of 100,000 documents take 3 s). And how many row groups' ids were
+    read."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
