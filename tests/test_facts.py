@@ -1407,10 +1407,11 @@ def test_source_fingerprints_keep_their_encoding():
 
 def test_facts_compare_every_source_unless_they_ran_on_the_last_validation(tmp_path, capsys):
     """After an edit validated alone (`doit validate`), the facts stage did not run on the
-    last validation's units: it compares every source with its last run; once it ran on
-    the last one, after an edit only that document and those it always reads again; with
-    the ledger replaced by another (a backup), every source again. Each time the active
-    facts equal a clean build's."""
+    last validation's units: it compares every source with its last run (that build,
+    its validate stage up to date, validates once for facts and compile); once it ran
+    on the last one, after an edit only that document and those it always reads again;
+    with the ledger replaced by another (a backup), every source again. Each time the
+    active facts equal a clean build's."""
     root = copy_example(tmp_path / "kb")
     build(root, capsys)
     always = len(list((root / "skills").glob("*/SKILL.md"))) + sum(
@@ -1452,10 +1453,11 @@ def test_facts_compare_every_source_unless_they_ran_on_the_last_validation(tmp_p
     same_as_clean("after validate")
     backup = tmp_path / "ledger-backup"
     shutil.copytree(root / ".ctxfst/facts", backup)
-    # (that build validated twice, beside facts and for compile, as a build whose
-    # validate stage is up to date does: the next one may compare every source again)
+    # (that build's validate stage was up to date: it validated once, before the facts
+    # stage forked, and compile took the same snapshot)
     edit("And the glossary.")
     build(root, capsys)
+    assert compared() == (1 + always, sources)
     same_as_clean("one edit")
     edit("Or the notes.")
     build(root, capsys)

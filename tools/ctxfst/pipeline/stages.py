@@ -253,6 +253,16 @@ def validate_sources(run: BuildRun) -> tuple[list[str], str]:
     return [], inputs_state(run, sources + sorted(passages - set(sources)), refused)
 
 
+def before_beside(run: BuildRun, stage) -> None:
+    """What a stage forked beside the others takes from this process: the validated
+    snapshot of a stage that reads the validation, made here when the validate stage
+    was up to date (compile, next, takes it too), not in both processes: two
+    validations of one build would each be counted, and the facts stage's next run
+    would compare every source."""
+    if "validation.json" in stage.reads:
+        _load_validated(run)
+
+
 def stage_validate(run: BuildRun) -> None:
     config = run.config
     started = time.perf_counter()

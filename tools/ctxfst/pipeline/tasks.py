@@ -342,6 +342,11 @@ def _action(run: BuildRun, stage):
 
             skip_pandas_probe()
         if stage.beside and run.beside.may_fork(waiters(stage)):
+            try:
+                with collector_paused():
+                    stages.before_beside(run, stage)
+            except (BuildFailed, WorkerDied) as error:
+                return StageStopped(f"{stage.name}: {escape(error)}, build/ unchanged")
             # Until it has finished, its result file (a target) is missing: a build that
             # stops before then runs it again next time.
             result_path(config, stage.name).unlink(missing_ok=True)
