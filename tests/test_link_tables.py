@@ -302,3 +302,51 @@ def test_a_skills_folder_sorting_first_links_and_type_changes_keep_the_order(tmp
         ("zdocs/l.ctxfst.md", None),
         ("askills/s/notes.ctxfst.md", None),
     ])
+
+
+def test_a_shared_declaration_gets_its_catalog_row_patched_not_linked_again(
+        tmp_path, capsys, cli, monkeypatch):
+    """An entity many documents declare alike: adding, removing or moving one of them
+    changes only the documents its catalog row names, so the row is patched from the
+    kept one, without reading every declaration of the entity (catalog_of); a document
+    that declares it otherwise (another alias) has it linked from its declarations
+    again. The build equals a clean build each time."""
+    from ctxfst.pipeline.link_index import LinkIndex
+
+    asked: list[set[str]] = []
+    original = LinkIndex.catalog_of
+
+    def catalog_of(self, ids, position):
+        asked.append(set(ids))
+        return original(self, ids, position)
+
+    monkeypatch.setattr(LinkIndex, "catalog_of", catalog_of)
+    root = project(tmp_path / "kb")
+    shared = ("entity:shared", "Shared", "concept", ["common"])
+
+    def declaring(name: str, declared=shared) -> str:
+        return _declaring_document(name, [declared, (f"entity:{name}", name, "concept", [])],
+                                   ["entity:shared"])
+
+    for name in "abcd":
+        write(root, f"content/{name}.ctxfst.md", declaring(name))
+    assert build(root, capsys)[0] == 0
+
+    def catalog() -> dict:
+        rows = json.loads((root / "build/chunks.json").read_text())["entities"]
+        return next(row for row in rows if row["id"] == "entity:shared")
+
+    asked.clear()
+    steps = [("content/e.ctxfst.md", declaring("e")),  # added
+             ("content/b.ctxfst.md", None),  # removed
+             ("content/sub/c.ctxfst.md", lambda kb: (kb / "content/sub").mkdir() or (
+                 kb / "content/c.ctxfst.md").rename(kb / "content/sub/c.ctxfst.md"))]
+    _steps(tmp_path, capsys, cli, root, steps)
+    assert not any("entity:shared" in ids for ids in asked), asked
+    assert catalog()["declared_in"] == ["content/a.ctxfst.md", "content/d.ctxfst.md",
+                                        "content/e.ctxfst.md", "content/sub/c.ctxfst.md"]
+    _steps(tmp_path / "otherwise", capsys, cli, root, [(
+        "content/f.ctxfst.md", declaring("f", ("entity:shared", "Shared", "concept",
+                                               ["common", "usual"])))])
+    assert any("entity:shared" in ids for ids in asked), asked
+    assert catalog()["aliases"] == ["common", "usual"]

@@ -269,6 +269,28 @@ class LinkIndex:
                   for entity_id, found in keys.items()}
         return declarations, merged
 
+    def catalog_rows_of(self, ids: set[str]) -> dict[str, dict]:
+        """The kept catalog rows of these ids that have one (each a JSON object naming
+        its id)."""
+        found: dict[str, dict] = {}
+        for batch in _batches(ids):
+            for entity_id, text in self.db.execute(
+                    f"SELECT id, row FROM link_catalog WHERE id IN ({','.join('?' * len(batch))})",
+                    batch):
+                row = _json(text)
+                if isinstance(row, dict) and row.get("id") == entity_id:
+                    found[entity_id] = row
+        return found
+
+    def declarations_of(self, entity_id: str, dump: str) -> tuple[int, int]:
+        """How many declarations of this id there are, and how many are this dump (its
+        key names the id too): both counted in an index."""
+        count = self.db.execute("SELECT COUNT(*) FROM link_entities WHERE id = ?",
+                                (entity_id,)).fetchone()[0]
+        alike = self.db.execute("SELECT COUNT(*) FROM link_entities WHERE dump = ?",
+                                (dump,)).fetchone()[0]
+        return count, alike
+
     def put_catalog(self, rows: dict[str, dict | None]) -> None:
         """Keep these entities' catalog rows (None: no longer declared)."""
         self.db.executemany("DELETE FROM link_catalog WHERE id = ?",
