@@ -457,8 +457,9 @@ def _patched_catalog(index, ids: set[str], touched: list[str],
                 gone.add(was.relative)
             if now:
                 come.add(unit.relative)
-        if not isinstance(declared_in, list) or len(dumps) != 1 or not known:
-            continue
+        if not (isinstance(declared_in, list) and all(type(p) is str for p in declared_in)) \
+                or len(dumps) != 1 or not known:
+            continue  # (a kept row not of the shape this module writes: made anew)
         count, alike = index.declarations_of(entity_id, next(iter(dumps)))
         if count == 0:
             patched[entity_id] = None
