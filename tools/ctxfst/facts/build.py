@@ -255,10 +255,7 @@ def _catalogs(documents: Iterable[tuple[str, list[tuple[str, list[str]]]]]
     # here by its id, so that no other object can take that id meanwhile.)
     merged: dict[str, dict[int, tuple]] = {}
     for tenant_id, document_labels in documents:
-        tenant = found.get(tenant_id)
-        if tenant is None:
-            tenant, merged[tenant_id] = found.setdefault(tenant_id, {}), {}
-        seen = merged[tenant_id]
+        tenant, seen = found.setdefault(tenant_id, {}), merged.setdefault(tenant_id, {})
         for label in document_labels:
             if id(label) in seen:
                 continue
@@ -999,20 +996,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         written.memo.evidence_sha = evidence_sha
         written.memo.runs_sha = runs_digest()
         store.put(RECORD, written.memo.as_data())
-        for path, entry in written.entries.items():
-            if entry is None:
-                store.remove(SOURCE + path)
-            elif isinstance(entry, bytes):  # (encoded in a first build's workers)
-                store.put_blob(SOURCE + path, entry)
-            else:
-                store.put(SOURCE + path, entry)
-        for path, found in subjects.items():
-            if found is None:
-                store.remove(SUBJECTS + path)
-            elif isinstance(found, bytes):
-                store.put_blob(SUBJECTS + path, found)
-            else:
-                store.put(SUBJECTS + path, found)
+        _keep(store, SOURCE, written.entries)
+        _keep(store, SUBJECTS, subjects)
     planned(facts_sha, seq)
     rows, active, evidence_rows = written.size
     counts.update(fact_groups=len(written.memo.keys) if written.memo else None,
@@ -1615,6 +1600,18 @@ def _ledger_digests(ledger: _Ledger, paths: list[str]) -> dict[str, dict[str, st
     return found
 
 
+def _keep(store, prefix: str, values: dict[str, Any]) -> None:
+    """Keep each source's value under prefix + its path: None forgets it, bytes are its
+    JSON already (encoded in a first build's workers)."""
+    for path, value in values.items():
+        if value is None:
+            store.remove(prefix + path)
+        elif isinstance(value, bytes):
+            store.put_blob(prefix + path, value)
+        else:
+            store.put(prefix + path, value)
+
+
 def _source_digests(candidates: list[tuple[str, Candidate]], path: str) -> dict[str, str]:
     """A source's digest of the evidence it gives each fact (facts/memo.py), from the
     fields of each candidate's evidence as _evidence makes it, the run id left out."""
@@ -1676,7 +1673,7 @@ class _RowKeys:
         return tuple(column[row].as_py() for column in self.columns)
 
 
-class _EvidenceKeys(_RowKeys):
+class _EvidenceKeys:
     """Evidence.sort_key of some rows of an evidence table (its row numbers `rows`), as
     a sequence bisect can search."""
 

@@ -112,8 +112,7 @@ class IdentityChecker(FileChangedChecker):
             # A staged file this process (or a stage it forked) wrote: its sha256 is
             # known (chunks.parquet and the facts files, 0.1-0.2 s each to hash again
             # at 100,000 documents).
-            written = digest_written(file_path, file_stat) if _STAGED in str(file_path) \
-                else None
+            written = _staged_digest(file_path, file_stat)
             if written:
                 return content != _SHA256 + written
         return content != _content_hash(file_path, content.startswith(_SHA256))
@@ -133,7 +132,7 @@ class IdentityChecker(FileChangedChecker):
         # A staged file a stage of this process wrote has its sha256 already (150 MB to
         # hash again at 10,000 documents); staged files are only ever replaced, never
         # edited in place (see _identity).
-        written = digest_written(dep, info) if _STAGED in str(dep) else None
+        written = _staged_digest(dep, info)
         if written:
             content = _SHA256 + written
         elif info.st_size > MAX_FILE_BYTES and _STAGED not in str(dep):
@@ -145,6 +144,12 @@ class IdentityChecker(FileChangedChecker):
 
 _SHA256 = "sha256:"
 _OVERSIZE = "oversize"  # a source over MAX_FILE_BYTES: its identity alone is kept
+
+
+def _staged_digest(path, info: os.stat_result) -> str | None:
+    """The sha256 of a staged file this process (or a stage it forked) wrote, while it
+    keeps its identity; None for any other file."""
+    return digest_written(path, info) if _STAGED in str(path) else None
 
 
 def _content_hash(path, sha256: bool) -> str:

@@ -399,21 +399,23 @@ def _redeclared(changed: list[str], removed: list[str], previous: dict[str, Docu
     """The entity ids whose catalog rows these changes can change: those a changed
     document declared, or declares, otherwise than before (another declaration, place
     in entities[], or project-relative path), and those a removed document declared."""
-    def declarations(summary: Summary | None) -> list[tuple]:
-        if summary is None:
-            return []
-        return [(item[0], item[1], key) for item, key in
-                zip(summary.entities, summary.dump_keys(), strict=True)]
-
     found: set[str] = set()
     for path in [*changed, *removed]:
         unit = units.get(path)
-        before = declarations(old.get(path))
-        now = declarations(unit.summary if unit is not None and unit.ctxfst else None)
+        before = _declarations(old.get(path))
+        now = _declarations(unit.summary if unit is not None and unit.ctxfst else None)
         was = previous.get(path)
         if before != now or unit is None or was is None or was.relative != unit.relative:
             found.update(item[1] for item in [*before, *now])
     return found
+
+
+def _declarations(summary: Summary | None) -> list[tuple]:
+    """A document's entity declarations as (index, id, dump key), in entities[] order."""
+    if summary is None:
+        return []
+    return [(item[0], item[1], key) for item, key in
+            zip(summary.entities, summary.dump_keys(), strict=True)]
 
 
 def _patched_catalog(index, ids: set[str], touched: list[str],
@@ -430,12 +432,13 @@ def _patched_catalog(index, ids: set[str], touched: list[str],
     100,000-document knowledge base declare)."""
     from collections import Counter
 
-    def keys(summary: Summary | None, entity_id: str) -> list[str]:
-        if summary is None:
-            return []
-        return [key for item, key in zip(summary.entities, summary.dump_keys(), strict=True)
-                if item[1] == entity_id]
-
+    # each touched document's declarations before and now, its unit before and now
+    declared = []
+    for path in touched:
+        unit = units.get(path)
+        declared.append((_declarations(old.get(path)), _declarations(
+            unit.summary if unit is not None and unit.ctxfst else None),
+            previous.get(path), unit))
     kept = index.catalog_rows_of(ids)
     held = None  # how many units hold each project-relative path now
     patched: dict[str, dict | None] = {}
@@ -446,12 +449,10 @@ def _patched_catalog(index, ids: set[str], touched: list[str],
         come: set[str] = set()  # and now
         dumps: set[str] = set()  # the dumps they declared it with, before and now
         known = True
-        for path in touched:
-            before = keys(old.get(path), entity_id)
-            unit = units.get(path)
-            now = keys(unit.summary if unit is not None and unit.ctxfst else None, entity_id)
+        for was_declared, now_declared, was, unit in declared:
+            before = [key for _, found, key in was_declared if found == entity_id]
+            now = [key for _, found, key in now_declared if found == entity_id]
             dumps.update(before, now)
-            was = previous.get(path)
             known &= was is not None or not before
             if before and was is not None:
                 gone.add(was.relative)

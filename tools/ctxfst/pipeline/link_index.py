@@ -277,8 +277,8 @@ class LinkIndex:
             for entity_id, text in self.db.execute(
                     f"SELECT id, row FROM link_catalog WHERE id IN ({','.join('?' * len(batch))})",
                     batch):
-                row = _json(text)
-                if isinstance(row, dict) and row.get("id") == entity_id:
+                row = _catalog_row(entity_id, text)
+                if row is not None:
                     found[entity_id] = row
         return found
 
@@ -310,8 +310,8 @@ class LinkIndex:
         """The kept catalog rows, in id order (each a JSON object naming its id)."""
         rows = []
         for entity_id, text in self.db.execute("SELECT id, row FROM link_catalog ORDER BY id"):
-            row = _json(text)
-            if not (isinstance(row, dict) and row.get("id") == entity_id):
+            row = _catalog_row(entity_id, text)
+            if row is None:
                 raise ValueError(f"a kept catalog row that is not {entity_id}'s")
             rows.append(row)
         return rows
@@ -331,6 +331,12 @@ def _ids_json(ids: list[str]) -> str:
     """compact_json(ids) as text, from json's own string encoder (70,000 lists, most of
     them empty, in a first build)."""
     return "[" + ",".join(map(encode_basestring, ids)) + "]"
+
+
+def _catalog_row(entity_id: str, text: Any) -> dict | None:
+    """A kept catalog row: a JSON object naming its id; None for anything else."""
+    row = _json(text)
+    return row if isinstance(row, dict) and row.get("id") == entity_id else None
 
 
 def _json(text: Any) -> Any:
