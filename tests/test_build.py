@@ -936,6 +936,24 @@ def test_a_corrupt_cache_is_rebuilt(tmp_path, capsys):
     assert stage(root, "embed")["embedded"] == 13 + 26 + 4  # chunks, entities, skills
 
 
+
+def test_a_staged_entities_table_without_a_column_the_graph_reads_stops_the_build(
+        tmp_path, capsys):
+    """The graph stage reads entities.parquet's columns by name; one that lacks a column
+    it needs is refused with the column named, and nothing is published."""
+    root = example(tmp_path)
+    assert build(root, capsys)[0] == 0
+    before = artifact_bytes(root)
+    staged = root / "build/.staging/entities.parquet"
+    table = pq.read_table(staged)
+    staged.unlink()  # (the published file is a link to it: keep that one as it was)
+    pq.write_table(table.drop_columns(["mentioned_chunks"]), staged)
+    code, out = build(root, capsys, "graph")
+    assert code != 0
+    assert "not an entities table (no column mentioned_chunks); run the profiles stage again" in out
+    assert "Traceback" not in out
+    assert artifact_bytes(root) == before
+
 def _build_process(root: Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ctxfst", "build", "--root", str(root)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

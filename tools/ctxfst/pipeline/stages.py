@@ -519,8 +519,8 @@ def _previous_profiles(config: Config, record: dict | None, keys: dict, publishe
     catalog of the same ids and names in the same order (the profiles of the others are
     then rows of it)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
+    from ..artifacts.arrays import ParquetParts
     from ..compile.profiles import entities_table
     from .chunk_rows import recorded_file
 
@@ -533,7 +533,8 @@ def _previous_profiles(config: Config, record: dict | None, keys: dict, publishe
     if data is None:
         return None
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        with ParquetParts(data) as parts:  # (not read_table: it imports pyarrow.dataset)
+            table = parts.read()
         metadata = table.schema.metadata
         table = table.cast(entities_table([]).schema.remove_metadata().with_metadata(metadata))
     except (ValueError, pa.ArrowException):
