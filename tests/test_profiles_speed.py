@@ -130,8 +130,10 @@ def test_profiles_match_the_plain_computation(seed):
 @pytest.mark.parametrize("seed", range(10))
 def test_tag_order_without_packed_keys_is_the_same(seed, monkeypatch):
     """Where (entity, tag, place) keys would not fit one int64 (millions of tags), they
-    are sorted as separate keys: the same profiles."""
+    are sorted as separate keys; where (entity, related entity) flags would not fit one
+    array (many entities), the pairs are sorted: the same profiles."""
     monkeypatch.setattr(P, "_PACKED_LIMIT", 0)
+    monkeypatch.setattr(P, "_SEEN_LIMIT", 0)
     entities, rows, group_rows = knowledge_base(seed)
     assert P.build_profiles(entities, parquet(rows, group_rows)) == (
         reference_profiles(entities, rows), reference_dangling(entities, rows))
@@ -180,14 +182,18 @@ def spliced(before: list[dict], after: P.Made, only: list[int]) -> list[dict]:
     return profiles
 
 
+@pytest.mark.parametrize("flags", [True, False], ids=["flags", "sorted"])
 @pytest.mark.parametrize("seed", range(40))
-def test_profiles_made_again_for_what_changed_are_the_whole_profiles(seed):
+def test_profiles_made_again_for_what_changed_are_the_whole_profiles(seed, flags, monkeypatch):
     """After chunks are added, removed and changed, the entities Mentions says a change
     touches (by the changed rows, or by row group and mentioned chunks when the old rows
     are not at hand, and by the text they read) made again, with the others' profiles
-    kept, are the profiles made from scratch."""
+    kept, are the profiles made from scratch (related entities found by flags or by
+    sorted pairs)."""
     from ctxfst.artifacts.parquet_splice import column_digests
 
+    if not flags:
+        monkeypatch.setattr(P, "_SEEN_LIMIT", 0)
     entities, rows, group_rows = knowledge_base(seed)
     for number, row in enumerate(rows):  # (chunk ids are unique in a knowledge base)
         row["id"] = f"{row['id']}-{number}"

@@ -92,18 +92,16 @@ class Mentions:
         self.count = count = len(entities)
         self.rows, self.ents, self.dangling = _mentions(entities, table)
         self.per_entity = np.bincount(self.ents, minlength=count)
-        # the pairs grouped by entity: their entities, and their rows in chunk id order
-        self.owners = np.repeat(np.arange(count), self.per_entity)
         self.chunk_ids = table.column("chunk_id")
         by_id = pc.sort_indices(self.chunk_ids).to_numpy()  # stable: equal ids keep order
-        self.by_id = _in_order(self.rows, self.ents, by_id)
         known = pc.index_in(table.column("priority"),
                             value_set=pa.array(list(_PRIORITY_RANK)))
         rank = np.array([*_PRIORITY_RANK.values(), _PRIORITY_RANK["medium"]], np.int8)[
             known.fill_null(len(_PRIORITY_RANK)).to_numpy()]  # none or unknown: medium
-        # Most important chunks first (priority, then id), so capped lists keep what matters.
-        self.ranked = _in_order(self.rows, self.ents, by_id[np.argsort(rank[by_id],
-                                                                       kind="stable")])
+        # The rows in chunk id order, and ranked: most important chunks first (priority,
+        # then id), so capped lists keep what matters; each order with each row's place.
+        ranked = by_id[np.argsort(rank[by_id], kind="stable")]
+        self._orders = [(order, _inverse(order)) for order in (by_id, ranked)]
         sizes = np.array([chunks.metadata.row_group(group).num_rows
                           for group in range(chunks.metadata.num_row_groups)], np.int64)
         self.group_starts = np.cumsum(sizes) - sizes
@@ -142,11 +140,17 @@ class Mentions:
         one that named it before and is gone leaves it fewer unless another came."""
         return set(np.flatnonzero(np.asarray(counts) != self.per_entity).tolist())
 
-    def _picked(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The pairs of these entities: their places among all pairs, their ranked rows
-        and their entities."""
-        picked = np.isin(self.owners, chosen)
-        return picked, self.ranked[picked], self.owners[picked]
+    def _picked(self, chosen: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs of these entities (None: all), grouped by entity: their rows in chunk
+        id order and ranked, and their entities. Only their pairs are sorted, so an
+        edit's profiles cost what the entities it touches are mentioned."""
+        if chosen is None:
+            rows, ents = self.rows, self.ents
+        else:
+            picked = np.isin(self.ents, chosen)
+            rows, ents = self.rows[picked], self.ents[picked]
+        (by_id, owners), (ranked, _) = (_in_order(rows, ents, *order) for order in self._orders)
+        return by_id, ranked, owners
 
     def reading(self, only: list[int]) -> dict[int, tuple[str, list[int]]]:
         """For these entities, a digest of the text of the chunks their profiles read
@@ -170,15 +174,13 @@ class Mentions:
 
         entities, count = self.entities, self.count
         chosen = np.arange(count) if only is None else np.asarray(only, np.int64)
-        picked, ranked, owners = self._picked(chosen)
+        by_id, ranked, owners = self._picked(None if only is None else chosen)
         names = [entity.get("name", entity["id"]) for entity in entities]
-        ids = self.chunk_ids.take(from_numpy(self.by_id[picked], pa.int64())).to_pylist()
+        ids = self.chunk_ids.take(from_numpy(by_id, pa.int64())).to_pylist()
         mentioned = dict(zip(chosen.tolist(), _split(ids, self.per_entity[chosen]),
                              strict=True))
         tags = _ordered_tags(self.tags, ranked, owners, count)
-        # (the chunks naming them hold every pair that makes their related entities)
-        sharing = np.isin(self.rows, self.rows[np.isin(self.ents, chosen)])
-        related = _co_mentioned(self.rows[sharing], self.ents[sharing], count)
+        related = _co_mentioned(self.rows, self.ents, count, None if only is None else chosen)
         quoted = _quoted(self.chunks, ranked, owners, count)
         text, context_rows, excerpt_rows, keyword_rows, _ = quoted
         chunk_tokens: dict[str, list[str]] = {}  # each chunk tokenised once, when needed
@@ -349,16 +351,31 @@ def _texts(chunks, rows: list[int]) -> list[tuple[str, str, str]]:
     return list(zip(*(column.take(local).to_pylist() for column in table.columns), strict=True))
 
 
-def _co_mentioned(rows: np.ndarray, ents: np.ndarray, count: int) -> list[list[int]]:
-    """For each entity, the other entities named by a chunk that mentions it (sorted)."""
-    # Pairs are sorted by row: pair each with every pair of its row's run.
+_SEEN_LIMIT = 1 << 24  # (owner, other) flags held in one array up to this many
+
+
+def _co_mentioned(rows: np.ndarray, ents: np.ndarray, count: int,
+                  chosen: np.ndarray | None = None) -> list[list[int]]:
+    """For each entity (of `chosen`, ascending; None: all), the other entities named by
+    a chunk that mentions it (sorted); [] for the others."""
+    # Pairs are sorted by row: pair each of the owners' with every pair of its row's run.
     run_starts = np.flatnonzero(_run_starts(rows))
     run_sizes = np.diff(run_starts, append=len(rows))
     starts, sizes = np.repeat(run_starts, run_sizes), np.repeat(run_sizes, run_sizes)
-    owners = np.repeat(ents, sizes)
+    owned = ents
+    if chosen is not None:
+        mine = np.isin(ents, chosen)
+        starts, sizes, owned = starts[mine], sizes[mine], ents[mine]
+    owners, others = np.repeat(owned, sizes), ents[_runs(starts, sizes)]
     width = max(count, 1)
-    pairs = _distinct(owners * width + ents[_runs(starts, sizes)])
-    owner, other = np.divmod(pairs, width)
+    members = np.arange(count) if chosen is None else chosen
+    if len(members) * width <= _SEEN_LIMIT:  # (flags, not a sort)
+        seen = np.zeros(len(members) * width, bool)
+        seen[np.searchsorted(members, owners) * width + others] = True
+        owner, other = np.divmod(np.flatnonzero(seen), width)
+        owner = members[owner]
+    else:
+        owner, other = np.divmod(_distinct(owners * width + others), width)
     apart = owner != other
     return _split(other[apart].tolist(), np.bincount(owner[apart], minlength=count))
 
@@ -376,11 +393,14 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
     return starts
 
 
-def _in_order(rows: np.ndarray, ents: np.ndarray, order: np.ndarray) -> np.ndarray:
+def _in_order(rows: np.ndarray, ents: np.ndarray, order: np.ndarray, place: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
     """The rows of (row, entity) pairs grouped by entity, each group's in `order` (all the
-    rows, permuted); one packed integer sorts several times faster than np.lexsort."""
+    rows, permuted; `place`, each row's place in it), and their entities; one packed
+    integer sorts several times faster than np.lexsort."""
     total = max(len(order), 1)
-    return order[np.sort(ents * total + _inverse(order)[rows]) % total]
+    key = np.sort(ents * total + place[rows])
+    return order[key % total], key // total
 
 
 def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
