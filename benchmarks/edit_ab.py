@@ -3,7 +3,7 @@ alternating runs (this machine's speed drifts by a third within an hour, so two 
 benchmark runs an hour apart say little).
 
     .venv/bin/python benchmarks/edit_ab.py --against /tmp/old [--docs 10000] [--rounds 4]
-        [--separate] [--kinds edit add delete full]
+        [--separate] [--kinds edit add delete full] [--project DIR]
 
 `--against` is another checkout of ctxfst (for example `git archive <rev> | tar -x -C
 /tmp/old`); its `tools/` is put on `PYTHONPATH` for its runs, this checkout's for the
@@ -13,6 +13,9 @@ With `--separate`, each side works on a copy of its own instead (the same change
 a side that keeps records the other does not write then finds its own records.
 `--kinds full` times first builds instead: each run on a fresh copy of the generated
 knowledge base, the two sides' artifacts compared byte for byte.
+`--project` works on a knowledge base make_project made (and built) before, changed in
+place (100,000 documents take minutes to generate and build); not with `--separate`
+or `full`.
 Prints every pair's whole-process wall times and each side's median.
 """
 
@@ -86,13 +89,19 @@ def main() -> None:
                         help="each side on its own copy of the knowledge base")
     parser.add_argument("--kinds", nargs="+", default=["edit", "add", "delete"],
                         choices=["edit", "add", "delete", "full"])
+    parser.add_argument("--project", type=Path,
+                        help="a knowledge base make_project made (and built) before")
     args = parser.parse_args()
     other = args.against.resolve() / "tools"
     if not (other / "ctxfst").is_dir():
         sys.exit(f"{args.against}: no tools/ctxfst there")
-    root = Path(tempfile.mkdtemp(prefix="ctxfst-ab-"))
+    if args.project is not None and (args.separate or "full" in args.kinds):
+        sys.exit("--project changes one knowledge base in place: not with --separate or full")
+    root = args.project or Path(tempfile.mkdtemp(prefix="ctxfst-ab-"))
+    run = time.strftime("%H%M%S")  # (the added documents' names: new on a reused project)
     try:
-        make_project(root, args.docs, "hash-256")
+        if args.project is None:
+            make_project(root, args.docs, "hash-256")
         if "full" in args.kinds:
             _full_builds(root, other, args.docs, args.rounds)
         kinds = [kind for kind in args.kinds if kind != "full"]
@@ -106,7 +115,8 @@ def main() -> None:
             shutil.copytree(root, roots["B"], symlinks=True)
             _doit(roots["A"], other)  # (each side settled on its own copy)
             _doit(roots["B"], HERE)
-        print(f"{args.docs} documents; A = {args.against}, B = this checkout"
+        size = sum(1 for _ in (root / "content").rglob("*.md"))
+        print(f"{size} documents; A = {args.against}, B = this checkout"
               + (", each on its own copy" if args.separate else ""))
         for kind in kinds:
             times: dict[str, list[float]] = {"A": [], "B": []}
@@ -114,11 +124,11 @@ def main() -> None:
                 pair = []
                 for side, tools in (("A", other), ("B", HERE)):
                     target = next((roots[side] / "content").rglob("notes-00042.ctxfst.md"))
-                    added = target.with_name(f"notes-ab-{round_}-{side}.ctxfst.md")
+                    added = target.with_name(f"notes-ab-{run}-{round_}-{side}.ctxfst.md")
                     if kind == "edit":
                         _edit_once(target, f"Edit{round_}{side}")
                     elif kind == "add":
-                        name = f"nab{round_}{side.lower()}"  # (ids are lowercase)
+                        name = f"nab{run}{round_}{side.lower()}"  # (ids are lowercase)
                         added.write_text(target.read_text().replace("n00042", name))
                     else:
                         added.unlink()
@@ -129,9 +139,10 @@ def main() -> None:
             print(f"{kind}: median A {statistics.median(times['A']):.2f} s, "
                   f"B {statistics.median(times['B']):.2f} s")
     finally:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(root.with_name(root.name + "-b"), ignore_errors=True)
-        shutil.rmtree(root.with_name(root.name + "-full"), ignore_errors=True)
+        if args.project is None:
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(root.with_name(root.name + "-b"), ignore_errors=True)
+            shutil.rmtree(root.with_name(root.name + "-full"), ignore_errors=True)
 
 
 if __name__ == "__main__":

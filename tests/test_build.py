@@ -950,7 +950,8 @@ def test_a_staged_entities_table_without_a_column_the_graph_reads_stops_the_buil
     pq.write_table(table.drop_columns(["mentioned_chunks"]), staged)
     code, out = build(root, capsys, "graph")
     assert code != 0
-    assert "not an entities table (no column mentioned_chunks); run the profiles stage again" in out
+    assert "not an entities table (no column mentioned_chunks); run the profiles stage again" \
+        in out
     assert "Traceback" not in out
     assert artifact_bytes(root) == before
 

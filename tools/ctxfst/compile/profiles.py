@@ -515,17 +515,17 @@ def read_entities(path, fields: tuple[str, ...] = GRAPH_FIELDS
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    columns = ["entity_id", *fields]
     try:
-        with pq.ParquetFile(path) as file:  # (read_table imports pyarrow.dataset: 0.25 s)
-            table = file.read(columns=["entity_id", *fields], use_threads=False)
-        missing = {"entity_id", *fields} - {*table.column_names}  # (read() leaves them out)
+        with pq.ParquetFile(path) as file:  # (read_table goes through pyarrow.dataset)
+            table = file.read(columns=columns, use_threads=False)
+        missing = set(columns) - {*table.column_names}  # (read() leaves them out)
         if missing:
             raise ValueError(f"no column {', '.join(sorted(missing))}")
-        table = table.select(["entity_id", *fields])
         dangling = json.loads((table.schema.metadata or {}).get(DANGLING_KEY.encode(), b"[]"))
     except (OSError, KeyError, pa.ArrowException, ValueError) as error:
         raise ValueError(f"{path}: not an entities table ({error})") from None
     if not (isinstance(dangling, list) and all(isinstance(item, str) for item in dangling)):
         raise ValueError(f"{path}: its dangling entity references are not a list of ids")
-    profiles = table.rename_columns(["id", *fields]).to_pylist()
+    profiles = table.select(columns).rename_columns(["id", *fields]).to_pylist()
     return profiles, dangling
