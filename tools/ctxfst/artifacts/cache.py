@@ -55,6 +55,9 @@ def _in_memory(schema: str) -> sqlite3.Connection:
     return db
 
 
+_CACHE_KIB = 128 * 1024
+
+
 def connect(path: Path, schema: str) -> sqlite3.Connection:
     """Open (or create) a cache database. A corrupt one, or one holding anything but
     `schema` (other tables, views, triggers), is discarded and started anew: a cache
@@ -71,6 +74,11 @@ def connect(path: Path, schema: str) -> sqlite3.Connection:
             try:
                 db.execute("PRAGMA trusted_schema=OFF")
                 db.execute("PRAGMA journal_mode=WAL")
+                # A page cache of up to 128 MiB (SQLite's own is 2 MiB): a first build
+                # inserts every document's rows into indexes far larger than that, each
+                # insert reading its B-tree's pages again (a third of validate's time
+                # at 100,000 documents).
+                db.execute(f"PRAGMA cache_size={-_CACHE_KIB}")
                 db.executescript(schema)  # (one statement or many)
                 if _objects(db) == _schema_objects(schema):
                     return db
