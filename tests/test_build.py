@@ -936,7 +936,6 @@ def test_a_corrupt_cache_is_rebuilt(tmp_path, capsys):
     assert stage(root, "embed")["embedded"] == 13 + 26 + 4  # chunks, entities, skills
 
 
-
 def test_a_staged_entities_table_without_a_column_the_graph_reads_stops_the_build(
         tmp_path, capsys):
     """The graph stage reads entities.parquet's columns by name; one that lacks a column
@@ -954,6 +953,7 @@ def test_a_staged_entities_table_without_a_column_the_graph_reads_stops_the_buil
         in out
     assert "Traceback" not in out
     assert artifact_bytes(root) == before
+
 
 def _build_process(root: Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "ctxfst", "build", "--root", str(root)],

@@ -142,8 +142,8 @@ class Mentions:
 
     def _picked(self, chosen: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pairs of these entities (None: all), grouped by entity: their rows in chunk
-        id order and ranked, and their entities. Only their pairs are sorted, so an
-        edit's profiles cost what the entities it touches are mentioned."""
+        id order and ranked, and their entities. Only their pairs are sorted: the cost
+        follows the mentions of the entities a change touches."""
         if chosen is None:
             rows, ents = self.rows, self.ents
         else:
