@@ -363,6 +363,40 @@ def test_a_deleted_link_to_a_document_leaves_the_documents_kept_rows(tmp_path, c
     assert from_kept_rows() == volatile
 
 
+def test_a_compile_made_again_after_its_documents_were_let_go_loads_them(
+        tmp_path, capsys, monkeypatch):
+    """A first build's compile forgets each typed document once its rows are made; when
+    the compile is made again (kept rows it cannot use), it loads them again: the same
+    artifacts as a build that never stopped."""
+    import ctxfst.pipeline.chunk_rows as chunk_rows
+    from ctxfst.pipeline.incremental import Checked
+
+    real, real_let_go, calls, let_go = chunk_rows._ChunkRows, Checked.let_go, [], []
+
+    def fails_once(*args, **kwargs):
+        calls.append(len(let_go))  # (the documents let go by then)
+        if len(calls) == 1:
+            raise ValueError("kept rows this toolchain did not write")
+        return real(*args, **kwargs)
+
+    def counted(checked, path):
+        let_go.append(path)
+        real_let_go(checked, path)
+
+    root = example(tmp_path / "stops")
+    monkeypatch.setattr(chunk_rows, "_ChunkRows", fails_once)
+    monkeypatch.setattr(Checked, "let_go", counted)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert calls == [4, 8]  # each document let go once its rows were made, both times
+    compiled = stage(root, "compile")
+    assert compiled["documents_recompiled"] == compiled["documents"] == 4
+    monkeypatch.setattr(chunk_rows, "_ChunkRows", real)
+    assert_equals_a_clean_build(root, tmp_path / "clean", capsys,
+                                ("chunks.json", "chunks.parquet", "entities.parquet"),
+                                settings=True)
+
+
 def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:
     """A word added to one chunk's passage, in the document that holds it."""
     rows = json.loads((root / "build/chunks.json").read_text())["chunks"]

@@ -95,14 +95,15 @@ def _row_start(chunk_id: str) -> bytes:
 
 def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
                    previous_json: Path, json_exports: bool = True,
-                   reuse_layout: bool = True) -> Compiled:
+                   reuse_layout: bool = True, let_go: bool = False) -> Compiled:
     """chunks.json (with json_exports) and chunks.parquet from the units: rows are
     compiled only for the documents without kept rows. With the layout of the previous
     files (the ones the last compile recorded: chunks.json, or without JSON exports
     chunks.parquet) and reuse_layout, only the changed documents' rows are read: the
     others' texts are copied from chunks.json, their Arrow rows from chunks.parquet;
     otherwise every document's kept rows are joined. chunks.parquet splices the changed
-    documents' rows into the previous one."""
+    documents' rows into the previous one. let_go: each typed document is forgotten
+    once its rows are made (for a caller that needs none of them after)."""
     from ..compile.chunks import CompileError, chunks_json
 
     # Each document's entry: its rows are unchanged while it is (and it is not volatile).
@@ -130,7 +131,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         errors: list[Diagnostic] = []
         # (without the previous layout, every document's rows are read)
         kept, fresh = _unit_rows(checked, store, changed if before is not None
-                                 else set(entries), errors)
+                                 else set(entries), errors, let_go)
         if errors:
             raise CompileError(errors)
         _forget_stale_rows(store, checked.units, previous, entries)
@@ -278,10 +279,11 @@ def _no_position(path: str, key: tuple) -> tuple[int, int]:
 
 
 def _unit_rows(checked: Checked, store: UnitStore, paths: set[str],
-               errors: list[Diagnostic]
+               errors: list[Diagnostic], let_go: bool = False
                ) -> tuple[dict[str, list[tuple[str, bytes]]], dict[str, list[dict]]]:
     """The rows of these documents' units, as (chunk id, text): kept ones, else compiled
-    now (and kept); and the rows compiled now, by document."""
+    now (and kept); and the rows compiled now, by document. let_go: each typed document
+    is forgotten once its rows are made (Checked.let_go)."""
     from ..compile.chunks import document_rows, row_text
 
     root = checked.root.resolve()
@@ -296,6 +298,8 @@ def _unit_rows(checked: Checked, store: UnitStore, paths: set[str],
     for unit in units:
         if kept[unit.path] is None:
             rows = document_rows(checked.document(unit.path), unit.relative, root, errors)
+            if let_go:  # (a first build would hold every typed document and row at once)
+                checked.let_go(unit.path)
             fresh[unit.path] = rows
             kept[unit.path] = [(row["id"], row_text(row).encode("utf-8")) for row in rows]
             if not unit.volatile:

@@ -79,6 +79,12 @@ class Checked:
         self.typed.clear()
         self.kb.documents = []
 
+    def let_go(self, path: str) -> None:
+        """Forget one typed document (loaded again if asked for: documents()); the
+        knowledge base's list of them goes with the first."""
+        self.typed.pop(path, None)
+        self.kb.documents = []
+
     def documents(self, paths: list[str]) -> dict[str, ParsedDocument]:
         """Typed documents, by path (those not typed yet are loaded together, from the
         bytes their units record: a file edited since stops the build)."""

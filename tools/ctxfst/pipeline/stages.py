@@ -301,12 +301,12 @@ def stage_compile(run: BuildRun) -> None:
     try:
         try:
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
-                                      staged(config, "chunks.json"), exports)
+                                      staged(config, "chunks.json"), exports, let_go=True)
         except (ValueError, TypeError, KeyError):  # kept rows this toolchain did not write
             store.forget_rows()
             compiled = compile_chunks(checked, store, staged(config, "chunks.parquet"),
                                       staged(config, "chunks.json"), exports,
-                                      reuse_layout=False)
+                                      reuse_layout=False, let_go=True)
         compiled.write(staged(config, "chunks.json"), staged(config, "chunks.parquet"))
         write_atomic(staged(config, "catalog.json"), compiled.catalog_json + b"\n")
         compiled.record(store)  # what the staged chunk files were made from
