@@ -533,7 +533,7 @@ def _previous_profiles(config: Config, record: dict | None, keys: dict, publishe
     if data is None:
         return None
     try:
-        with ParquetParts(data) as parts:  # (not read_table: it imports pyarrow.dataset)
+        with ParquetParts(data) as parts:  # (read_table goes through pyarrow.dataset)
             table = parts.read()
         metadata = table.schema.metadata
         table = table.cast(entities_table([]).schema.remove_metadata().with_metadata(metadata))
