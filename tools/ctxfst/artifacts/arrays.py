@@ -80,6 +80,10 @@ class ParquetParts:
     def metadata(self):
         return self._file.metadata
 
+    @property
+    def schema_arrow(self):
+        return self._file.schema_arrow
+
     def read(self, columns: list[str] | None = None):
         return self._file.read(columns=columns, use_threads=False)
 

@@ -313,6 +313,17 @@ class _Ledger:
     evidence_data: bytes = b""  # semantic_fact_evidence.parquet's bytes
     evidence: Any = None   # the evidence, read whole and checked with the facts
     recovered: bool = False  # the memo was made again from the files (_recovered_memo)
+    _parts: dict[bool, Any] = field(default_factory=dict, repr=False)
+
+    def parts(self, evidence: bool = False):
+        """The facts file (or the evidence file) read a part at a time, its footer parsed
+        once for the whole stage (0.1 s at 100,000 documents: 2,500 row groups)."""
+        from ..artifacts.arrays import ParquetParts
+
+        if evidence not in self._parts:
+            self._parts[evidence] = ParquetParts(self.evidence_data if evidence
+                                                 else self.data)
+        return self._parts[evidence]
 
 
 Vouched = Callable[[str, bytes, os.stat_result, str], bool]
@@ -340,7 +351,6 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
                                                       if name not in present]))
     if earlier:
         memo = None  # (no memo describes it: read whole)
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from ..artifacts.arrays import arrow_reader
@@ -363,10 +373,10 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
                                       HEAVY_EVIDENCE)
         runs = pq.ParquetFile(arrow_reader(runs_data)).read()  # (no pyarrow.dataset)
         runs = runs.replace_schema_metadata(None).cast(runs_schema())
-        file = pq.ParquetFile(pa.BufferReader(ledger.data))  # (its footer only)
+        file = ledger.parts()  # (its footer only, so far)
         ledger.seq = int((file.schema_arrow.metadata or {}).get(b"ctxfst.build_seq", b"0"))
         if ledger.memo is not None:
-            evidence_file = pq.ParquetFile(pa.BufferReader(ledger.evidence_data))
+            evidence_file = ledger.parts(evidence=True)
             problem = None  # the very files this toolchain wrote and checked
             if (file.metadata.num_row_groups, file.metadata.num_rows,
                     evidence_file.metadata.num_row_groups) != (
@@ -1396,8 +1406,6 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     import numpy as np
     import pyarrow as pa
 
-    from ..artifacts.arrays import ParquetParts
-
     memo = ledger.memo
     if not memo.keys:
         raise _MemoDoesNotFit  # nothing to splice into
@@ -1413,18 +1421,17 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     unplaced = changed - placed.keys()  # facts only a source's old digests name
     # (a few row groups are read from the ledger's bytes: not a copy of them all)
     searched = 0
-    with ParquetParts(ledger.data) as file:
-        if unplaced:
-            found, searched = _unplaced_groups(file, memo, unplaced, _old_subjects(
-                store, [*merge.deleted, *(item[0].path for item in merge.extracted)]))
-            groups.update(found)
-        runs = _runs(memo, groups, changed)
-        numbers = [group for begin, end in runs for group in range(begin, end)]
-        region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
-            facts_schema()) if numbers else None
-    with ParquetParts(ledger.evidence_data) as file:
-        region_evidence = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
-            evidence_schema()) if numbers else None
+    file = ledger.parts()
+    if unplaced:
+        found, searched = _unplaced_groups(file, memo, unplaced, _old_subjects(
+            store, [*merge.deleted, *(item[0].path for item in merge.extracted)]))
+        groups.update(found)
+    runs = _runs(memo, groups, changed)
+    numbers = [group for begin, end in runs for group in range(begin, end)]
+    region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
+        facts_schema()) if numbers else None
+    region_evidence = ledger.parts(evidence=True).read_row_groups(numbers).\
+        replace_schema_metadata(None).cast(evidence_schema()) if numbers else None
     # Each run's first row in the region; the memo's first rows must be the file's (it
     # places rows by them), and the evidence rows the facts' own.
     first_rows = [*memo.starts, sum(k.rows for k in memo.keys)]
@@ -1572,25 +1579,23 @@ def _ledger_digests(ledger: _Ledger, paths: list[str]) -> dict[str, dict[str, st
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..artifacts.arrays import ParquetParts
-
     found: dict[str, dict[str, str]] = {path: {} for path in paths}
     if not paths:
         return found
     wanted = pa.array(sorted(paths), pa.string())
-    with ParquetParts(ledger.evidence_data) as evidence:
-        rows = pc.indices_nonzero(pc.is_in(evidence.read(["source_path"]).column(
-            "source_path"), value_set=wanted)).to_numpy()
-        if not len(rows):
-            return found
-        sizes = np.array([evidence.metadata.row_group(group).num_rows
-                          for group in range(evidence.metadata.num_row_groups)])
-        groups = np.unique(np.searchsorted(np.cumsum(sizes) - sizes, rows, "right") - 1
-                           ).tolist()
-        entries = evidence.read_row_groups(groups).replace_schema_metadata(None).cast(
-            evidence_schema())
-    with ParquetParts(ledger.data) as facts:  # (group for group, the evidence's facts)
-        states = facts.read_row_groups(groups, columns=["fact_id", "is_active"])
+    evidence = ledger.parts(evidence=True)
+    rows = pc.indices_nonzero(pc.is_in(evidence.read(["source_path"]).column(
+        "source_path"), value_set=wanted)).to_numpy()
+    if not len(rows):
+        return found
+    sizes = np.array([evidence.metadata.row_group(group).num_rows
+                      for group in range(evidence.metadata.num_row_groups)])
+    groups = np.unique(np.searchsorted(np.cumsum(sizes) - sizes, rows, "right") - 1
+                       ).tolist()
+    entries = evidence.read_row_groups(groups).replace_schema_metadata(None).cast(
+        evidence_schema())
+    # (group for group, the evidence's facts)
+    states = ledger.parts().read_row_groups(groups, columns=["fact_id", "is_active"])
     active = states.column("fact_id").filter(states.column("is_active"))
     entries = entries.filter(pc.and_(pc.is_in(entries.column("source_path"), value_set=wanted),
                                      pc.is_in(entries.column("fact_id"), value_set=active)))
