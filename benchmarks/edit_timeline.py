@@ -9,7 +9,8 @@ Generates a knowledge base (hash-256 embedder), builds it (timed too), settles i
 no-op, then times `--edits` changes of one document (`edit`: a sentence added; `add`,
 `delete`: one document), printing each stage's start and end in seconds from the process
 start (the interpreter's own start-up excluded, doit's task load included) and the
-process's end.
+process's end, and the megabytes each stage wrote (Linux: /proc/self/io, page-cache
+writes included) with the seconds it waited in fsync.
 With `--time`, also the total time and calls of each named function in each process
 (`module:name`, `module:Class.method`; a function is timed where the module named is
 the one its callers look it up in).
@@ -35,15 +36,38 @@ import ctxfst.pipeline.stages as stages
 import ctxfst.pipeline.tasks as tasks
 
 real = stages.run_stage
+fsynced = [0.0]  # seconds this process waited in fsync (os.fsync wrapped below)
+
+def written() -> int:
+    # the bytes this process has sent to storage so far (page-cache writes included)
+    try:
+        with open("/proc/self/io") as counters:
+            return next(int(line.split()[1]) for line in counters
+                        if line.startswith("write_bytes:"))
+    except (OSError, StopIteration):
+        return 0
+
+real_fsync = os.fsync
+
+def fsync(fd):
+    begin = time.perf_counter()
+    try:
+        return real_fsync(fd)
+    finally:
+        fsynced[0] += time.perf_counter() - begin
+
+os.fsync = fsync
 
 def run_stage(run, stage, *args, **kwargs):
-    begin = time.perf_counter()
+    begin, bytes_before, fsync_before = time.perf_counter(), written(), fsynced[0]
     try:
         return real(run, stage, *args, **kwargs)
     finally:
         name = getattr(stage, "name", stage)
         os.write(2, f"{os.getpid()} {name} {begin - started:.2f} "
                     f"{time.perf_counter() - started:.2f}\\n".encode())
+        os.write(2, f"{os.getpid()} io {name} {(written() - bytes_before) / 1e6:.1f} "
+                    f"{fsynced[0] - fsync_before:.3f}\\n".encode())
 
 stages.run_stage = tasks.run_stage = run_stage
 
@@ -77,8 +101,8 @@ sys.exit(main())
 
 
 def timeline(root: Path, timed: list[str] = ()) -> tuple[list[str], list[str]]:
-    """Each stage's start and end, and each timed function's total and calls by
-    process."""
+    """Each stage's start and end, what each stage wrote (MB, and seconds waiting in
+    fsync), and each timed function's total and calls by process."""
     proc = subprocess.run([sys.executable, "-c", TIMED_DOIT], cwd=root, capture_output=True,
                           text=True, env={**DOIT_ENV, "CTXFST_TIMED": ",".join(timed)})
     if proc.returncode != 0:
@@ -99,6 +123,13 @@ def timeline(root: Path, timed: list[str] = ()) -> tuple[list[str], list[str]]:
             float(seconds))
     calls = [f"{label}{where} {sum(times):.3f} s ({len(times)} calls)"
              for (label, where), times in sorted(totals.items(), key=lambda i: -sum(i[1]))]
+    io = [line for line in words if len(line) == 5 and line[1] == "io"]
+    if io:
+        total = sum(float(megabytes) for _, _, _, megabytes, _ in io)
+        calls.insert(0, f"written {total:.0f} MB: " + ", ".join(
+            f"{name}{'' if pid == parent else ' (beside)'} {float(megabytes):.0f} MB "
+            f"(fsync {float(seconds):.2f} s)" for pid, _, name, megabytes, seconds in io
+            if float(megabytes) >= 1))
     return shown, calls
 
 
