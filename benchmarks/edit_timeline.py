@@ -124,8 +124,8 @@ def timeline(root: Path, timed: list[str] = ()) -> tuple[list[str], list[str]]:
     calls = [f"{label}{where} {sum(times):.3f} s ({len(times)} calls)"
              for (label, where), times in sorted(totals.items(), key=lambda i: -sum(i[1]))]
     io = [line for line in words if len(line) == 5 and line[1] == "io"]
-    if io:
-        total = sum(float(megabytes) for _, _, _, megabytes, _ in io)
+    total = sum(float(megabytes) for _, _, _, megabytes, _ in io)
+    if total:  # (0: no /proc/self/io here)
         calls.insert(0, f"written {total:.0f} MB: " + ", ".join(
             f"{name}{'' if pid == parent else ' (beside)'} {float(megabytes):.0f} MB "
             f"(fsync {float(seconds):.2f} s)" for pid, _, name, megabytes, seconds in io
