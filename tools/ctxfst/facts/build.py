@@ -606,8 +606,6 @@ def _recovered_memo(ledger: _Ledger, runs) -> tuple[str | None, LedgerMemo | Non
     takes over 16 GB; this holds a group at a time and the fact ids."""
     import numpy as np
 
-    from ..artifacts.arrays import ParquetParts
-
     try:
         facts_parts, evidence_parts = read_parts(ledger.data), read_parts(ledger.evidence_data)
     except SpliceError:
@@ -620,27 +618,27 @@ def _recovered_memo(ledger: _Ledger, runs) -> tuple[str | None, LedgerMemo | Non
     ids: list[str] = []
     counts = []
     last = None  # the sort key of the previous group's last row
-    with ParquetParts(ledger.data) as facts, ParquetParts(ledger.evidence_data) as evidence:
-        for group in range(groups):
-            table = facts.read_row_groups([group]).replace_schema_metadata(None).cast(
-                facts_schema())
-            entries = evidence.read_row_groups([group]).replace_schema_metadata(None).cast(
-                evidence_schema())
-            problem = _rows_problem(table, entries, seq) or _order_problem(table) or \
-                _evidence_problem(table, entries)
-            if problem:
-                return problem, None
-            if not (_encoded_as_ours(table, facts_parts, group)
-                    and _encoded_as_ours(entries, evidence_parts, group)):
-                return None  # (bytes ctxfst would not write: never copied into its files)
-            first, *_ = group_keys(table, [0], HEAVY_EVIDENCE)
-            if last is not None and first.first < last:
-                return f"{FACTS_FILE}: facts out of their order", None
-            last = tuple(table.slice(table.num_rows - 1).select(SORT_COLUMNS).to_pylist()[0]
-                         .values())
-            keys.append(first)
-            ids.extend(table.column("fact_id").to_pylist())
-            counts.append(table.column("evidence_count").to_numpy())
+    facts, evidence = ledger.parts(), ledger.parts(evidence=True)
+    for group in range(groups):
+        table = facts.read_row_groups([group]).replace_schema_metadata(None).cast(
+            facts_schema())
+        entries = evidence.read_row_groups([group]).replace_schema_metadata(None).cast(
+            evidence_schema())
+        problem = _rows_problem(table, entries, seq) or _order_problem(table) or \
+            _evidence_problem(table, entries)
+        if problem:
+            return problem, None
+        if not (_encoded_as_ours(table, facts_parts, group)
+                and _encoded_as_ours(entries, evidence_parts, group)):
+            return None  # (bytes ctxfst would not write: never copied into its files)
+        first, *_ = group_keys(table, [0], HEAVY_EVIDENCE)
+        if last is not None and first.first < last:
+            return f"{FACTS_FILE}: facts out of their order", None
+        last = tuple(table.slice(table.num_rows - 1).select(SORT_COLUMNS).to_pylist()[0]
+                     .values())
+        keys.append(first)
+        ids.extend(table.column("fact_id").to_pylist())
+        counts.append(table.column("evidence_count").to_numpy())
     if len(set(ids)) != len(ids):
         return f"{FACTS_FILE}: a fact id twice", None
     memo = LedgerMemo(ledger.sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,

@@ -165,10 +165,10 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
             and not store.index.cycles_through(chunk_ids):
         linked = store.index.link([], reader.position)
         # the catalog rows of the entities whose declarations changed (kept, the others)
-        redeclared = _redeclared(changed, removed, previous, old_summaries, units)
+        touched = _touched([*changed, *removed], previous, old_summaries, units)
+        redeclared = _redeclared(touched)
         if redeclared:
-            patched = _patched_catalog(store.index, redeclared, [*changed, *removed],
-                                       previous, old_summaries, units, relative_of)
+            patched = _patched_catalog(store.index, redeclared, touched, relative_of)
             rest = redeclared - patched.keys()
             rows = catalog_rows(*store.index.catalog_of(rest, reader.position),
                                 relative_of) if rest else {}
@@ -400,17 +400,26 @@ def _reached(store: UnitStore, standing: tuple, entity_ids: set[str], chunk_ids:
     return store.index.referring(ids, tails) & set(order)
 
 
-def _redeclared(changed: list[str], removed: list[str], previous: dict[str, DocumentUnit],
-                old: dict[str, Summary], units: dict[str, DocumentUnit]) -> set[str]:
-    """The entity ids whose catalog rows these changes can change: those a changed
-    document declared, or declares, otherwise than before (another declaration, place
-    in entities[], or project-relative path), and those a removed document declared."""
-    found: set[str] = set()
-    for path in [*changed, *removed]:
+def _touched(paths: list[str], previous: dict[str, DocumentUnit], old: dict[str, Summary],
+             units: dict[str, DocumentUnit]) -> list[tuple]:
+    """Each touched (changed or removed) document's entity declarations before and now
+    (_declarations), and its unit before and now (None where it had or has none)."""
+    found = []
+    for path in paths:
         unit = units.get(path)
-        before = _declarations(old.get(path))
-        now = _declarations(unit.summary if unit is not None and unit.ctxfst else None)
-        was = previous.get(path)
+        found.append((_declarations(old.get(path)), _declarations(
+            unit.summary if unit is not None and unit.ctxfst else None),
+            previous.get(path), unit))
+    return found
+
+
+def _redeclared(touched: list[tuple]) -> set[str]:
+    """The entity ids whose catalog rows these changes (_touched) can change: those a
+    changed document declared, or declares, otherwise than before (another declaration,
+    place in entities[], or project-relative path), and those a removed document
+    declared."""
+    found: set[str] = set()
+    for before, now, was, unit in touched:
         if before != now or unit is None or was is None or was.relative != unit.relative:
             found.update(item[1] for item in [*before, *now])
     return found
@@ -424,12 +433,10 @@ def _declarations(summary: Summary | None) -> list[tuple]:
             zip(summary.entities, summary.dump_keys(), strict=True)]
 
 
-def _patched_catalog(index, ids: set[str], touched: list[str],
-                     previous: dict[str, DocumentUnit], old: dict[str, Summary],
-                     units: dict[str, DocumentUnit], relative_of: dict[str, str]
-                     ) -> dict[str, dict | None]:
+def _patched_catalog(index, ids: set[str], touched: list[tuple],
+                     relative_of: dict[str, str]) -> dict[str, dict | None]:
     """The catalog rows of those of these entities whose merged declaration the touched
-    (changed or removed) documents cannot change, from their kept rows: every
+    (changed or removed) documents (_touched) cannot change, from their kept rows: every
     declaration of the entity, before and now, is the same dump (so the merge is that
     dump), and only the documents that declare it change (their paths in declared_in).
     An entity no document declares any more has no row (None). The others (another
@@ -438,13 +445,6 @@ def _patched_catalog(index, ids: set[str], touched: list[str],
     100,000-document knowledge base declare)."""
     from collections import Counter
 
-    # each touched document's declarations before and now, its unit before and now
-    declared = []
-    for path in touched:
-        unit = units.get(path)
-        declared.append((_declarations(old.get(path)), _declarations(
-            unit.summary if unit is not None and unit.ctxfst else None),
-            previous.get(path), unit))
     kept = index.catalog_rows_of(ids)
     held = None  # how many units hold each project-relative path now
     patched: dict[str, dict | None] = {}
@@ -455,7 +455,7 @@ def _patched_catalog(index, ids: set[str], touched: list[str],
         come: set[str] = set()  # and now
         dumps: set[str] = set()  # the dumps they declared it with, before and now
         known = True
-        for was_declared, now_declared, was, unit in declared:
+        for was_declared, now_declared, was, unit in touched:
             before = [key for _, found, key in was_declared if found == entity_id]
             now = [key for _, found, key in now_declared if found == entity_id]
             dumps.update(before, now)
