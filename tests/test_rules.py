@@ -150,6 +150,23 @@ def test_entity_conditions_are_checked_too(tmp_path, cli):
     assert [d["code"] for d in found] == ["CTX205"]
 
 
+@pytest.mark.parametrize("refs, codes", [
+    ("[state:has-resume]", []),
+    ("[]", []),
+    ("[state:unknown]", ["CTX204"]),
+    ("[goal:hired]", ["CTX205"]),
+    ("state:has-resume", ["CTX102"]),
+    ('""', ["CTX102"]),
+])
+def test_an_entitys_extra_state_refs_are_checked(tmp_path, cli, refs, codes):
+    # (entities declare no state_refs field: the extra one is checked as a chunk's is)
+    entities = ENTITIES + ("  - id: action:plan\n    name: Plan\n    type: action\n"
+                           f"    state_refs: {refs}\n")
+    path = write(tmp_path, "a.md", doc(chunk("note:a"), body("note:a"), entities=entities))
+    _, found = diagnostics(cli, path)
+    assert [d["code"] for d in found] == codes
+
+
 def test_dependencies_across_documents_and_forward(tmp_path, cli):
     make_project(tmp_path)
     write(tmp_path, "content/a.md", doc(chunk("note:a", dependencies="[note:b, note:z]"),

@@ -103,8 +103,8 @@ def summarize(doc: ParsedDocument) -> Summary:
 def _conditions(record) -> list[str]:
     found = []
     for name in _CONDITIONS:
-        value = getattr(record, name, None)
-        if isinstance(value, list):
+        value = record.field_value(name)
+        if value and isinstance(value, list):
             found.extend(strip_not(item)[1] for item in value if isinstance(item, str))
     return found
 

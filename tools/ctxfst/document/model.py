@@ -78,6 +78,15 @@ class _Record(BaseModel):
     def extra_fields(self) -> dict[str, Any]:
         return dict(self.__pydantic_extra__ or {})
 
+    def field_value(self, name: str) -> Any:
+        """A field's value, declared or extra; None where the record has no such field.
+        (getattr(record, name, None) takes 2 µs for an absent one, pydantic building
+        the AttributeError it drops: 240,000 such lookups at 10,000 documents.)"""
+        value = self.__dict__.get(name)
+        if value is None and self.__pydantic_extra__:
+            return self.__pydantic_extra__.get(name)
+        return value
+
 
 class WorldModelFields(_Record):
     """Fields of the world model, shared by entities and chunk declarations."""

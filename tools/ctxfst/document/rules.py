@@ -172,8 +172,8 @@ def _refused_entity_ids(doc: ParsedDocument) -> frozenset[str]:
 def _check_conditions(doc, base: KeyPath, label: str, record, view: View, out,
                       refused: frozenset[str] = frozenset()) -> None:
     for field_name, allowed in _CONDITION_TYPES.items():
-        references = getattr(record, field_name, None)  # entities: an extra state_refs
-        if references is None:
+        references = record.field_value(field_name)  # entities: an extra state_refs
+        if references is None or references == []:
             continue
         if not (isinstance(references, list) and all(isinstance(r, str) for r in references)):
             out.append(_at(doc, base + (field_name,), "CTX102",
