@@ -221,6 +221,10 @@ class _Looked:
     stamps: dict[str, str | None]  # path -> its file's stamp now, when not its unit's
     places: dict[str, bytes]  # path -> its place in the knowledge base's order
     now_ns: int  # when the stamps were taken
+    # new documents, not hashed by the look: _Reader hashes the bytes it types and adds
+    # them to `digested` (file -> relative path, sha256, size), as the look does the others'
+    unhashed: set[str] = field(default_factory=set)
+    digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
     @property
     def order(self) -> list[str]:
@@ -237,7 +241,7 @@ def _look(documents: list, previous: dict[str, DocumentUnit], root: Path,
     relative_to_root = ProjectRelative(root, regular_files)
     places = document_places([(item.source.path, item.source.fs_path)
                               for item in documents])
-    looked = _Looked({}, [], {}, places, time.time_ns())
+    looked = _Looked({}, [], {}, places, time.time_ns(), digested=digested)
     found, stamps, now_ns = looked.found, looked.stamps, looked.now_ns
     for item in documents:
         path = item.source.path
@@ -253,6 +257,12 @@ def _look(documents: list, previous: dict[str, DocumentUnit], root: Path,
             digested[fs_path] = (unit.relative, unit.sha256, info.st_size)
             continue
         relative = relative_to_root(fs_path, path)
+        if unit is None and info is not None:  # (a first build: every document)
+            found[path] = (item, relative, None)
+            looked.changed.append(path)
+            looked.unhashed.add(path)
+            stamps[path] = unit_stamp(info, now_ns)
+            continue
         sha = digests(fs_path, relative, unit is not None and unit.volatile)
         found[path] = (item, relative, sha)
         stamp = unit_stamp(info, now_ns) if info is not None and sha is not None else None
@@ -332,6 +342,9 @@ class _Reader:
                 if check and actual != sha:
                     raise BuildFailed(f"{path} changed during the build: run `doit` again")
                 found[path] = (item, relative, actual)
+                if path in self.looked.unhashed:
+                    self.looked.digested[os.fspath(item.source.fs_path)] = (
+                        relative, actual, len(data))
                 item = Input(Source(item.source.path, item.source.fs_path, data), item.explicit)
             chosen.append(item)
         return chosen
