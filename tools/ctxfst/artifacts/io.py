@@ -489,6 +489,11 @@ def compact_json(value: Any) -> bytes:
     return _COMPACT.encode(value).encode("utf-8")
 
 
+def compact_json_text(value: Any) -> str:
+    """compact_json() as text."""
+    return _COMPACT.encode(value)
+
+
 def write_json(path: Path, payload: Any, compact: bool = False) -> None:
     write_atomic(path, json_bytes(payload, compact))
 

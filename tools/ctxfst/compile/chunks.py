@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..artifacts.io import compact_json_text
 from ..diagnostics import Diagnostic, diag
 from ..document.model import SCHEMA_VERSION, ChunkRecord, ParsedDocument
 from ..document.rules import passage_file
@@ -93,7 +94,7 @@ def entity_rows(merged: dict[str, dict], declared_in: dict[str, list[str]]
 
 def row_text(row: dict[str, Any]) -> str:
     """A row as chunks.json writes it (compact), so rows kept as text splice exactly."""
-    return json.dumps(row, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return compact_json_text(row)
 
 
 def chunks_json(entities_json: bytes, rows: list) -> list:
@@ -114,6 +115,12 @@ def chunks_json(entities_json: bytes, rows: list) -> list:
         pieces.append(row)
     pieces.append(b"]}\n")
     return [piece for piece in pieces if isinstance(piece, Span) or piece]
+
+
+def _extra_json(extra: dict[str, Any]) -> str:
+    """A row's fields beyond the columns, as the `extra` column holds them ("{}" for the
+    most rows, which have none, without an encoder made for each)."""
+    return json.dumps(extra, ensure_ascii=False, sort_keys=True) if extra else "{}"
 
 
 def chunks_table(rows: list[dict[str, Any]]):
@@ -141,9 +148,8 @@ def chunks_table(rows: list[dict[str, Any]]):
         "priority": pa.array(column("priority"), pa.string()),
         "type": pa.array(column("type"), pa.string()),
         "content_path": pa.array(column("content_path"), pa.string()),
-        "extra": pa.array([json.dumps({k: v for k, v in row.items() if k not in known},
-                                      ensure_ascii=False, sort_keys=True) for row in rows],
-                          pa.string()),
+        "extra": pa.array([_extra_json({k: v for k, v in row.items() if k not in known})
+                           for row in rows], pa.string()),
     })
     return pa.table(arrays).replace_schema_metadata({
         "ctxfst.artifact": "chunks", "ctxfst.schema_version": CHUNKS_SCHEMA_VERSION,
