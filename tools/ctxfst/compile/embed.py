@@ -516,4 +516,13 @@ def embed_texts(texts: list[str], spec: str, cache: EmbeddingCache, batch_size: 
         stats.embedded_texts.extend(unique[key] for key in missing)
     if not keys:
         return np.zeros((0, 0), dtype=np.float32), embedder.model_id
-    return np.vstack([found[key] for key in keys]).astype(np.float32), embedder.model_id
+    return _stacked([found[key] for key in keys]), embedder.model_id
+
+
+def _stacked(rows: list[np.ndarray]) -> np.ndarray:
+    """np.vstack(rows).astype(np.float32), in one pass where every row is a vector of one
+    length (the common case: vstack makes each a 2-D array first, 0.2 s for 70,000)."""
+    width = rows[0].shape
+    if len(width) != 1 or any(row.shape != width for row in rows):
+        return np.vstack(rows).astype(np.float32)
+    return np.concatenate(rows).reshape(len(rows), width[0]).astype(np.float32, copy=False)
