@@ -187,12 +187,14 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     out: list[Diagnostic] = [*refused, *linked.diagnostics]
     for item in kb.skills + kb.edge_files:
         out.extend(item.diagnostics)
+    rechecked = []
     for unit in live:
         if unit.path in recheck:
             doc = typed[unit.path]
             unit.diagnostics = doc.diagnostics + check_document(doc, linked.view, names, root)
-            store.put_diagnostics(unit)
+            rechecked.append(unit)
         out.extend(unit.diagnostics)
+    store.put_diagnostics(rechecked)
     wide, edges = check_kb_wide(kb, linked.view)
     out.extend(wide)
     passages = _passages(root, [typed[u.path] for u in live if u.volatile])

@@ -97,12 +97,16 @@ class DocumentUnit:
         return self._summary is not None or not self.ctxfst
 
     def as_row(self) -> tuple:
-        diagnostics = [[d.path, d.line, d.column, d.code, d.message, d.severity.value]
-                       for d in self.diagnostics]
         return (self.path, self.place, self.relative, self.sha256, int(self.volatile),
                 compact_json(self.tenant).decode("utf-8"), int(self.ctxfst),
-                compact_json(diagnostics).decode("utf-8") if diagnostics else None,
-                " ".join(self.declares), self.stamp)
+                self.diagnostics_text(), " ".join(self.declares), self.stamp)
+
+    def diagnostics_text(self) -> str | None:
+        """Its diagnostics as its row keeps them (None: it has none)."""
+        if not self.diagnostics:
+            return None
+        return compact_json([[d.path, d.line, d.column, d.code, d.message, d.severity.value]
+                             for d in self.diagnostics]).decode("utf-8")
 
     @classmethod
     def from_row(cls, row: tuple) -> DocumentUnit | None:
@@ -244,9 +248,10 @@ class UnitStore:
         self.db.executemany("UPDATE unit_docs SET stamp = ? WHERE path = ?",
                             [(unit.stamp, unit.path) for unit in units])
 
-    def put_diagnostics(self, unit: DocumentUnit) -> None:
-        self.db.execute("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
-                        (unit.as_row()[7], unit.path))
+    def put_diagnostics(self, units: list[DocumentUnit]) -> None:
+        """Keep these units' diagnostics (checked again)."""
+        self.db.executemany("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
+                            [(unit.diagnostics_text(), unit.path) for unit in units])
 
     def entity_labels(self, units: list[DocumentUnit]) -> dict[str, list[tuple[str, list[str]]]]:
         """Each unit's entities as (id, [name, *aliases]), in its entities[] order, from
