@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from json.encoder import encode_basestring
 from typing import Any
 
-from ..artifacts.io import compact_json
+from ..artifacts.io import compact_json, compact_json_text
 from ..document.link import (
     Declaration,
     Link,
@@ -296,7 +296,7 @@ class LinkIndex:
         self.db.executemany("DELETE FROM link_catalog WHERE id = ?",
                             [(entity_id,) for entity_id in sorted(rows)])
         self.db.executemany("INSERT INTO link_catalog VALUES (?, ?)",
-                            [(entity_id, compact_json(row).decode("utf-8"))
+                            [(entity_id, compact_json_text(row))
                              for entity_id, row in sorted(rows.items()) if row is not None])
 
     def catalog_count(self) -> int:

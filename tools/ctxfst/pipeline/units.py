@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.cache import connect
-from ..artifacts.io import compact_json, is_sha256
+from ..artifacts.io import compact_json, compact_json_text, is_sha256
 from ..diagnostics import Diagnostic, diagnostics_from_rows
 from ..document.link import Summary
 from ..document.model import ParsedDocument
@@ -98,15 +98,15 @@ class DocumentUnit:
 
     def as_row(self) -> tuple:
         return (self.path, self.place, self.relative, self.sha256, int(self.volatile),
-                compact_json(self.tenant).decode("utf-8"), int(self.ctxfst),
+                compact_json_text(self.tenant), int(self.ctxfst),
                 self.diagnostics_text(), " ".join(self.declares), self.stamp)
 
     def diagnostics_text(self) -> str | None:
         """Its diagnostics as its row keeps them (None: it has none)."""
         if not self.diagnostics:
             return None
-        return compact_json([[d.path, d.line, d.column, d.code, d.message, d.severity.value]
-                             for d in self.diagnostics]).decode("utf-8")
+        return compact_json_text([[d.path, d.line, d.column, d.code, d.message,
+                                   d.severity.value] for d in self.diagnostics])
 
     @classmethod
     def from_row(cls, row: tuple) -> DocumentUnit | None:
