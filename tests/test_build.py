@@ -397,6 +397,84 @@ def test_a_compile_made_again_after_its_documents_were_let_go_loads_them(
                                 settings=True)
 
 
+def test_more_documents_than_a_build_holds_at_once_are_typed_in_parts(
+        tmp_path, capsys, monkeypatch):
+    """A validation that types more documents than it holds at once (TYPED_AT_ONCE)
+    types and checks them that many at a time and keeps none; the compile and the facts
+    load them again as many at a time. The artifacts are those of a build that held them
+    all: after a first build, after an edit of every document, and the diagnostics of a
+    knowledge base with errors are the same."""
+    import weakref
+
+    import ctxfst.compile.chunks as compile_chunks
+    import ctxfst.document.kb as document_kb
+    import ctxfst.document.rules as document_rules
+    import ctxfst.pipeline.incremental as incremental
+
+    def sources(root: Path) -> Path:
+        example(root)  # (a document with a content_path passage, skills)
+        generate(root, 10, seed=4)
+        return root
+
+    held, parts = sources(tmp_path / "held"), sources(tmp_path / "parts")
+    alive: dict[int, weakref.ref] = {}  # the typed documents not let go, by id
+    most = {"checked": 0, "compiled": 0}  # of them at once, when checked and compiled
+
+    def typed(doc):
+        key = id(doc)
+        alive[key] = weakref.ref(doc, lambda _: alive.pop(key, None))
+        return real_type(doc)
+
+    def counted(name, real):
+        def call(doc, *args, **kwargs):
+            most[name] = max(most[name], len(alive))
+            return real(doc, *args, **kwargs)
+        return call
+
+    real_type = document_kb.type_document
+    monkeypatch.setattr(document_kb, "type_document", typed)
+    monkeypatch.setattr(document_rules, "check_document",
+                        counted("checked", document_rules.check_document))
+    monkeypatch.setattr(compile_chunks, "document_rows",
+                        counted("compiled", compile_chunks.document_rows))
+
+    def built(root: Path) -> tuple[int, str]:
+        """A build, holding 3 typed documents at once in `parts` (as it counts them)."""
+        monkeypatch.setattr(incremental, "TYPED_AT_ONCE", 3 if root == parts else 20_000)
+        most.update(checked=0, compiled=0)
+        code, out = build(root, capsys)
+        if root == parts and code == 0:
+            assert 0 < most["checked"] <= 3 and 0 < most["compiled"] <= 3, most
+            validated = stage(parts, "validate")
+            assert validated["documents_typed"] == validated["documents_checked"] == 14
+        return code, out
+
+    for root in (held, parts):
+        code, out = built(root)
+        assert code == 0, out
+    assert most["checked"] <= 3
+    assert artifact_bytes(parts) == artifact_bytes(held)
+
+    for root in (held, parts):  # every document edited: each validation types 14
+        for path in sorted((root / "content").rglob("*.ctxfst.md")):
+            text = path.read_text()
+            path.write_text(text.replace("</Chunk>", "Edited.\n</Chunk>", 1))
+        code, out = built(root)
+        assert code == 0, out
+    assert artifact_bytes(parts) == artifact_bytes(held)
+
+    said = []
+    for root in (held, parts):
+        for number in (1, 5, 9):
+            path = root / f"content/000/notes-{number:05d}.ctxfst.md"
+            path.write_text(path.read_text().replace("entities: [", "entities: [entity:nope, ",
+                                                     1))
+        code, out = built(root)
+        assert code != 0 and "Traceback" not in out
+        said.append([line for line in out.splitlines() if " CTX" in line])
+    assert len(said[0]) >= 3 and said[0] == said[1]
+
+
 def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:
     """A word added to one chunk's passage, in the document that holds it."""
     rows = json.loads((root / "build/chunks.json").read_text())["chunks"]

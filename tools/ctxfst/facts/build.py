@@ -906,8 +906,6 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         if checked is not None:  # (in parallel, with one cache query), not one by one
             checked.documents([s.key for s, _ in batch if s.kind == "document"])
 
-    if not fresh:
-        type_together(work)
     new_runs: list[dict[str, Any]] = []
     # each candidate with its fact id, computed once, and the source's digests (memo.py)
     extracted: list[tuple[Source, str, list[tuple[str, Candidate]], dict[str, str]]] = []
@@ -929,6 +927,9 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         store, in place of them."""
         type_together(batch)  # (in the worker: the parent need not hold them all)
         outcomes = [extract_one(item) for item in batch]
+        if may_let_go and checked is not None:  # (nor the worker, once extracted)
+            for source, _ in batch:
+                checked.let_go(source.key)
         ok = [(source.path, _run_id(seq, source.path), result[0])
               for (source, _), (status, result) in zip(batch, outcomes, strict=True)
               if status == "ok"]
@@ -949,8 +950,15 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                 chunksize=1):  # (a batch is already many sources)
             outcomes.extend(batch_outcomes)
             streams.append(stream)
-    else:
-        outcomes = forked_map(extract_one, work)
+    else:  # (the workers inherit the typed documents: a part at a time)
+        outcomes = []
+        parts = checked.in_parts(work) if checked is not None else [work]
+        for part in parts:
+            type_together(part)
+            outcomes.extend(forked_map(extract_one, part))
+            if len(parts) > 1:
+                for source, _ in part:
+                    checked.let_go(source.key)
     if fresh and may_let_go and checked is not None:
         checked.let_go_typed()  # (extracted: the merge that follows is the peak)
         return_free_memory()

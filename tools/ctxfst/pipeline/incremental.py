@@ -34,6 +34,11 @@ from .units import (
     units_digest,
 )
 
+# Typed documents held at once (some 40 KB each). A validation that types more than this
+# keeps none of them: it types and checks them this many at a time, and a later stage
+# loads again, as many at a time, those it needs (Checked.documents).
+TYPED_AT_ONCE = 20_000
+
 
 @dataclass
 class Checked:
@@ -85,6 +90,12 @@ class Checked:
         self.typed.pop(path, None)
         self.kb.documents = []
 
+    @staticmethod
+    def in_parts(items: list) -> list[list]:
+        """items in parts of TYPED_AT_ONCE: the typed documents a stage holds at once."""
+        return [items[start:start + TYPED_AT_ONCE]
+                for start in range(0, len(items), TYPED_AT_ONCE)]
+
     def documents(self, paths: list[str]) -> dict[str, ParsedDocument]:
         """Typed documents, by path (those not typed yet are loaded together, from the
         bytes their units record: a file edited since stops the build)."""
@@ -130,9 +141,11 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     looked = _look(documents, previous, root, regular_files or {}, digests,
                    {} if digested is None else digested)
     reader = _Reader(root, looked, open_parse_cache, mapper)
-    kb = reader.type_changed(others)
+    made: dict[str, DocumentUnit] = {}  # the changed documents' units, made as typed
+    kb = reader.type_changed(others, lambda doc: made.__setitem__(doc.path,
+                                                                   _unit_of(looked, doc)))
     kb.skills_dir = config.skills_dir  # its folders are checked as `ctxfst validate` does
-    units = _units_now(looked, reader.typed, previous)
+    units = _units_now(looked, made, previous)
     order, changed = looked.order, looked.changed
     live = [units[path] for path in order if units[path].ctxfst]
     # What the changed and removed documents declared before, and declare now: only
@@ -182,22 +195,37 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
                                               relative_of))
     typed = reader.typed
     missing = [unit.path for unit in live if unit.path in recheck and unit.path not in typed]
-    if missing:  # typed together: in parallel, with one cache query
-        typed.update(reader.load(missing))
+    # (all kept for the later stages, unless that is more than TYPED_AT_ONCE at once)
+    hold = len(typed) + len(missing) <= TYPED_AT_ONCE
     out: list[Diagnostic] = [*refused, *linked.diagnostics]
     for item in kb.skills + kb.edge_files:
         out.extend(item.diagnostics)
     rechecked = []
+    passages: set[str] = set()
+    volatile: list[ParsedDocument] = []  # (a volatile document is always rechecked)
+    loaded: dict[str, ParsedDocument] = {}
     for unit in live:
         if unit.path in recheck:
-            doc = typed[unit.path]
+            doc = typed.get(unit.path, loaded.get(unit.path))
+            if doc is None:  # the next missing ones, typed together (in parallel)
+                passages.update(_passages(root, volatile))
+                volatile = []
+                at = missing.index(unit.path)
+                loaded = reader.load(missing[at:at + TYPED_AT_ONCE])
+                if hold:
+                    typed.update(loaded)
+                doc = loaded[unit.path]
             unit.diagnostics = doc.diagnostics + check_document(doc, linked.view, names, root)
             rechecked.append(unit)
+            if unit.volatile:
+                volatile.append(doc)
         out.extend(unit.diagnostics)
+    passages.update(_passages(root, volatile))
+    del loaded, volatile
     store.put_diagnostics(rechecked)
     wide, edges = check_kb_wide(kb, linked.view)
     out.extend(wide)
-    passages = _passages(root, [typed[u.path] for u in live if u.volatile])
+    passages = sorted(passages)
     store.put(PASSAGES, passages)
     store.put("skills", {"names": sorted(names) if names is not None else None})
     labels = store.entity_labels(live)  # (the facts catalogs)
@@ -210,7 +238,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     store.save()
     return Checked(root, live, typed, kb, linked, ordered(out), edges, reader.load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
-                    "documents_typed": len(typed)}, labels, mark, generation=generation,
+                    "documents_typed": len(reader.counted)}, labels, mark, generation=generation,
                    changed=set(changed), based_on=linked_before["units"] if reusable else "")
 
 
@@ -285,20 +313,34 @@ class _Reader:
                  mapper: Mapper | None = None) -> None:
         self.root, self.looked, self.open_parse_cache = root, looked, open_parse_cache
         self.mapper = mapper
-        self.typed: dict[str, ParsedDocument] = {}  # path -> typed in this run
+        self.typed: dict[str, ParsedDocument] = {}  # path -> typed in this run, and kept
+        self.counted: set[str] = set()  # every document typed in this run
 
-    def type_changed(self, others: list):
+    def type_changed(self, others: list, made: Callable[[ParsedDocument], Any]):
         """The knowledge base of the changed documents and the other inputs (skills,
-        extra-edge files), typed; a changed file's bytes become its digest."""
+        extra-edge files), typed; a changed file's bytes become its digest. Each typed
+        document is given to `made`, and kept; more than TYPED_AT_ONCE are typed that
+        many at a time, and none kept (nor in the knowledge base's list)."""
         from ..kb import load_kb
 
+        changed = self.looked.changed
+        step = TYPED_AT_ONCE if len(changed) > TYPED_AT_ONCE else max(1, len(changed))
+        kb = None
         cache = self.open_parse_cache()
         try:
-            kb = load_kb(self.root, self._verified(self.looked.changed, False) + others,
-                         cache, self.mapper)
+            for start in range(0, max(1, len(changed)), step):
+                part = load_kb(self.root, self._verified(changed[start:start + step], False)
+                               + (others if kb is None else []), cache, self.mapper)
+                self.counted.update(doc.path for doc in part.documents)
+                for doc in part.documents:
+                    made(doc)
+                if step == len(changed):
+                    self.typed.update((doc.path, doc) for doc in part.documents)
+                else:
+                    part.documents = []
+                kb = kb or part
         finally:
             cache.close()
-        self.typed.update((doc.path, doc) for doc in kb.documents)
         return kb
 
     def load(self, paths: list[str]) -> dict[str, ParsedDocument]:
@@ -311,6 +353,7 @@ class _Reader:
                                                        cache, self.mapper).documents}
         finally:
             cache.close()
+        self.counted.update(loaded)
         gone = [path for path in paths if path not in loaded]
         if gone:  # plain Markdown now: it changed during the build
             raise BuildFailed(f"{gone[0]} changed during the build: run `doit` again")
@@ -352,22 +395,29 @@ class _Reader:
         return chosen
 
 
-def _units_now(looked: _Looked, typed: dict[str, ParsedDocument],
+def _unit_of(looked: _Looked, doc: ParsedDocument) -> DocumentUnit:
+    """The unit of a changed document, typed now."""
+    _, relative, sha = looked.found[doc.path]
+    return DocumentUnit(doc.path, relative, sha or "", summarize(doc), [], is_volatile(doc),
+                        declared_tenant(doc), looked.places[doc.path],
+                        stamp=looked.stamps.get(doc.path))
+
+
+def _units_now(looked: _Looked, made: dict[str, DocumentUnit],
                previous: dict[str, DocumentUnit]) -> dict[str, DocumentUnit]:
-    """Every document's unit: made anew for a changed one, its unit's for the others."""
+    """Every document's unit: made anew for a changed one (made: those typed), its
+    unit's for the others."""
     units: dict[str, DocumentUnit] = {}
     changed = set(looked.changed)
     for path in looked.order:
-        doc = typed.get(path)
-        _, relative, sha = looked.found[path]
-        place, stamp = looked.places[path], looked.stamps.get(path)
-        if doc is not None:
-            units[path] = DocumentUnit(path, relative, sha or "", summarize(doc), [],
-                                       is_volatile(doc), declared_tenant(doc), place,
-                                       stamp=stamp)
+        unit = made.get(path)
+        if unit is not None:
+            units[path] = unit
         elif path in changed:  # plain Markdown beside the documents
-            units[path] = DocumentUnit(path, relative, sha or "", None, place=place,
-                                       stamp=stamp)
+            _, relative, sha = looked.found[path]
+            units[path] = DocumentUnit(path, relative, sha or "", None,
+                                       place=looked.places[path],
+                                       stamp=looked.stamps.get(path))
         else:
             units[path] = previous[path]
     return units
