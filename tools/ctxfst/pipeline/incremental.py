@@ -315,6 +315,7 @@ class _Reader:
         self.mapper = mapper
         self.typed: dict[str, ParsedDocument] = {}  # path -> typed in this run, and kept
         self.counted: set[str] = set()  # every document typed in this run
+        self.holding = True  # whether the documents typed are kept (not typed in parts)
 
     def type_changed(self, others: list, made: Callable[[ParsedDocument], Any]):
         """The knowledge base of the changed documents and the other inputs (skills,
@@ -324,7 +325,8 @@ class _Reader:
         from ..kb import load_kb
 
         changed = self.looked.changed
-        step = TYPED_AT_ONCE if len(changed) > TYPED_AT_ONCE else max(1, len(changed))
+        self.holding = len(changed) <= TYPED_AT_ONCE
+        step = max(1, len(changed)) if self.holding else TYPED_AT_ONCE
         kb = None
         cache = self.open_parse_cache()
         try:
@@ -334,11 +336,12 @@ class _Reader:
                 self.counted.update(doc.path for doc in part.documents)
                 for doc in part.documents:
                     made(doc)
-                if step == len(changed):
+                if self.holding:
                     self.typed.update((doc.path, doc) for doc in part.documents)
                 else:
                     part.documents = []
-                kb = kb or part
+                if kb is None:
+                    kb = part
         finally:
             cache.close()
         return kb
@@ -360,10 +363,14 @@ class _Reader:
         return loaded
 
     def position(self, path: str, key: tuple) -> tuple[int, int]:
-        """Where a document declares key (the link step's diagnostics point there)."""
-        if path not in self.typed:
-            self.typed.update(self.load([path]))
-        pos = self.typed[path].source_map.value(key)
+        """Where a document declares key (the link step's diagnostics point there); one
+        typed for it is kept, unless the changed ones were typed in parts."""
+        doc = self.typed.get(path)
+        if doc is None:
+            doc = self.load([path])[path]
+            if self.holding:
+                self.typed[path] = doc
+        pos = doc.source_map.value(key)
         return pos.line, pos.column
 
     def _verified(self, paths: list[str], check: bool) -> list:
