@@ -463,18 +463,21 @@ def test_more_documents_than_a_build_holds_at_once_are_typed_in_parts(
         assert code == 0, out
     assert artifact_bytes(parts) == artifact_bytes(held)
 
-    said = []  # (a document copied: its chunk ids used twice, where the link step says)
+    said = []  # (a document copied: its chunk ids used twice, where the link step says;
+    # one that does not parse)
     for root in (held, parts):
         for number in (1, 5, 9):
             path = root / f"content/000/notes-{number:05d}.ctxfst.md"
             path.write_text(path.read_text().replace("entities: [", "entities: [entity:nope, ",
                                                      1))
         shutil.copy(path, root / "content/000/notes-copy.ctxfst.md")
+        write(root, "content/000/broken.ctxfst.md", "---\nentities: [\n---\nBroken.\n")
         code, out = built(root)
         assert code != 0 and "Traceback" not in out
         said.append([line for line in out.splitlines() if " CTX" in line])
     assert any("CTX203" in line for line in said[0])
-    assert len(said[0]) >= 4 and said[0] == said[1]
+    assert any("broken.ctxfst.md" in line for line in said[0])
+    assert len(said[0]) >= 5 and said[0] == said[1]
 
 
 def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:
