@@ -4,11 +4,19 @@ bytes (and row groups that parquet_splice can reuse)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .io import write_atomic
-from .parquet_splice import SpliceError, assemble, group_ranges, read_parts
+from .parquet_splice import (
+    Group,
+    SpliceError,
+    assemble_pieces,
+    encoding_of,
+    group_ranges,
+    read_parts,
+)
 
 
 def parquet_bytes(table, dictionary: bool = True, group_starts: list[int] | None = None
@@ -66,6 +74,25 @@ def parquet_files_threaded(schemas: list, count: int, groups: Callable[[int], tu
     """parquet_groups_bytes_threaded() of several files at once: groups(number) gives the
     number-th row group of each (files whose groups are made from the same data, made
     once)."""
+    return [b"".join(made.pieces) for made in
+            parquet_pieces_threaded(schemas, count, groups, dictionary)]
+
+
+@dataclass
+class Pieces:
+    """A Parquet file as the pieces that make it end to end, with its encoding
+    (parquet_splice.encoding_of) and row groups as they lie in it; those two None where
+    this toolchain cannot read its footer."""
+
+    pieces: list[Any]
+    encoding: list | None
+    groups: list[Group] | None
+
+
+def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], tuple],
+                            dictionary: bool = True) -> list[Pieces]:
+    """parquet_files_threaded()'s files as Pieces: views of what the threads encoded,
+    not joined (a copy of each file less)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..parallel import worker_count
@@ -73,21 +100,33 @@ def parquet_files_threaded(schemas: list, count: int, groups: Callable[[int], tu
     def encoded(numbers: range) -> list[bytes]:
         return _files_of_groups(schemas, (groups(number) for number in numbers), dictionary)
 
+    def whole(files: list[bytes]) -> list[Pieces]:
+        found = []
+        for data in files:
+            try:
+                parts = read_parts(data)
+                found.append(Pieces([data], encoding_of(parts.footer), parts.groups))
+            except SpliceError:
+                found.append(Pieces([data], None, None))
+        return found
+
     workers = worker_count()
     share = -(-count // workers) if count else 1
     runs = [range(start, min(start + share, count)) for start in range(0, count, share)]
     if len(runs) < 2:
-        return encoded(range(count))
+        return whole(encoded(range(count)))
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(encoded, runs))
     files = []
     for made in zip(*parts, strict=True):
         try:
             read = [read_parts(part) for part in made]
-            files.append(assemble([found for part in read for found in part.groups],
-                                  read[-1].footer))
+            pieces, placed = assemble_pieces([found for part in read for found in part.groups],
+                                             read[-1].footer)
         except SpliceError:  # a footer this toolchain cannot put together: encoded at once
-            return encoded(range(count))
+            return whole(encoded(range(count)))
+        files.append(Pieces(pieces, encoding_of(read[-1].footer),
+                            [Group(b"", *fields) for fields in placed]))
     return files
 
 

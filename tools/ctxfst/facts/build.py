@@ -29,7 +29,7 @@ from typing import Any
 
 from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
 from ..artifacts.layout import DELTA_FILE, EVIDENCE_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
-from ..artifacts.parquet import parquet_bytes, parquet_files_threaded
+from ..artifacts.parquet import parquet_bytes, parquet_pieces_threaded
 from ..artifacts.parquet_splice import (
     Group,
     SpliceError,
@@ -921,7 +921,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         except (ExtractionError, OSError) as error:
             return "failed", str(error)
 
-    def extract_batch(batch: list[tuple[Source, str]]) -> tuple[list[tuple[str, Any]], bytes]:
+    def extract_batch(batch: list[tuple[Source, str]]
+                      ) -> tuple[list[tuple[str, Any]], list[bytes]]:
         """A first build's extraction: the candidates as columns (facts/columns.py), each
         source's outcome with the facts it supports and its digests, encoded for the
         store, in place of them."""
@@ -933,23 +934,23 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         ok = [(source.path, _run_id(seq, source.path), result[0])
               for (source, _), (status, result) in zip(batch, outcomes, strict=True)
               if status == "ok"]
-        stream, supported = candidate_batch(ok)
+        columns, supported = candidate_batch(ok)
         counts = iter(supported)
         return [(status, (next(counts), compact_json(result[1]),
                           compact_json(subjects_of(result[0])))
-                 if status == "ok" else result) for status, result in outcomes], stream
+                 if status == "ok" else result) for status, result in outcomes], columns
 
     # Sources are extracted independently: in forked workers when there are many (a
     # first build), which inherit the typed records and catalogs.
-    streams: list[bytes] = []
+    streams: list[list[bytes]] = []  # (candidate_batch's: a stream a column)
     if fresh:
         batches = [work[i:i + _BATCH] for i in range(0, len(work), _BATCH)]
         outcomes = []
-        for batch_outcomes, stream in forked_map(
+        for batch_outcomes, columns in forked_map(
                 extract_batch, batches, threshold=max(1, PARALLEL_THRESHOLD // _BATCH),
                 chunksize=1):  # (a batch is already many sources)
             outcomes.extend(batch_outcomes)
-            streams.append(stream)
+            streams.append(columns)
     else:  # (the workers inherit the typed documents: a part at a time)
         outcomes = []
         parts = checked.in_parts(work) if checked is not None else [work]
@@ -1126,7 +1127,8 @@ def _table_size(table) -> tuple[int, int, int]:
             pc.sum(table.column("evidence_count")).as_py() or 0)
 
 
-def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Written:
+def _merge_fresh(merge: Merge, streams: list[list[bytes]], present: set[str]
+                 ) -> _Written:
     """A first build's merge: every candidate is new, so the facts are made as columns
     from the workers' streams (facts/columns.py), a row group at a time, with no Python
     object per fact."""
@@ -1138,16 +1140,23 @@ def _merge_fresh(merge: Merge, streams: list[bytes], present: set[str]) -> _Writ
     starts = fact_group_starts(facts.keys, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
     # (in threads: this is the build's last stretch, the other stages done)
     ranges = group_ranges(starts, facts.count)
-    facts_file, evidence_file = parquet_files_threaded(
+    # (as pieces: the two files joined would be a copy of them, 490 MB at 100,000
+    # documents, at the facts process's peak)
+    made, evidence = parquet_pieces_threaded(
         [facts_schema().with_metadata(merge.metadata()),
          evidence_schema().with_metadata(evidence_metadata(merge.seq, merge.version))],
         len(ranges), lambda number: facts.tables(*ranges[number]))
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
-    return _Written([facts_file], [evidence_file], {"added": [], "updated": [],
-                                                    "invalidated": []},
-                    _memo_of(facts_file, evidence_file, facts.keys, starts), entries,
-                    (facts.count, facts.count, int(np.diff(facts.bounds).sum())),
+    memo = None  # (a footer this module cannot splice, another pyarrow's: no memo)
+    if made.groups is not None and evidence.groups is not None:
+        memo = LedgerMemo("", "", FACT_GROUP_ROWS, HEAVY_EVIDENCE, made.encoding,
+                          group_keys(facts.keys, starts, HEAVY_EVIDENCE), made.groups, "",
+                          evidence.encoding, evidence.groups)
+    return _Written(made.pieces, evidence.pieces, {"added": [], "updated": [],
+                                                   "invalidated": []},
+                    memo, entries, (facts.count, facts.count,
+                                    int(np.diff(facts.bounds).sum())),
                     changes={"added": facts.count, "updated": 0, "invalidated": 0})
 
 

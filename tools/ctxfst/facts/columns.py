@@ -7,8 +7,9 @@ Fact.as_row() gives it. No Fact, Evidence or row dict is made. The result is the
 Merge.apply gives over an empty ledger, byte for byte (tests/test_facts.py holds the two
 to each other).
 
-Extraction workers send their candidates back as Arrow IPC streams (candidate_batch):
-pickling 790,000 named tuples cost more than extracting them. Their text columns are
+Extraction workers send their candidates back as Arrow IPC streams, one a column
+(candidate_batch): pickling 790,000 named tuples cost more than extracting them, and the
+merge combines a column at a time, letting its streams go. Their text columns are
 dictionary-encoded (all but fact_id repeat a lot: the candidates take 110 MB at 10,000
 documents, not 270 MB), and the dictionaries are put in order once combined, so that the
 sort compares integers.
@@ -99,10 +100,11 @@ def _sortable(table):
 
 
 def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
-                    ) -> tuple[bytes, list[int]]:
+                    ) -> tuple[list[bytes], list[int]]:
     """The candidates of these sources ((path, run id, [(fact id, candidate)]), in
-    order) as an Arrow IPC stream, a source's repeated spans left out (Merge.apply adds
-    them once); and the number of facts each source supports."""
+    order) as Arrow IPC streams, one a column of candidate_schema, a source's repeated
+    spans left out (Merge.apply adds them once); and the number of facts each source
+    supports."""
     import pyarrow as pa
 
     rows: list[tuple] = []
@@ -125,22 +127,26 @@ def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
     schema = candidate_schema()
     # (rows turned into columns in one C pass: an append per value cost a fifth of this)
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    batch = pa.RecordBatch.from_arrays(
-        [_array(column, field) for column, field in zip(columns, schema, strict=True)],
-        schema=schema)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes(), supported
+    streams = []
+    for column, field in zip(columns, schema, strict=True):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, pa.schema([field])) as writer:
+            writer.write_batch(pa.record_batch([_array(column, field)], names=[field.name]))
+        streams.append(sink.getvalue().to_pybytes())
+    return streams, supported
 
 
-def read_batches(streams: list[bytes]):
-    """The candidates of candidate_batch streams, in order, as one table (no copy: the
-    table holds the streams' buffers)."""
+def _combined(streams: list[list[bytes | None]], index: int):
+    """Column `index` of the candidates of candidate_batch's streams, in order, as one
+    array; each stream of it is let go once read (None in its place)."""
     import pyarrow as pa
 
-    batches = [batch for stream in streams for batch in pa.ipc.open_stream(stream)]
-    return pa.Table.from_batches(batches, schema=candidate_schema())
+    field = candidate_schema().field(index)
+    chunks = []
+    for columns in streams:
+        stream, columns[index] = columns[index], None
+        chunks.extend(batch.column(0) for batch in pa.ipc.open_stream(stream))
+    return pa.chunked_array(chunks, field.type).combine_chunks()
 
 
 class FreshFacts:
@@ -152,20 +158,21 @@ class FreshFacts:
     range of facts, so the file is written a row group at a time and the whole table
     (twice the candidates' size) is never held. Empties `streams`."""
 
-    def __init__(self, streams: list[bytes], build_seq: int, extract_version: str) -> None:
+    def __init__(self, streams: list[list[bytes]], build_seq: int, extract_version: str
+                 ) -> None:
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
         self.build_seq, self.extract_version = build_seq, extract_version
-        # One chunk (a take across the workers' 300 chunks is 30x slower), the
-        # dictionaries combined and in order; the streams are let go, so the candidates
-        # are held once.
-        combined = read_batches(streams).combine_chunks()
-        streams.clear()
+        # One chunk a column (a take across the workers' 300 chunks is 30x slower), the
+        # dictionaries combined and in order; each column's streams are let go as it is
+        # combined, so the candidates are held about once (not streams and copy at once).
+        schema = candidate_schema()
         self.candidates = candidates = pa.table(
-            [_in_order(column) for column in combined.columns], names=combined.column_names)
-        del combined
+            [_in_order(_combined(streams, index)) for index in range(len(schema))],
+            names=schema.names)
+        streams.clear()
         rows = candidates.num_rows
         # A stable sort: equal evidence keys keep the order the candidates were made in.
         order = pc.sort_indices(
@@ -276,7 +283,7 @@ class FreshFacts:
             evidence_metadata(self.build_seq, self.extract_version))
 
 
-def fresh_facts(streams: list[bytes], build_seq: int, extract_version: str):
+def fresh_facts(streams: list[list[bytes]], build_seq: int, extract_version: str):
     """FreshFacts' whole table, and its evidence table."""
     facts = FreshFacts(streams, build_seq, extract_version)
     return facts.tables(0, facts.count)
