@@ -189,9 +189,10 @@ class FreshFacts:
         self.count = len(self.bounds) - 1
         self.primary = ranks[self.bounds[:-1]]  # each fact's first evidence (its row's)
         self.first_made = np.minimum.reduceat(ranks, self.bounds[:-1]) if rows else ranks
+        # (the sort columns as their dictionaries' indices: as strings, every fact's took
+        # 0.5 GB at 100,000 documents)
         keys = candidates.select(["fact_id", *SORT_COLUMNS]).take(pa.array(self.primary))
-        self.keys = pa.table([_plain(column) for column in keys.columns],
-                             names=keys.column_names).append_column(
+        self.keys = keys.combine_chunks().append_column(
             "is_active", pa.array(np.ones(self.count, dtype=bool))).append_column(
             "evidence_count", pa.array(np.diff(self.bounds).astype(np.int32)))
 
