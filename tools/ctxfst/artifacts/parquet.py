@@ -85,7 +85,7 @@ class Pieces:
     this toolchain cannot read its footer."""
 
     pieces: list[Any]
-    encoding: list | None
+    encoding: str | None
     groups: list[Group] | None
 
 

@@ -129,9 +129,9 @@ def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
     streams = []
     for column, field in zip(columns, schema, strict=True):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, pa.schema([field])) as writer:
-            writer.write_batch(pa.record_batch([_array(column, field)], names=[field.name]))
+        sink, alone = pa.BufferOutputStream(), pa.schema([field])
+        with pa.ipc.new_stream(sink, alone) as writer:
+            writer.write_batch(pa.record_batch([_array(column, field)], schema=alone))
         streams.append(sink.getvalue().to_pybytes())
     return streams, supported
 
