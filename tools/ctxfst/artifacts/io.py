@@ -486,7 +486,7 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 
 def compact_json(value: Any) -> bytes:
     """JSON with no spaces and no newline, UTF-8: how caches keep values (UnitStore)."""
-    return _COMPACT.encode(value).encode("utf-8")
+    return compact_json_text(value).encode("utf-8")
 
 
 def compact_json_text(value: Any) -> str:

@@ -89,6 +89,15 @@ class Pieces:
     groups: list[Group] | None
 
 
+def pieces_of(data: bytes) -> Pieces:
+    """A whole file's bytes as Pieces (its footer read by parquet_splice)."""
+    try:
+        parts = read_parts(data)
+    except SpliceError:
+        return Pieces([data], None, None)
+    return Pieces([data], encoding_of(parts.footer), parts.groups)
+
+
 def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], tuple],
                             dictionary: bool = True) -> list[Pieces]:
     """parquet_files_threaded()'s files as Pieces: views of what the threads encoded,
@@ -100,21 +109,11 @@ def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], t
     def encoded(numbers: range) -> list[bytes]:
         return _files_of_groups(schemas, (groups(number) for number in numbers), dictionary)
 
-    def whole(files: list[bytes]) -> list[Pieces]:
-        found = []
-        for data in files:
-            try:
-                parts = read_parts(data)
-                found.append(Pieces([data], encoding_of(parts.footer), parts.groups))
-            except SpliceError:
-                found.append(Pieces([data], None, None))
-        return found
-
     workers = worker_count()
     share = -(-count // workers) if count else 1
     runs = [range(start, min(start + share, count)) for start in range(0, count, share)]
     if len(runs) < 2:
-        return whole(encoded(range(count)))
+        return [pieces_of(data) for data in encoded(range(count))]
     with ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(encoded, runs))
     files = []
@@ -124,7 +123,7 @@ def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], t
             pieces, placed = assemble_pieces([found for part in read for found in part.groups],
                                              read[-1].footer)
         except SpliceError:  # a footer this toolchain cannot put together: encoded at once
-            return whole(encoded(range(count)))
+            return [pieces_of(data) for data in encoded(range(count))]
         files.append(Pieces(pieces, encoding_of(read[-1].footer),
                             [Group(b"", *fields) for fields in placed]))
     return files

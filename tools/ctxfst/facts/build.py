@@ -29,7 +29,7 @@ from typing import Any
 
 from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
 from ..artifacts.layout import DELTA_FILE, EVIDENCE_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
-from ..artifacts.parquet import parquet_bytes, parquet_pieces_threaded
+from ..artifacts.parquet import Pieces, parquet_bytes, parquet_pieces_threaded, pieces_of
 from ..artifacts.parquet_splice import (
     Group,
     SpliceError,
@@ -1148,30 +1148,21 @@ def _merge_fresh(merge: Merge, streams: list[list[bytes]], present: set[str]
         len(ranges), lambda number: facts.tables(*ranges[number]))
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
-    memo = None  # (a footer this module cannot splice, another pyarrow's: no memo)
-    if made.groups is not None and evidence.groups is not None:
-        memo = LedgerMemo("", "", FACT_GROUP_ROWS, HEAVY_EVIDENCE, made.encoding,
-                          group_keys(facts.keys, starts, HEAVY_EVIDENCE), made.groups, "",
-                          evidence.encoding, evidence.groups)
     return _Written(made.pieces, evidence.pieces, {"added": [], "updated": [],
                                                    "invalidated": []},
-                    memo, entries, (facts.count, facts.count,
-                                    int(np.diff(facts.bounds).sum())),
+                    _memo_of(made, evidence, facts.keys, starts), entries,
+                    (facts.count, facts.count, int(np.diff(facts.bounds).sum())),
                     changes={"added": facts.count, "updated": 0, "invalidated": 0})
 
 
-def _memo_of(facts_file: bytes, evidence_file: bytes, table, starts: list[int]
-             ) -> LedgerMemo | None:
+def _memo_of(made: Pieces, evidence: Pieces, table, starts: list[int]) -> LedgerMemo | None:
     """The memo of a semantic_facts.parquet and its evidence file just made (their
-    sha256s filled in later)."""
-    try:
-        parts = read_parts(facts_file)
-        evidence = read_parts(evidence_file)
-        return LedgerMemo("", "", FACT_GROUP_ROWS, HEAVY_EVIDENCE, encoding_of(parts.footer),
-                          group_keys(table, starts, HEAVY_EVIDENCE), parts.groups, "",
-                          encoding_of(evidence.footer), evidence.groups)
-    except SpliceError:  # a footer this module cannot splice (another pyarrow): no memo
+    sha256s filled in later); None where a footer cannot be spliced (another pyarrow)."""
+    if made.groups is None or evidence.groups is None:
         return None
+    return LedgerMemo("", "", FACT_GROUP_ROWS, HEAVY_EVIDENCE, made.encoding,
+                      group_keys(table, starts, HEAVY_EVIDENCE), made.groups, "",
+                      evidence.encoding, evidence.groups)
 
 
 def _evidence_starts(evidence, fact_starts: list[int], facts: int) -> list[int]:
@@ -1372,17 +1363,16 @@ def _merge_whole(ledger: _Ledger, merge: Merge, present: set[str]) -> _Written:
         merge.metadata())
     evidence = _merged_evidence(previous_evidence, window, table, merge.seq, merge.version)
     starts = fact_group_starts(table, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
-    facts_file = parquet_bytes(table.combine_chunks(), group_starts=starts)
-    evidence_file = parquet_bytes(evidence, group_starts=_evidence_starts(
-        evidence, starts, table.num_rows))
+    made = pieces_of(parquet_bytes(table.combine_chunks(), group_starts=starts))
+    made_evidence = pieces_of(parquet_bytes(evidence, group_starts=_evidence_starts(
+        evidence, starts, table.num_rows)))
     # Every source's digests (a ledger without a memo has none to start from).
     entries: dict[str, dict[str, str] | None] = {path: {} for path in present}
     entries.update(_digests(table, evidence))
     for path in merge.deleted:
         entries.setdefault(path, None)
-    return _Written([facts_file], [evidence_file], delta,
-                    _memo_of(facts_file, evidence_file, table, starts), entries,
-                    _table_size(table))
+    return _Written(made.pieces, made_evidence.pieces, delta,
+                    _memo_of(made, made_evidence, table, starts), entries, _table_size(table))
 
 
 _DIGEST_SLICE = 20_000  # evidence entries made Python objects at a time for their digests

@@ -136,12 +136,12 @@ def candidate_batch(sources: list[tuple[str, str, list[tuple[str, Candidate]]]]
     return streams, supported
 
 
-def _combined(streams: list[list[bytes | None]], index: int):
-    """Column `index` of the candidates of candidate_batch's streams, in order, as one
-    array; each stream of it is let go once read (None in its place)."""
+def _combined(streams: list[list[bytes | None]], index: int, field):
+    """Column `index` (of candidate_schema, `field`) of the candidates of candidate_batch's
+    streams, in order, as one array; each stream of it is let go once read (None in its
+    place)."""
     import pyarrow as pa
 
-    field = candidate_schema().field(index)
     chunks = []
     for columns in streams:
         stream, columns[index] = columns[index], None
@@ -170,7 +170,8 @@ class FreshFacts:
         # combined, so the candidates are held about once (not streams and copy at once).
         schema = candidate_schema()
         self.candidates = candidates = pa.table(
-            [_in_order(_combined(streams, index)) for index in range(len(schema))],
+            [_in_order(_combined(streams, index, field))
+             for index, field in enumerate(schema)],
             names=schema.names)
         streams.clear()
         rows = candidates.num_rows

@@ -204,14 +204,14 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     passages: set[str] = set()
     volatile: list[ParsedDocument] = []  # (a volatile document is always rechecked)
     loaded: dict[str, ParsedDocument] = {}
+    parts = iter(Checked.in_parts(missing))  # (in the order they are met below)
     for unit in live:
         if unit.path in recheck:
             doc = typed.get(unit.path, loaded.get(unit.path))
             if doc is None:  # the next missing ones, typed together (in parallel)
                 passages.update(_passages(root, volatile))
                 volatile = []
-                at = missing.index(unit.path)
-                loaded = reader.load(missing[at:at + TYPED_AT_ONCE])
+                loaded = reader.load(next(parts))
                 if hold:
                     typed.update(loaded)
                 doc = loaded[unit.path]
@@ -326,12 +326,11 @@ class _Reader:
 
         changed = self.looked.changed
         self.holding = len(changed) <= TYPED_AT_ONCE
-        step = max(1, len(changed)) if self.holding else TYPED_AT_ONCE
         kb = None
         cache = self.open_parse_cache()
         try:
-            for start in range(0, max(1, len(changed)), step):
-                part = load_kb(self.root, self._verified(changed[start:start + step], False)
+            for paths in Checked.in_parts(changed) or [[]]:  # (the others come with the first)
+                part = load_kb(self.root, self._verified(paths, False)
                                + (others if kb is None else []), cache, self.mapper)
                 self.counted.update(doc.path for doc in part.documents)
                 for doc in part.documents:
