@@ -262,7 +262,7 @@ def _scan_group(data: bytes, at: int, limit: int) -> tuple[Group, int]:
     if any(not ordinal and not (begin <= value < stop or value == 0 and stop == begin)
            for _, _, ordinal, value in patches):
         raise SpliceError(_OUTSIDE)
-    entry = data[at:end]
+    entry = bytes(data[at:end])  # (data may be a view: the entry is kept as bytes)
     return Group(data, begin, stop - begin, rows, entry,
                  Patches.of([(s - at, e - at, ordinal, value)
                              for s, e, ordinal, value in patches])), end
@@ -282,7 +282,8 @@ def _footer_start(data: bytes) -> int:
 
 
 def read_parts(data: bytes) -> ParquetParts:
-    """The footer fields and row groups of Parquet bytes (SpliceError unless every row
+    """The footer fields and row groups of Parquet bytes, or of a view of them (cast to
+    unsigned bytes), the footer's fields kept as bytes (SpliceError unless every row
     group's column chunks lie one after the other, as pyarrow writes them)."""
     start = _footer_start(data)
     footer: list[tuple[int, int, bytes]] = []
@@ -299,7 +300,7 @@ def read_parts(data: bytes) -> ParquetParts:
             end = at
         else:
             end = value_at if kind in (_TRUE, _FALSE) else _skip(data, value_at, kind)
-        footer.append((field_id, kind, data[value_at:end]))
+        footer.append((field_id, kind, bytes(data[value_at:end])))
         return end
 
     if _walk_struct(data, start, field) != len(data) - 8:

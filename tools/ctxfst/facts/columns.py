@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..collector import return_free_memory
 from .model import (
     EVIDENCE_ORDER,
     SORT_COLUMNS,
@@ -168,11 +169,15 @@ class FreshFacts:
         # One chunk a column (a take across the workers' 300 chunks is 30x slower), the
         # dictionaries combined and in order; each column's streams are let go as it is
         # combined, so the candidates are held about once (not streams and copy at once).
+        # The streams are Python bytes, whose freed pages Arrow's allocator never reuses:
+        # they are given back column by column (else 1.3 GB at 100,000 documents).
         schema = candidate_schema()
-        self.candidates = candidates = pa.table(
-            [_in_order(_combined(streams, index, field))
-             for index, field in enumerate(schema)],
-            names=schema.names)
+        columns = []
+        for index, field in enumerate(schema):
+            columns.append(_in_order(_combined(streams, index, field)))
+            return_free_memory()
+        self.candidates = candidates = pa.table(columns, names=schema.names)
+        del columns
         streams.clear()
         rows = candidates.num_rows
         # A stable sort: equal evidence keys keep the order the candidates were made in.
