@@ -1081,6 +1081,7 @@ def facts_sources(run: BuildRun) -> tuple[list[str], str]:
 def stage_facts(run: BuildRun) -> None:
     """Semantic facts (docs/facts.md): extract changed sources, invalidate, write the delta."""
     import datetime
+    from concurrent.futures import ThreadPoolExecutor
 
     from ..facts.build import run_facts
     from ..facts.extractors import ExtractionError
@@ -1098,13 +1099,20 @@ def stage_facts(run: BuildRun) -> None:
                             may_let_go=run.beside.in_child,  # (the parent keeps its own)
                             vouched=lambda name, data, info, sha256: read_as_published(
                                 published, LEDGER_STAMP + name, data, info, sha256))
-        store.save()
+        # The ledger's copies (here, beside the stages that follow, not when publishing),
+        # each in a thread while the store saves: the kernel copies and fsyncs them
+        # without the GIL (50 MB at 10,000 documents, 500 MB at 100,000).
+        with ThreadPoolExecutor(len(LEDGER_FILES)) as pool:
+            copies = [pool.submit(copy_atomic, staged(config, name),
+                                  staged(config, ledger_copy_name(name)))
+                      for name in LEDGER_FILES]
+            store.save()
+            for copy in copies:
+                copy.result()
     except ExtractionError as error:
         raise BuildFailed(str(error)) from None
     finally:
         store.close()
-    for name in LEDGER_FILES:  # (here, beside the stages that follow, not when publishing)
-        copy_atomic(staged(config, name), staged(config, ledger_copy_name(name)))
     if outcome.counts["failed"]:
         print(f"ctxfst: facts: {outcome.counts['failed']} source(s) could not be extracted; "
               "their previous facts are kept (see semantic_fact_extraction_runs.parquet)",
