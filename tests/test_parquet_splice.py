@@ -13,10 +13,13 @@ from ctxfst.artifacts.parquet import (
     parquet_files_threaded,
     parquet_groups_bytes,
     parquet_groups_bytes_threaded,
+    parquet_pieces_threaded,
+    pieces_of,
 )
 from ctxfst.artifacts.parquet_splice import (
     SpliceError,
     content_group_starts,
+    group_record,
     group_spans,
     read_parts,
     record_of,
@@ -118,6 +121,30 @@ def test_row_groups_encoded_in_threads_and_put_together_are_the_whole_write(work
         ids = schema.remove(2).remove(1)
         both = parquet_files_threaded([schema, ids], count, pairs.__getitem__)
         assert both == [made, parquet_groups_bytes(ids, [pair[1] for pair in pairs])]
+
+
+def test_a_file_encoded_in_threads_reads_as_its_bytes_from_the_threads_buffers(monkeypatch):
+    """The threads' files stay in Arrow's buffers (views): their footers read from the
+    views are the bytes' own, kept as bytes, so the memo made from them is the one the
+    joined file gives."""
+    import ctxfst.parallel
+
+    monkeypatch.setattr(ctxfst.parallel, "worker_count", lambda: 2)
+    groups = [table([(f"g{number}r{row}", "text", ["t"]) for row in range(number + 3)])
+              for number in range(6)]
+    schema = table([]).schema
+    made = parquet_pieces_threaded([schema], len(groups), lambda n: (groups[n],))[0]
+    joined = b"".join(made.pieces)
+    assert joined == parquet_groups_bytes(schema, groups)
+    assert any(isinstance(piece, memoryview) for piece in made.pieces)
+    whole_file = pieces_of(joined)
+    assert made.encoding == whole_file.encoding
+    assert [group_record(g) for g in made.groups] == \
+        [group_record(g) for g in whole_file.groups]
+    viewed = read_parts(memoryview(pa.py_buffer(joined)).cast("B"))
+    assert viewed.footer == read_parts(joined).footer
+    assert all(type(value) is bytes for _, _, value in viewed.footer)
+    assert all(type(group.entry) is bytes for group in viewed.groups)
 
 
 def test_unchanged_groups_are_copied_not_encoded():

@@ -38,7 +38,7 @@ def parquet_groups_bytes(schema, groups: Iterable[Any], dictionary: bool = True)
 
 
 def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool,
-                     views: bool = False) -> list[bytes]:
+                     views: bool = False) -> list[bytes] | list[memoryview]:
     """One file for each schema, each of `groups` giving every file its next row group.
     views: each file as a view of the buffer Arrow wrote it in, not copied into bytes."""
     import pyarrow as pa
