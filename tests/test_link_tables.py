@@ -350,3 +350,37 @@ def test_a_shared_declaration_gets_its_catalog_row_patched_not_linked_again(
                                                ["common", "usual"])))])
     assert any("entity:shared" in ids for ids in asked), asked
     assert catalog()["aliases"] == ["common", "usual"]
+
+
+def test_documents_that_declare_an_entity_alike_hold_one_declaration(tmp_path, capsys, cli,
+                                                                     monkeypatch):
+    """Documents re-declare the same entities: the units a validation makes hold each
+    equal declaration (and its key, id and name) once, a different one apart, and the
+    catalog merges them as before."""
+    import ctxfst.pipeline.incremental as incremental
+
+    root = project(tmp_path / "kb")
+    alike = [("entity:x", "X", "concept", ["ex"])]
+    for name in ("a", "b", "c"):
+        write(root, f"content/{name}.ctxfst.md", _declaring_document(name, alike, []))
+    write(root, "content/d.ctxfst.md", _declaring_document(
+        "d", [("entity:x", "X", "concept", ["other"])], []))
+    seen = []
+    original = incremental.check_incrementally
+
+    def check(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(incremental, "check_incrementally", check)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    units = {unit.path.rsplit("/", 1)[-1]: unit for unit in seen[0].units}
+    declared = {name: units[f"{name}.ctxfst.md"].summary.entities[0] for name in "abcd"}
+    assert declared["a"][4] is declared["b"][4] is declared["c"][4]
+    assert declared["a"][1] is declared["c"][1] and declared["a"][2] is declared["c"][2]
+    assert units["a.ctxfst.md"].declares[0] is units["c.ctxfst.md"].declares[0]
+    assert declared["d"][4] is not declared["a"][4]
+    assert declared["d"][4]["aliases"] == ["other"] and declared["a"][4]["aliases"] == ["ex"]
+    entities = json.loads((root / "build/chunks.json").read_text())["entities"]
+    assert [e["aliases"] for e in entities] == [["ex", "other"]]

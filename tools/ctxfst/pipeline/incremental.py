@@ -142,8 +142,9 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
                    {} if digested is None else digested)
     reader = _Reader(root, looked, open_parse_cache, mapper)
     made: dict[str, DocumentUnit] = {}  # the changed documents' units, made as typed
-    kb = reader.type_changed(others, lambda doc: made.__setitem__(doc.path,
-                                                                   _unit_of(looked, doc)))
+    declarations: dict[str, tuple[str, dict]] = {}  # (shared by the units alike)
+    kb = reader.type_changed(others, lambda doc: made.__setitem__(
+        doc.path, _unit_of(looked, doc, declarations)))
     kb.skills_dir = config.skills_dir  # its folders are checked as `ctxfst validate` does
     units = _units_now(looked, made, previous)
     order, changed = looked.order, looked.changed
@@ -401,10 +402,19 @@ class _Reader:
         return chosen
 
 
-def _unit_of(looked: _Looked, doc: ParsedDocument) -> DocumentUnit:
-    """The unit of a changed document, typed now."""
+def _unit_of(looked: _Looked, doc: ParsedDocument,
+             declarations: dict[str, tuple[str, dict]]) -> DocumentUnit:
+    """The unit of a changed document, typed now. declarations: each declaration met so
+    far by its key (dump_key), as (key, declaration): an equal one is held once, its id
+    and name with it (documents re-declare the same entities), as the units read back
+    from the store share theirs."""
     _, relative, sha = looked.found[doc.path]
-    return DocumentUnit(doc.path, relative, sha or "", summarize(doc), [], is_volatile(doc),
+    summary = summarize(doc)
+    keys = summary.dump_keys()
+    for number, item in enumerate(summary.entities):
+        keys[number], dump = declarations.setdefault(keys[number], (keys[number], item[4]))
+        item[1], item[2], item[4] = dump["id"], dump["name"], dump
+    return DocumentUnit(doc.path, relative, sha or "", summary, [], is_volatile(doc),
                         declared_tenant(doc), looked.places[doc.path],
                         stamp=looked.stamps.get(doc.path))
 
