@@ -869,6 +869,48 @@ def test_an_edit_copies_the_vectors_of_unchanged_row_groups(tmp_path, capsys, mo
         assert (root / "build" / name).read_bytes() == (clean / "build" / name).read_bytes()
 
 
+def test_chunk_vectors_are_embedded_a_part_at_a_time_above_the_bound(tmp_path, capsys,
+                                                                       monkeypatch):
+    """Above VECTORS_AT_ONCE rows, chunks are embedded and their row groups encoded a part
+    at a time (each part's texts and vectors let go): the file is the one embedding them
+    at once makes, after a first build and after an edit."""
+    from ctxfst.compile import embed as embed_module
+    from ctxfst.pipeline import chunk_rows, stages
+
+    monkeypatch.setattr(chunk_rows, "CHUNK_GROUP_ROWS", 2)
+    held = example(tmp_path / "held")
+    assert build(held, capsys)[0] == 0
+    monkeypatch.setattr(stages, "VECTORS_AT_ONCE", 3)
+    sizes: list[int] = []
+    real = embed_module.embed_texts
+
+    def embed_texts(texts, *args, **kwargs):
+        sizes.append(len(texts))
+        return real(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embed_module, "embed_texts", embed_texts)
+    parts = example(tmp_path / "parts")
+    assert build(parts, capsys)[0] == 0
+    chunks = pq.read_metadata(parts / "build/chunks.parquet").num_rows
+    groups = pq.read_metadata(parts / "build/chunks.parquet").num_row_groups
+    # (the profiles' and skills' texts come in one call of their own)
+    chunk_calls = sizes[:-1]
+    assert len(chunk_calls) >= 3 and sum(chunk_calls) == chunks
+    assert max(chunk_calls) <= 8 * 2, chunk_calls  # (a group, up to 8x 2 rows, may be alone)
+    assert (parts / "build/chunk_vectors.parquet").read_bytes() == \
+        (held / "build/chunk_vectors.parquet").read_bytes()
+    assert pq.read_metadata(parts / "build/chunk_vectors.parquet").num_row_groups == groups
+    for root in (held, parts):
+        doc = root / "content/deployment.zh-TW.ctxfst.md"
+        doc.write_text(doc.read_text().replace("一分鐘內", "兩分鐘內"))
+    assert build(parts, capsys)[0] == 0
+    monkeypatch.setattr(stages, "VECTORS_AT_ONCE", 100_000)
+    assert build(held, capsys)[0] == 0
+    assert (parts / "build/chunk_vectors.parquet").read_bytes() == \
+        (held / "build/chunk_vectors.parquet").read_bytes()
+    assert_consistent(parts)
+
+
 def test_an_edited_row_groups_other_vectors_come_from_the_previous_file(tmp_path, capsys):
     """The chunks of an edited row group that kept their texts keep their vectors from
     the previous file, by the text keys the unit store holds for the group it replaced;

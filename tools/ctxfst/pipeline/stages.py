@@ -828,12 +828,17 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any, engine: 
             rows_of = dict(spans)
             kept = {digest: group for digest, group in previous.items()
                     if rows_of.get(digest) == group.rows}
-            ids: list[str] = []
-            texts: list[str] = []
-            starts: list[int] = []
             made: dict[str, list[str]] = {}  # each group embedded: its rows' text keys
-            for index, digest in enumerate(digests):
-                if digest not in kept:
+            fresh_groups: list[Group] = []
+            width = dim
+
+            def embedded(indexes: list[int]):
+                """The groups `indexes` of chunks.parquet embedded and encoded, as a file
+                of their row groups (read_parts), and the vectors' width."""
+                ids: list[str] = []
+                texts: list[str] = []
+                starts: list[int] = []
+                for index in indexes:
                     table = chunks.read_row_group(index,
                                                   columns=["chunk_id", "context", "content"])
                     starts.append(len(ids))
@@ -843,19 +848,28 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any, engine: 
                         for context, content in zip(table.column("context").to_pylist(),
                                                     table.column("content").to_pylist(),
                                                     strict=True)]
-                    made[digest] = text_keys(group_texts)
+                    made[digests[index]] = text_keys(group_texts)
                     texts.extend(group_texts)
-            keys = [key for digest in digests if digest in made for key in made[digest]]
-            known = _replaced_vectors(store, recorded, previous, set(digests), found,
-                                      set(keys))
-            matrix, model_id = embed_texts(texts, settings.embedding_model, cache,
-                                           settings.embed_batch_size, stats, keys, known,
-                                           config.embedding_device, engine)
-            if not ids and dim:  # every group kept: the footer still needs the vectors' type
-                matrix = np.zeros((0, dim), np.float32)
-            fresh = read_parts(parquet_bytes(
-                vectors_table(ids, matrix, model_id, "chunk_vectors"), dictionary=False,
-                group_starts=starts))
+                keys = [key for index in indexes for key in made[digests[index]]]
+                known = _replaced_vectors(store, recorded, previous, set(digests), found,
+                                          set(keys))
+                matrix, model = embed_texts(texts, settings.embedding_model, cache,
+                                            settings.embed_batch_size, stats, keys, known,
+                                            config.embedding_device, engine)
+                if not ids and width:  # every group kept: the footer needs the vectors' type
+                    matrix = np.zeros((0, width), np.float32)
+                return read_parts(parquet_bytes(
+                    vectors_table(ids, matrix, model, "chunk_vectors"), dictionary=False,
+                    group_starts=starts)), model, int(matrix.shape[1]) if matrix.ndim == 2 \
+                    else 0
+
+            # VECTORS_AT_ONCE rows' texts and vectors at a time: each part's row groups are
+            # encoded and its texts and vectors let go (all of them at once made embed the
+            # build process's peak at 100,000 documents)
+            for indexes in _vector_parts([(index, rows_of[digest]) for index, digest
+                                          in enumerate(digests) if digest not in kept]):
+                fresh, model_id, width = embedded(indexes)
+                fresh_groups.extend(fresh.groups)
         except BaseException:
             if handle is not None:
                 os.close(handle)
@@ -864,16 +878,34 @@ def _chunk_vectors(config: Config, cache, stats, store, published: Any, engine: 
         store.remove(key)
     for digest, group_keys in made.items():
         store.put_blob(_VECTOR_TEXTS + digest, b"".join(map(bytes.fromhex, group_keys)))
-    encoded = iter(fresh.groups)
+    encoded = iter(fresh_groups)
     vectors, placed = assemble_pieces([kept[d] if d in kept else next(encoded) for d in digests],
                                       fresh.footer,
                                       copied_from(*found) if found is not None else group_bytes)
     # (its sha256 is added once it is written: write_pieces hashes what it writes)
-    return vectors, {"made_by": made_by, "dim": int(matrix.shape[1]) if matrix.ndim == 2
-                     else 0, "groups": digests, "parts": [
+    return vectors, {"made_by": made_by, "dim": width, "groups": digests, "parts": [
                          group_record(Group(b"", *fields)) for fields in placed]}, \
         sum(kept[d].rows for d in digests if d in kept), sum(rows for _, rows in spans), \
         handle
+
+
+# Rows of chunk_vectors.parquet whose texts and vectors are held at once
+VECTORS_AT_ONCE = 100_000
+
+
+def _vector_parts(groups: list[tuple[int, int]]) -> list[list[int]]:
+    """The groups (index, rows) to embed, in parts of up to VECTORS_AT_ONCE rows (a
+    larger group alone), in order; one empty part where there are none (the file's
+    footer is still made)."""
+    parts: list[list[int]] = [[]]
+    held = 0
+    for index, rows in groups:
+        if parts[-1] and held + rows > VECTORS_AT_ONCE:
+            parts.append([])
+            held = 0
+        parts[-1].append(index)
+        held += rows
+    return parts
 
 
 def _chunk_groups(config: Config, compiled: Any, published: Any) -> tuple[list, Any, Any]:
