@@ -108,6 +108,63 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
     assert written[str(folder / "out")]["sha256"] == digest
 
 
+_FILE_PIECES = st.lists(st.one_of(
+    st.binary(max_size=40).map(lambda data: ("bytes", data)),
+    st.tuples(st.just("file"), st.integers(0, 260), st.integers(0, 260)).map(
+        lambda piece: (piece[0], piece[1], min(piece[2], 260 - piece[1])))), max_size=12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_FILE_PIECES, st.booleans())
+def test_a_file_written_from_file_spans_is_their_bytes_end_to_end(
+        tmp_path_factory, pieces, kernel_copies):
+    """write_pieces: FileSpans of a temporary file are copied by the kernel (or read and
+    written where it cannot copy) and hashed by reading them: the file and its sha256
+    are those of the pieces joined."""
+    import hashlib
+    import os
+    import tempfile
+    from unittest import mock
+
+    from ctxfst.artifacts.io import FileSpan, write_pieces
+
+    folder = tmp_path_factory.mktemp("file-spans")
+    source_bytes = bytes(range(256)) + b"tail"
+    with tempfile.TemporaryFile(dir=folder) as source:
+        source.write(source_bytes)
+        source.flush()
+        made, expected = [], b""
+        for piece in pieces:
+            if piece[0] == "bytes":
+                made.append(piece[1])
+                expected += piece[1]
+            else:
+                _, offset, size = piece
+                made.append(FileSpan(source, offset, size))
+                expected += source_bytes[offset:offset + size]
+        no_copy = OSError(18, "cross-device")
+        with mock.patch.object(os, "copy_file_range", side_effect=no_copy) if not \
+                kernel_copies else contextlib.nullcontext():
+            digest = write_pieces(folder / "out", made)
+    assert (folder / "out").read_bytes() == expected
+    assert digest == hashlib.sha256(expected).hexdigest()
+    assert os.listdir(folder) == ["out"]
+
+
+def test_a_file_span_past_its_files_end_is_an_error_and_writes_nothing(tmp_path):
+    import tempfile
+
+    from ctxfst.artifacts.io import FileSpan, write_pieces
+
+    with tempfile.TemporaryFile(dir=tmp_path) as source:
+        source.write(b"0123456789")
+        source.flush()
+        with pytest.raises(OSError):
+            write_pieces(tmp_path / "out", [b"head", FileSpan(source, 4, 20)])
+    assert not (tmp_path / "out").exists()
+    assert [path.name for path in tmp_path.iterdir()] == []
+
+
 def test_spans_of_a_file_written_in_place_since_it_was_read_are_written_from_memory(
         tmp_path):
     """The digest is of the bytes read; a source edited in place before the copy (a

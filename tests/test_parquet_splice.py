@@ -147,6 +147,39 @@ def test_a_file_encoded_in_threads_reads_as_its_bytes_from_the_threads_buffers(m
     assert all(type(group.entry) is bytes for group in viewed.groups)
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_files_encoded_into_temporary_files_are_the_whole_write(workers, monkeypatch,
+                                                                 tmp_path):
+    """With a folder to spill into, the threads write the files into temporary files
+    (nothing left in the folder) and the pieces are FileSpans of them: written, the
+    bytes of the whole write, with the groups and encoding the joined file gives."""
+    import ctxfst.parallel
+    from ctxfst.artifacts.io import FileSpan, write_pieces
+
+    monkeypatch.setattr(ctxfst.parallel, "worker_count", lambda: workers)
+    schema = table([]).schema
+    ids = schema.remove(2).remove(1)
+    for count in (0, 1, 7):
+        groups = [table([(f"g{number}r{row}", "text " * row, ["t"]) for row in
+                         range(number + 3)]) for number in range(count)]
+        made = parquet_pieces_threaded([schema, ids], count,
+                                       lambda n, groups=groups: (groups[n],
+                                                                 groups[n].select(["id"])),
+                                       spill=tmp_path)
+        assert sorted(path.name for path in tmp_path.iterdir()) == [], count
+        for pieces, schema_of, tables in ((made[0], schema, groups),
+                                          (made[1], ids, [g.select(["id"]) for g in groups])):
+            whole = parquet_groups_bytes(schema_of, tables)
+            assert count == 0 or any(isinstance(p, FileSpan) for p in pieces.pieces)
+            write_pieces(tmp_path / "out", pieces.pieces)
+            assert (tmp_path / "out").read_bytes() == whole, count
+            (tmp_path / "out").unlink()
+            whole_file = pieces_of(whole)
+            assert pieces.encoding == whole_file.encoding
+            assert [group_record(g) for g in pieces.groups] == \
+                [group_record(g) for g in whole_file.groups]
+
+
 def test_unchanged_groups_are_copied_not_encoded():
     rows = [(f"id{i:04d}", f"text {i}", []) for i in range(2000)]
     keys = [r[0] for r in rows]

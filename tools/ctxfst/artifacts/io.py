@@ -70,16 +70,27 @@ _HASHED_ALONE = 1 << 16  # a buffer this large is hashed as it is
 
 
 def _hash_beside(buffers: list) -> Callable[[], str]:
-    """The sha256 of the buffers put end to end, computed in a thread; the function
-    returned waits for it. (The thread ends by itself: one whose caller failed is left
-    to finish, holding nothing.)"""
+    """The sha256 of the buffers (or FileSpans, read) put end to end, computed in a
+    thread; the function returned waits for it. (The thread ends by itself: one whose
+    caller failed is left to finish, holding nothing.)"""
     digest = hashlib.sha256()
+    failed: list[OSError] = []
 
     def run() -> None:
         # Small buffers (a first build's chunks.json is 140,000 rows) are hashed in
         # batches: hashlib holds the GIL over less than 2 KB, and the writer waits.
         small = bytearray()
         for buffer in buffers:
+            if isinstance(buffer, FileSpan):
+                digest.update(small)
+                small.clear()
+                try:
+                    for block in buffer.blocks():
+                        digest.update(block)
+                except OSError as error:
+                    failed.append(error)
+                    return
+                continue
             if len(buffer) >= _HASHED_ALONE:
                 if small:
                     digest.update(small)
@@ -97,6 +108,8 @@ def _hash_beside(buffers: list) -> Callable[[], str]:
 
     def result() -> str:
         thread.join()
+        if failed:
+            raise failed[0]
         return digest.hexdigest()
 
     return result
@@ -113,7 +126,27 @@ class Span:
     stamp: tuple = ()  # file_stamp() of the file when `data` was read from it
 
 
-def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str:
+@dataclass
+class FileSpan:
+    """Bytes of a file this process made to hold them (a temporary file, its own): the
+    kernel copies them, and they are hashed by reading them a block at a time, never
+    mapped, so they are never held in this process's memory. It keeps `file` open."""
+
+    file: Any  # an open binary file
+    offset: int
+    size: int
+
+    def blocks(self, block: int = 1 << 20) -> Iterable[bytes]:
+        at, end = self.offset, self.offset + self.size
+        while at < end:
+            data = os.pread(self.file.fileno(), min(block, end - at), at)
+            if not data:
+                raise OSError(errno.EIO, "a temporary file ended early")
+            yield data
+            at += len(data)
+
+
+def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span | FileSpan]) -> str:
     """write_atomic() of the pieces put end to end; their sha256. A file of mostly
     unchanged spans of another (the previous chunks.json) costs a copy in the kernel,
     some five times faster here than writing the bytes."""
@@ -129,6 +162,13 @@ def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str
                 out.flush()
                 _copy_span(piece, out.fileno())
                 sources[piece.fd] = piece.stamp
+            elif isinstance(piece, FileSpan):
+                out.flush()
+                copied = _kernel_copy(piece.file.fileno(), piece.offset, piece.size,
+                                      out.fileno())
+                for block in FileSpan(piece.file, piece.offset + copied,
+                                      piece.size - copied).blocks():
+                    out.write(block)  # (what the kernel did not copy)
             else:
                 out.write(piece)
         # A source written since its bytes were read (in place: a published twin) gave
@@ -137,7 +177,11 @@ def write_pieces(path: Path, pieces: Iterable[bytes | memoryview | Span]) -> str
             out.seek(0)
             out.truncate()
             for piece in pieces:
-                out.write(piece.data if isinstance(piece, Span) else piece)
+                if isinstance(piece, FileSpan):
+                    for block in piece.blocks():
+                        out.write(block)
+                else:
+                    out.write(piece.data if isinstance(piece, Span) else piece)
         return digest
 
     return _replace(path, write)()

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .io import write_atomic
+from .io import FileSpan, write_atomic
 from .parquet_splice import (
     Group,
     SpliceError,
     assemble_pieces,
     encoding_of,
+    group_bytes,
     group_ranges,
     read_parts,
 )
@@ -38,13 +39,15 @@ def parquet_groups_bytes(schema, groups: Iterable[Any], dictionary: bool = True)
 
 
 def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool,
-                     views: bool = False) -> list[bytes] | list[memoryview]:
+                     views: bool = False, into: list | None = None) -> list:
     """One file for each schema, each of `groups` giving every file its next row group.
-    views: each file as a view of the buffer Arrow wrote it in, not copied into bytes."""
+    views: each file as a view of the buffer Arrow wrote it in, not copied into bytes.
+    into: open binary files to write them in (returned), not memory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    sinks = [pa.BufferOutputStream() for _ in schemas]
+    sinks = [pa.BufferOutputStream() for _ in schemas] if into is None else \
+        [pa.PythonFile(file, mode="w") for file in into]
     writers = [pq.ParquetWriter(sink, schema, compression="zstd", compression_level=3,
                                 use_dictionary=dictionary, write_statistics=True,
                                 data_page_version="2.0", version="2.6", store_schema=True)
@@ -56,6 +59,10 @@ def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool,
     finally:
         for writer in writers:
             writer.close()
+    if into is not None:
+        for file in into:
+            file.flush()  # (read back by its descriptor)
+        return into
     if views:  # (bytes that read_parts and write_pieces take as they take bytes)
         return [memoryview(sink.getvalue()).cast("B") for sink in sinks]
     return [sink.getvalue().to_pybytes() for sink in sinks]
@@ -102,39 +109,63 @@ def pieces_of(data: bytes) -> Pieces:
 
 
 def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], tuple],
-                            dictionary: bool = True) -> list[Pieces]:
+                            dictionary: bool = True, spill: Path | None = None
+                            ) -> list[Pieces]:
     """parquet_files_threaded()'s files as Pieces: views of the buffers the threads
     encoded them in, neither copied into bytes nor joined (each a copy of the files:
-    490 MB at 100,000 documents' facts)."""
+    490 MB at 100,000 documents' facts). spill: a folder where the threads write them
+    in temporary files instead (gone once closed), the pieces then FileSpans of those,
+    which write_pieces copies and hashes without holding them."""
+    import mmap
+    import tempfile
     from concurrent.futures import ThreadPoolExecutor
 
     from ..collector import return_free_memory
     from ..parallel import worker_count
 
-    def encoded(numbers: range) -> list[memoryview]:
+    def encoded(numbers: range, spilled: bool = spill is not None) -> list:
+        into = [tempfile.TemporaryFile(dir=spill) for _ in schemas] if spilled else None
         try:
             return _files_of_groups(schemas, (groups(number) for number in numbers),
-                                    dictionary, views=True)
+                                    dictionary, views=True, into=into)
+        except BaseException:
+            for file in into or ():
+                file.close()
+            raise
         finally:
             return_free_memory()  # (what making its groups' tables left, in this thread)
 
     workers = worker_count()
     share = -(-count // workers) if count else 1
     runs = [range(start, min(start + share, count)) for start in range(0, count, share)]
-    if len(runs) < 2:
+    if len(runs) < 2 and spill is None:
         return [pieces_of(data) for data in encoded(range(count))]
     with ThreadPoolExecutor(workers) as pool:
-        parts = list(pool.map(encoded, runs))
+        parts = list(pool.map(encoded, runs or [range(0)]))
     files = []
     for made in zip(*parts, strict=True):
+        # a spilled file is read through a mapping for its footer alone (its groups'
+        # bytes are neither read nor held: FileSpans)
+        views = [mmap.mmap(part.fileno(), 0, access=mmap.ACCESS_READ) if spill else part
+                 for part in made]
+        read: list = []
         try:
-            read = [read_parts(part) for part in made]
-            pieces, placed = assemble_pieces([found for part in read for found in part.groups],
-                                             read[-1].footer)
+            read = [read_parts(view) for view in views]
+            file_of = {id(view): part for view, part in zip(views, made, strict=True)}
+            encoding = encoding_of(read[-1].footer)
+            pieces, placed = assemble_pieces(
+                [found for part in read for found in part.groups], read[-1].footer,
+                (lambda group, file_of=file_of: FileSpan(file_of[id(group.data)],
+                                                         group.start, group.size))
+                if spill else group_bytes)
         except SpliceError:  # a footer this toolchain cannot put together: encoded at once
-            return [pieces_of(data) for data in encoded(range(count))]
-        files.append(Pieces(pieces, encoding_of(read[-1].footer),
-                            [Group(b"", *fields) for fields in placed]))
+            return [pieces_of(data) for data in encoded(range(count), spilled=False)]
+        finally:
+            if spill:
+                read = []  # (its groups name the mappings)
+                for view in views:
+                    view.close()
+        files.append(Pieces(pieces, encoding, [Group(b"", *fields) for fields in placed]))
     return files
 
 

@@ -982,7 +982,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     merge = Merge(latest, deleted, extracted, seq, version, new_runs)
     written = None
     if fresh:
-        written = _merge_fresh(merge, streams, present)
+        written = _merge_fresh(merge, streams, present, out_dir)
     elif ledger.memo is not None and store is not None:
         recorded = len(new_runs)
         try:
@@ -1127,11 +1127,12 @@ def _table_size(table) -> tuple[int, int, int]:
             pc.sum(table.column("evidence_count")).as_py() or 0)
 
 
-def _merge_fresh(merge: Merge, streams: list[list[bytes]], present: set[str]
+def _merge_fresh(merge: Merge, streams: list[list[bytes]], present: set[str], spill: Path
                  ) -> _Written:
     """A first build's merge: every candidate is new, so the facts are made as columns
     from the workers' streams (facts/columns.py), a row group at a time, with no Python
-    object per fact."""
+    object per fact. The two files are encoded into temporary files in `spill` (the
+    folder they are written to), not held."""
     import numpy as np
 
     merge.record_runs()
@@ -1140,12 +1141,12 @@ def _merge_fresh(merge: Merge, streams: list[list[bytes]], present: set[str]
     starts = fact_group_starts(facts.keys, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
     # (in threads: this is the build's last stretch, the other stages done)
     ranges = group_ranges(starts, facts.count)
-    # (as pieces: the two files joined would be a copy of them, 490 MB at 100,000
-    # documents, at the facts process's peak)
+    # (spilled: held, the two files were 490 MB at 100,000 documents, at the facts
+    # process's peak)
     made, evidence = parquet_pieces_threaded(
         [facts_schema().with_metadata(merge.metadata()),
          evidence_schema().with_metadata(evidence_metadata(merge.seq, merge.version))],
-        len(ranges), lambda number: facts.tables(*ranges[number]))
+        len(ranges), lambda number: facts.tables(*ranges[number]), spill=spill)
     entries: dict[str, dict[str, str] | bytes | None] = {path: {} for path in present}
     entries.update((source.path, digests) for source, _, _, digests in merge.extracted)
     return _Written(made.pieces, evidence.pieces, {"added": [], "updated": [],
