@@ -147,16 +147,21 @@ def test_a_file_encoded_in_threads_reads_as_its_bytes_from_the_threads_buffers(m
     assert all(type(group.entry) is bytes for group in viewed.groups)
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
-def test_files_encoded_into_temporary_files_are_the_whole_write(workers, monkeypatch,
-                                                                 tmp_path):
+@pytest.mark.parametrize("workers,named", [(1, True), (2, True), (3, True), (2, False)])
+def test_files_encoded_into_temporary_files_are_the_whole_write(workers, named,
+                                                                 monkeypatch, tmp_path):
     """With a folder to spill into, the threads write the files into temporary files
-    (nothing left in the folder) and the pieces are FileSpans of them: written, the
-    bytes of the whole write, with the groups and encoding the joined file gives."""
+    (nothing left in the folder; Arrow opens them again by their /proc name, or writes
+    through the Python file where there is none) and the pieces are FileSpans of them:
+    written, the bytes of the whole write, with the groups and encoding the joined file
+    gives."""
+    import ctxfst.artifacts.parquet
     import ctxfst.parallel
     from ctxfst.artifacts.io import FileSpan, write_pieces
 
     monkeypatch.setattr(ctxfst.parallel, "worker_count", lambda: workers)
+    if not named:
+        monkeypatch.setattr(ctxfst.artifacts.parquet, "_OPEN_FILES", str(tmp_path / "none"))
     schema = table([]).schema
     ids = schema.remove(2).remove(1)
     for count in (0, 1, 7):

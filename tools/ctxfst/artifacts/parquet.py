@@ -47,7 +47,7 @@ def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool,
     import pyarrow.parquet as pq
 
     sinks = [pa.BufferOutputStream() for _ in schemas] if into is None else \
-        [pa.PythonFile(file, mode="w") for file in into]
+        [_sink_of(file) for file in into]
     writers = [pq.ParquetWriter(sink, schema, compression="zstd", compression_level=3,
                                 use_dictionary=dictionary, write_statistics=True,
                                 data_page_version="2.0", version="2.6", store_schema=True)
@@ -60,12 +60,35 @@ def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool,
         for writer in writers:
             writer.close()
     if into is not None:
-        for file in into:
+        for sink, file in zip(sinks, into, strict=True):
+            if isinstance(sink, pa.OSFile):
+                sink.close()
             file.flush()  # (read back by its descriptor)
         return into
     if views:  # (bytes that read_parts and write_pieces take as they take bytes)
         return [memoryview(sink.getvalue()).cast("B") for sink in sinks]
     return [sink.getvalue().to_pybytes() for sink in sinks]
+
+
+_OPEN_FILES = "/proc/self/fd"  # where the system names this process's open files
+
+
+def _sink_of(file):
+    """An Arrow sink that writes into an open binary file: the file opened again by
+    Arrow where the system names open files (/proc/self/fd), so that no write takes the
+    GIL (through the Python file each one did: the encoding threads' writes took 30 %
+    longer); else the Python file itself."""
+    import os
+
+    import pyarrow as pa
+
+    named = f"{_OPEN_FILES}/{file.fileno()}"
+    if os.path.exists(named):
+        try:
+            return pa.OSFile(named, "wb")
+        except OSError:
+            pass
+    return pa.PythonFile(file, mode="w")
 
 
 def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any],
