@@ -61,6 +61,30 @@ def test_what_json_cannot_encode_is_refused(bad):
         indented_json(bad)
 
 
+def _made(pieces, span) -> tuple[list, bytes]:
+    """The pieces to write (("bytes", data) as it is; ("span" or "file", offset, size) as
+    span(offset, size) gives it, with its bytes) and the bytes they stand for."""
+    made, expected = [], b""
+    for piece in pieces:
+        piece, data = (piece[1], piece[1]) if piece[0] == "bytes" else span(*piece[1:])
+        made.append(piece)
+        expected += data
+    return made, expected
+
+
+def _written(path, made: list, kernel_copies: bool) -> str:
+    """write_pieces(path, made), where the kernel copies or cannot (another file system)."""
+    import os
+    from unittest import mock
+
+    from ctxfst.artifacts.io import write_pieces
+
+    no_copy = OSError(18, "cross-device")
+    with mock.patch.object(os, "copy_file_range", side_effect=no_copy) if not \
+            kernel_copies else contextlib.nullcontext():
+        return write_pieces(path, made)
+
+
 _PIECES = st.lists(st.one_of(st.binary(max_size=40).map(lambda data: ("bytes", data)),
                              st.tuples(st.just("span"), st.integers(0, 300),
                                        st.integers(0, 120))), max_size=12)
@@ -75,9 +99,8 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
     and its sha256 are those of the pieces joined, and recorded as written."""
     import hashlib
     import os
-    from unittest import mock
 
-    from ctxfst.artifacts.io import Span, recording_writes, write_pieces
+    from ctxfst.artifacts.io import Span, recording_writes
     from ctxfst.files import file_stamp
 
     folder = tmp_path_factory.mktemp("pieces")
@@ -87,20 +110,11 @@ def test_a_file_written_from_pieces_and_spans_is_their_bytes_end_to_end(
     stamp = file_stamp(os.fstat(handle))
     padded = source_bytes + bytes(500)  # what a span past the end stands for in memory
     try:
-        made, expected = [], b""
-        for piece in pieces:
-            if piece[0] == "bytes":
-                made.append(piece[1])
-                expected += piece[1]
-            else:
-                _, offset, size = piece
-                data = memoryview(padded)[offset:offset + size]
-                made.append(Span(handle, offset, data, stamp))
-                expected += bytes(data)
-        no_copy = OSError(18, "cross-device")
-        with mock.patch.object(os, "copy_file_range", side_effect=no_copy) if not \
-                kernel_copies else contextlib.nullcontext(), recording_writes() as written:
-            digest = write_pieces(folder / "out", made)
+        made, expected = _made(pieces, lambda offset, size: (
+            Span(handle, offset, memoryview(padded)[offset:offset + size], stamp),
+            padded[offset:offset + size]))
+        with recording_writes() as written:
+            digest = _written(folder / "out", made, kernel_copies)
     finally:
         os.close(handle)
     assert (folder / "out").read_bytes() == expected
@@ -124,28 +138,17 @@ def test_a_file_written_from_file_spans_is_their_bytes_end_to_end(
     import hashlib
     import os
     import tempfile
-    from unittest import mock
 
-    from ctxfst.artifacts.io import FileSpan, write_pieces
+    from ctxfst.artifacts.io import FileSpan
 
     folder = tmp_path_factory.mktemp("file-spans")
     source_bytes = bytes(range(256)) + b"tail"
     with tempfile.TemporaryFile(dir=folder) as source:
         source.write(source_bytes)
         source.flush()
-        made, expected = [], b""
-        for piece in pieces:
-            if piece[0] == "bytes":
-                made.append(piece[1])
-                expected += piece[1]
-            else:
-                _, offset, size = piece
-                made.append(FileSpan(source, offset, size))
-                expected += source_bytes[offset:offset + size]
-        no_copy = OSError(18, "cross-device")
-        with mock.patch.object(os, "copy_file_range", side_effect=no_copy) if not \
-                kernel_copies else contextlib.nullcontext():
-            digest = write_pieces(folder / "out", made)
+        made, expected = _made(pieces, lambda offset, size: (
+            FileSpan(source, offset, size), source_bytes[offset:offset + size]))
+        digest = _written(folder / "out", made, kernel_copies)
     assert (folder / "out").read_bytes() == expected
     assert digest == hashlib.sha256(expected).hexdigest()
     assert os.listdir(folder) == ["out"]
