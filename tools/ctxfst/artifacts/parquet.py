@@ -42,7 +42,7 @@ def _files_of_groups(schemas: list, groups: Iterable[tuple], dictionary: bool,
                      views: bool = False, into: list | None = None) -> list:
     """One file for each schema, each of `groups` giving every file its next row group.
     views: each file as a view of the buffer Arrow wrote it in, not copied into bytes.
-    into: open binary files to write them in (returned), not memory."""
+    into: open binary files to write them in (returned), not memory (views unused)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -150,7 +150,7 @@ def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], t
         into = [tempfile.TemporaryFile(dir=spill) for _ in schemas] if spilled else None
         try:
             return _files_of_groups(schemas, (groups(number) for number in numbers),
-                                    dictionary, views=True, into=into)
+                                    dictionary, views=not spilled, into=into)
         except BaseException:
             for file in into or ():
                 file.close()
