@@ -19,11 +19,13 @@ from ctxfst.artifacts.parquet import (
 from ctxfst.artifacts.parquet_splice import (
     SpliceError,
     content_group_starts,
+    group_ranges,
     group_record,
     group_spans,
     read_parts,
     record_of,
     relative_starts,
+    spaced_group_starts,
     splice,
     splice_recorded,
 )
@@ -278,6 +280,70 @@ def test_group_starts_follow_their_definition():
                     index - expected[-1] >= 8 * target:
                 expected.append(index)
         assert content_group_starts(keys, target) == expected, case
+
+
+def test_spaced_group_starts_follow_their_definition():
+    """A group starts at row 0; at a key whose CRC-32 is a multiple of target / 4 once
+    3/4 target rows or more follow the last start; 8 * target rows after the last start
+    where no key did; and at each row alone and the row after it. Nowhere else."""
+    import zlib
+
+    rng = random.Random(12)
+    for case in range(300):
+        keys = [str(rng.random()) for _ in range(rng.randint(0, 400))]
+        target = rng.choice([1, 2, 3, 8, 16, 32])
+        alone = sorted(rng.sample(range(len(keys)), min(len(keys), rng.randint(0, 4))))
+        spacing = max(1, target // 4)
+        expected: list[int] = []
+        for index, key in enumerate(keys):
+            since = index - expected[-1] if expected else 0
+            if index == 0 or index in alone or index - 1 in alone or since >= 8 * target \
+                    or zlib.crc32(key.encode()) % spacing == 0 and since >= target - spacing:
+                expected.append(index)
+        assert spaced_group_starts(keys, target, alone) == expected, case
+
+
+def test_spaced_group_starts_before_a_change_stand_and_after_it_meet_the_old_ones():
+    """Keys added or removed move no start before them, and once the new starts meet an
+    old start (the same key) after them, the rest are the old ones."""
+    rng = random.Random(13)
+    met_later = 0
+    for case in range(400):
+        keys = [f"k{rng.randrange(10 ** 9):09d}" for _ in range(rng.randint(1, 600))]
+        target = rng.choice([4, 8, 32])
+        old = spaced_group_starts(keys, target)
+        at = rng.randrange(len(keys) + 1)
+        removed = rng.randint(0, min(3, len(keys) - at))
+        added = [f"n{rng.randrange(10 ** 9):09d}" for _ in range(rng.randint(0, 3))]
+        new_keys = keys[:at] + added + keys[at + removed:]
+        new = spaced_group_starts(new_keys, target)
+        assert [s for s in new if s < at] == [s for s in old if s < at], case
+        shift = len(added) - removed
+        old_after = {keys[s] for s in old if s >= at + removed}
+        meet = next((s for s in new if s >= at + len(added) and new_keys[s] in old_after),
+                    None)
+        if meet is not None:
+            assert [s for s in new if s >= meet] == \
+                [s + shift for s in old if s >= meet - shift], case
+            met_later += meet > min((s for s in new if s >= at + len(added)), default=meet)
+    assert met_later  # (some changes moved a start past the first one after them)
+
+
+def test_spaced_groups_hold_about_target_rows_and_a_rows_group_rarely_twice():
+    """Groups of about target rows, as content_group_starts makes, but the group of a
+    row picked at random (the larger groups more often) averages near target rows, not
+    twice that."""
+    keys = [f"fact-{number}" for number in range(200_000)]
+    for starts_of in (content_group_starts, spaced_group_starts):
+        starts = starts_of(keys, 2048)
+        sizes = [end - start for start, end in group_ranges(starts, len(keys))]
+        average = len(keys) / len(starts)
+        by_row = sum(size * size for size in sizes) / len(keys)
+        assert 1500 < average < 2600, (starts_of, average)
+        if starts_of is spaced_group_starts:
+            assert by_row < 1.3 * 2048 and max(sizes) < 3 * 2048, (by_row, max(sizes))
+        else:
+            assert by_row > 1.5 * 2048, by_row
 
 
 def test_groups_moved_across_a_varint_length_are_the_whole_write():

@@ -636,6 +636,47 @@ def capped_starts(natural: list[int], rows: int, target: int) -> list[int]:
     return starts
 
 
+# The rule spaced_group_starts cuts by, as a memo of groups cut by it names it.
+SPACED_RULE = "crc32 % (target / 4), 3 / 4 target apart, 8 target at most"
+
+
+def spaced_group_starts(keys: list[str], target: int, alone: Iterable[int] = ()
+                        ) -> list[int]:
+    """The first row of each row group, decided by the rows' keys and the groups before:
+    a group starts at a key whose CRC-32 is a multiple of target / 4 once the group
+    before holds 3/4 target rows or more, 8 * target rows after the last start where no
+    key did, and at each row in `alone` (ascending) and the row after it. Groups hold
+    about target rows, as with content_group_starts, but few hold more than twice
+    that: a changed row's group (chosen by its rows, so the larger ones more often)
+    averages some 1.1 target rows against content_group_starts' 2. The rule looks only
+    back: a change moves no start before it, and the starts after it are the old ones
+    again from the first old start the new cut meets."""
+    if not keys:
+        return []
+    spacing = max(1, target // 4)
+    return spaced_starts(natural_starts(keys, spacing), len(keys), target, alone)
+
+
+def spaced_starts(candidates: list[int], rows: int, target: int, alone: Iterable[int] = ()
+                  ) -> list[int]:
+    """spaced_group_starts() of `rows` rows from the rows whose keys' CRC-32 is a
+    multiple of target / 4 (natural_starts)."""
+    if not rows:
+        return []
+    spacing = max(1, target // 4)
+    least, most = target - spacing, 8 * target
+    forced = {row for first in alone for row in (first, first + 1) if 0 < row < rows}
+    starts = [0]
+    for row in sorted({*candidates, *forced}):
+        while starts[-1] + most < row:
+            starts.append(starts[-1] + most)
+        if row in forced or row - starts[-1] >= least:
+            starts.append(row)
+    while starts[-1] + most < rows:
+        starts.append(starts[-1] + most)
+    return starts
+
+
 def group_ranges(starts: list[int], rows: int) -> list[tuple[int, int]]:
     """(start, end) of each row group, from the groups' first rows."""
     return list(itertools.pairwise([*starts, rows]))

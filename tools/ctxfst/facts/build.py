@@ -33,13 +33,12 @@ from ..artifacts.parquet import Pieces, parquet_bytes, parquet_pieces_threaded, 
 from ..artifacts.parquet_splice import (
     Group,
     SpliceError,
-    content_group_starts,
     encoding_of,
     group_bytes,
     group_ranges,
     read_parts,
     replace_runs,
-    starts_group,
+    spaced_group_starts,
 )
 from ..collector import return_free_memory
 from ..document.facts import canonical_date, tenant_problem
@@ -645,7 +644,7 @@ def _recovered_memo(ledger: _Ledger, runs) -> tuple[str | None, LedgerMemo | Non
                       encoding_of(facts_parts.footer), keys, facts_parts.groups, "",
                       encoding_of(evidence_parts.footer), evidence_parts.groups)
     heavy = np.flatnonzero(np.concatenate(counts) >= HEAVY_EVIDENCE).tolist()
-    if content_group_starts(ids, FACT_GROUP_ROWS, heavy) != memo.starts:
+    if spaced_group_starts(ids, FACT_GROUP_ROWS, heavy) != memo.starts:
         return None
     return None, memo
 
@@ -1407,8 +1406,9 @@ def _digests(table, evidence) -> dict[str, dict[str, str]]:
 def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> _Written:
     """The merge through the memo: the facts whose evidence from an extracted or deleted
     source changed are found from the sources' digests, only the row groups that hold
-    them (or would) are read and encoded again, in both files, and the others are
-    copied."""
+    them (or would), and the next ones where the groups are cut anew until a cut meets
+    an old group's start, are read and encoded again, in both files, and the others
+    are copied."""
     import numpy as np
     import pyarrow as pa
 
@@ -1434,22 +1434,13 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         groups.update(found)
     runs = _runs(memo, groups, changed)
     numbers = [group for begin, end in runs for group in range(begin, end)]
-    region = file.read_row_groups(numbers).replace_schema_metadata(None).cast(
-        facts_schema()) if numbers else None
-    region_evidence = ledger.parts(evidence=True).read_row_groups(numbers).\
-        replace_schema_metadata(None).cast(evidence_schema()) if numbers else None
-    # Each run's first row in the region; the memo's first rows must be the file's (it
-    # places rows by them), and the evidence rows the facts' own.
+    evidence_parts = ledger.parts(evidence=True)
+    region, region_evidence = _region(file, evidence_parts, memo, numbers) if numbers else \
+        (None, None)
+    # Each run's first row in the region (the memo's are the file's: _region checks)
     first_rows = [*memo.starts, sum(k.rows for k in memo.keys)]
     sizes = [first_rows[end] - first_rows[begin] for begin, end in runs]
     offsets = [sum(sizes[:index]) for index in range(len(runs))]
-    if region is not None and (region.num_rows != sum(sizes) or any(
-            region.column("fact_id")[offset + first_rows[group] - first_rows[begin]].as_py()
-            != memo.keys[group].fact_id
-            for (begin, end), offset in zip(runs, offsets, strict=True)
-            for group in range(begin, end)) or _evidence_problem(region, region_evidence,
-                                                                 order=False)):
-        raise _MemoDoesNotFit
     window = _Window({}, [], np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64),
                      pa.array([], pa.string()))
     if region is not None and changed:
@@ -1464,15 +1455,33 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     for row in rows.values():
         group = memo.group_of(tuple(row[name] for name in SORT_COLUMNS))
         by_run[bisect.bisect_right(begins, group) - 1].append(row)
-    merged, starts, keys = [], [], []
-    for offset, size, run_rows in zip(offsets, sizes, by_run, strict=True):
-        in_run = [row - offset for row in window.rows if offset <= row < offset + size]
-        table = merge_sorted(region.slice(offset, size), in_run,
-                             rows_table(run_rows, merge.seq, merge.version))
-        run_starts = fact_group_starts(table, memo.group_rows, memo.heavy)
+    tables = [merge_sorted(region.slice(offset, size),
+                           [row - offset for row in window.rows if offset <= row < offset + size],
+                           rows_table(run_rows, merge.seq, merge.version))
+              for offset, size, run_rows in zip(offsets, sizes, by_run, strict=True)]
+    # Each run cut again, and lengthened (by the next run, or the next group read as it
+    # is) until its cut meets the start of the group after it: the old cuts stand after.
+    merged, starts, keys, spliced, lengthened = [], [], [], [], []
+    at = 0
+    while at < len(runs):
+        (begin, end), table = runs[at], tables[at]
+        while (run_starts := _run_starts(table, memo, end)) is None:
+            if at + 1 < len(runs) and runs[at + 1][0] == end:
+                at += 1
+                table, end = pa.concat_tables([table, tables[at]]), runs[at][1]
+            else:
+                more, more_evidence = _region(file, evidence_parts, memo, [end])
+                lengthened.append(more_evidence)
+                table, end = pa.concat_tables([table, more]), end + 1
+        at += 1
         starts.extend(start + sum(t.num_rows for t in merged) for start in run_starts)
         keys.append(group_keys(table, run_starts, memo.heavy))
+        spliced.append((begin, end, len(keys[-1])))
         merged.append(table)
+    if lengthened:  # (their evidence after the region's: _merged_evidence orders it)
+        region_evidence = pa.concat_tables([region_evidence, *lengthened])
+        window.mine = np.concatenate([window.mine, np.zeros(
+            sum(table.num_rows for table in lengthened), dtype=bool)])
     fresh_table = (pa.concat_tables(merged) if merged else
                    rows_table([], merge.seq, merge.version)).replace_schema_metadata(
         merge.metadata()).combine_chunks()
@@ -1482,8 +1491,6 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
         evidence_rows_table([], merge.seq, merge.version)
     evidence_fresh = parquet_bytes(fresh_evidence, group_starts=_evidence_starts(
         fresh_evidence, starts, fresh_table.num_rows))
-    spliced = [(begin, end, len(run_keys)) for (begin, end), run_keys in zip(runs, keys,
-                                                                                strict=True)]
     try:
         facts_file, placed = replace_runs(memo.groups, memo.encoding, spliced, fresh)
         evidence_file, evidence_placed = replace_runs(memo.evidence_groups,
@@ -1492,7 +1499,7 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     except SpliceError:
         raise _MemoDoesNotFit from None
     new_keys, at = [], 0
-    for (begin, end), run_keys in zip(runs, keys, strict=True):
+    for (begin, end, _), run_keys in zip(spliced, keys, strict=True):
         new_keys.extend(memo.keys[at:begin])
         new_keys.extend(run_keys)
         at = end
@@ -1642,32 +1649,52 @@ _SOURCE_PATH = Evidence._fields.index("source_path")  # (then run_id, value_text
 
 def _runs(memo: LedgerMemo, groups: set[int], changed: set[str]) -> list[tuple[int, int]]:
     """The runs of row groups [begin, end) to read and cut again for changes in
-    `groups` (of the facts `changed`): each from a group that starts by content the
-    build leaves alone (or the first) to the next group that starts by its own such
-    content, so that cutting the run's rows alone gives the cuts of the whole file. A
-    group starts by its own content at a fact id that starts one by its CRC, or at a
-    heavy fact unchanged; and by its neighbour's after a heavy fact unchanged (not the
-    run's end: a fact may come in between)."""
+    `groups` (of the facts `changed`): each from the group, or where its first fact is
+    one of them (moved, gone, or heavy no more) the nearest group before it whose first
+    fact is not (spaced_group_starts looks only back: the groups before it stand), to
+    the group after it; runs that meet as one. _merge_by_group lengthens a run whose new
+    cut does not meet the start of the group after it."""
     keys = memo.keys
-
-    def kept_heavy(group: int) -> bool:
-        return keys[group].heavy and keys[group].fact_id not in changed
-
-    def starts_alone(group: int) -> bool:
-        return starts_group(keys[group].fact_id, memo.group_rows) or kept_heavy(group)
-
     runs: list[tuple[int, int]] = []
     for group in sorted(groups):
-        begin, end = group, group + 1
-        while begin and not (starts_alone(begin) or kept_heavy(begin - 1)):
+        begin = group
+        while begin and keys[begin].fact_id in changed:
             begin -= 1
-        while end < len(keys) and not starts_alone(end):
-            end += 1
         if runs and begin <= runs[-1][1]:
-            runs[-1] = (runs[-1][0], max(end, runs[-1][1]))
+            runs[-1] = (runs[-1][0], max(group + 1, runs[-1][1]))
         else:
-            runs.append((begin, end))
+            runs.append((begin, group + 1))
     return runs
+
+
+def _region(facts, evidence, memo: LedgerMemo, numbers: list[int]):
+    """The rows of these row groups (ascending) of the facts file and of the evidence
+    file (ParquetParts), checked against the memo: its rows, each group's first fact the
+    memo's, and each fact's evidence (else _MemoDoesNotFit)."""
+    import itertools
+
+    rows = facts.read_row_groups(numbers).replace_schema_metadata(None).cast(facts_schema())
+    entries = evidence.read_row_groups(numbers).replace_schema_metadata(None).cast(
+        evidence_schema())
+    firsts = list(itertools.accumulate((memo.keys[group].rows for group in numbers),
+                                       initial=0))
+    ids = rows.column("fact_id")
+    if rows.num_rows != firsts[-1] or any(
+            ids[first].as_py() != memo.keys[group].fact_id
+            for first, group in zip(firsts[:-1], numbers, strict=True)) or \
+            _evidence_problem(rows, entries, order=False):
+        raise _MemoDoesNotFit
+    return rows, entries
+
+
+def _run_starts(table, memo: LedgerMemo, end: int) -> list[int] | None:
+    """The row groups' first rows of a run's rows (merged), cut as the file's are where
+    the cut starts a group at the first row of group `end` (which follows them,
+    unchanged: from there the old groups stand); else None. At the file's end, always."""
+    if end == len(memo.keys):
+        return fact_group_starts(table, memo.group_rows, memo.heavy)
+    starts = fact_group_starts(table, memo.group_rows, memo.heavy, then=memo.keys[end])
+    return starts[:-1] if starts[-1] == table.num_rows else None
 
 
 class _RowKeys:
@@ -1751,18 +1778,23 @@ FACT_GROUP_ROWS = 2048  # rows of semantic_facts.parquet per row group, about
 HEAVY_EVIDENCE = 256
 
 
-def fact_group_starts(table, target: int, heavy: int) -> list[int]:
+def fact_group_starts(table, target: int, heavy: int, then: GroupKeys | None = None
+                      ) -> list[int]:
     """The row groups' first rows of a facts table (with fact_id and evidence_count
-    columns): content_group_starts of the fact ids, each heavy fact alone."""
+    columns): spaced_group_starts of the fact ids, each heavy fact alone; with `then`
+    (the first row of a group that follows them), of those rows and that one."""
     import numpy as np
 
-    counts = table.column("evidence_count").to_numpy()
-    return content_group_starts(table.column("fact_id").to_pylist(), target,
-                                np.flatnonzero(counts >= heavy).tolist())
+    ids = table.column("fact_id").to_pylist()
+    alone = np.flatnonzero(table.column("evidence_count").to_numpy() >= heavy).tolist()
+    if then is not None:
+        ids.append(then.fact_id)
+        alone.extend([len(ids) - 1] if then.heavy else [])
+    return spaced_group_starts(ids, target, alone)
 
 
 def facts_bytes(table) -> bytes:
-    """semantic_facts.parquet in row groups cut by fact id (content_group_starts), so an
+    """semantic_facts.parquet in row groups cut by fact id (spaced_group_starts), so an
     edit re-encodes only the groups of the facts it changes (_merge_by_group)."""
     return _facts_file(table)[0]
 

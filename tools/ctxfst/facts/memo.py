@@ -4,12 +4,12 @@ re-encodes only the row groups of the facts it changes.
 The memo lives in the build's unit store (data only, owner-checked) and holds:
 
 - "facts_file": the sha256 of the semantic_facts.parquet, the evidence file and the
-  runs file this toolchain wrote last, the row-group size and heavy evidence count they
-  were cut with, and per row group its first row's sort key and fact id, its rows and
-  active rows, whether that row is heavy (a group of its own), and its footer entries
-  in the facts file and in the evidence file (whose row groups hold the evidence of the
-  facts file's, group for group; artifacts/parquet_splice), so the files are spliced
-  without walking their footers;
+  runs file this toolchain wrote last, the rule, row-group size and heavy evidence count
+  they were cut with (parquet_splice.spaced_group_starts), and per row group its first
+  row's sort key and fact id, its rows and active rows, whether that row is heavy (a
+  group of its own), and its footer entries in the facts file and in the evidence file
+  (whose row groups hold the evidence of the facts file's, group for group;
+  artifacts/parquet_splice), so the files are spliced without walking their footers;
 - "facts:<source path>", for every source: a digest of the evidence it gives each active
   fact it supports (run ids left out: a span read again by a later run is the same).
 
@@ -34,6 +34,7 @@ from typing import Any
 
 from ..artifacts.io import is_sha256
 from ..artifacts.parquet_splice import (
+    SPACED_RULE,
     Group,
     SpliceError,
     group_ranges,
@@ -148,7 +149,8 @@ class LedgerMemo:
         if not isinstance(value, dict) or value.get("facts_sha256") != facts_sha or \
                 value.get("runs_sha256") != runs_sha or value.get("group_rows") != group_rows \
                 or value.get("evidence_sha256") != evidence_sha \
-                or value.get("heavy") != heavy or not is_sha256(value.get("encoding")) \
+                or value.get("heavy") != heavy or value.get("cut") != SPACED_RULE \
+                or not is_sha256(value.get("encoding")) \
                 or not is_sha256(value.get("evidence_encoding")):
             return None
         try:
@@ -177,7 +179,7 @@ class LedgerMemo:
     def as_data(self) -> dict[str, Any]:
         return {"facts_sha256": self.facts_sha, "runs_sha256": self.runs_sha,
                 "evidence_sha256": self.evidence_sha, "group_rows": self.group_rows,
-                "heavy": self.heavy, "encoding": self.encoding,
+                "heavy": self.heavy, "cut": SPACED_RULE, "encoding": self.encoding,
                 "evidence_encoding": self.evidence_encoding,
                 "groups": [{"first": list(k.first), "id": k.fact_id, "rows": k.rows,
                             "active": k.active, "heavy": k.heavy, "part": group_record(g),
