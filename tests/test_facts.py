@@ -1054,6 +1054,55 @@ def test_an_edit_reads_only_its_row_groups_and_writes_what_a_whole_read_writes(
         assert recovered["run_groups_copied"] == run_groups - 1, name
 
 
+_EDIT_AND_SAY_IMPORTS = """
+import json
+import sys
+from pathlib import Path
+from ctxfst.facts import build as facts_build
+from ctxfst.pipeline import stages
+from ctxfst.pipeline.runner import run_build
+root, said = Path(sys.argv[1]), Path(sys.argv[2])
+facts_build.FACT_GROUP_ROWS = 8  # (as the first build's: groups to copy)
+watched = ("numpy.ma", "pyarrow.acero", "pyarrow.dataset")
+real = stages.stage_facts
+
+def stage_facts(run):
+    before = {name for name in watched if name in sys.modules}
+    real(run)
+    after = {name for name in watched if name in sys.modules}
+    said.write_text(json.dumps([sorted(before), sorted(after - before)]))
+
+stages.stage_facts = stage_facts
+sys.exit(run_build(root, []))
+"""
+
+
+def test_an_edits_facts_stage_imports_no_mask_or_query_engine_modules(tmp_path, capsys,
+                                                                     monkeypatch):
+    """pyarrow imports numpy.ma (some 0.04 s) the first time it is given a numpy array
+    (to look for a mask), and Arrow's query engine (acero) for a group_by; an edit's
+    facts stage, the last to end in an edit's build, makes its Arrow arrays from numpy
+    buffers and groups in Python, so it pays for neither."""
+    from ctxfst.facts import build as facts_build
+
+    monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
+    root = copy_example(tmp_path / "kb")
+    build(root, capsys)
+    target = next((root / "content").rglob("*.md"))
+    text = target.read_text()
+    body = text.index("\n", text.index("<Chunk id=")) + 1
+    target.write_text(text[:body] + "Also see the index. " + text[body:])
+    said = tmp_path / "said.txt"
+    done = subprocess.run([sys.executable, "-c", _EDIT_AND_SAY_IMPORTS, str(root), str(said)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    before, imported = json.loads(said.read_text())
+    assert before == [] and imported == [], (before, imported)
+    stage = next(s for s in json.loads((root / "build/run_results.json").read_text())[
+        "stages"] if s["stage"] == "facts")
+    assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
+
+
 def test_a_heavy_fact_is_a_row_group_of_its_own_and_an_add_encodes_only_those_it_changes(
         tmp_path, capsys, monkeypatch):
     """A fact with HEAVY_EVIDENCE or more evidence entries (an entity each document that

@@ -27,6 +27,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
+from ..artifacts.arrays import from_numpy
 from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
 from ..artifacts.layout import DELTA_FILE, EVIDENCE_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
 from ..artifacts.parquet import Pieces, parquet_bytes, parquet_pieces_threaded, pieces_of
@@ -677,7 +678,7 @@ def _evidence_problem(table, evidence, order: bool = True) -> str | None:
     counts = table.column("evidence_count").to_numpy()
     if table.num_rows and counts.min() < 1 or int(counts.sum()) != evidence.num_rows:
         return f"{EVIDENCE_FILE}: not the evidence the facts count"
-    owners = pa.array(np.repeat(np.arange(table.num_rows), counts))
+    owners = from_numpy(np.repeat(np.arange(table.num_rows), counts), pa.int64())
     if evidence.num_rows and not pc.all(pc.equal(
             evidence.column("fact_id"), table.column("fact_id").take(owners))).as_py():
         return f"{EVIDENCE_FILE}: evidence of other facts, or out of their order"
@@ -1190,6 +1191,14 @@ def _new_fact(fact_ids):
     return starts
 
 
+def _rows_where(mask):
+    """The numbers of a numpy bool array's true rows, as an Arrow array to take()."""
+    import numpy as np
+    import pyarrow as pa
+
+    return from_numpy(np.flatnonzero(mask), pa.int64())
+
+
 @dataclass
 class _Window:
     """The facts a merge changes as Fact objects (_windowed), and where the rest of
@@ -1222,7 +1231,7 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     at = np.flatnonzero(mine)
     # (only the columns every entry needs: a heavy fact has some 20,000 entries)
     entries = evidence.select(["fact_id", "source_path", "extractor"]).take(
-        pa.array(at, pa.int64()))
+        from_numpy(at, pa.int64()))
     fact_ids = entries.column("fact_id").combine_chunks()
     starts = _new_fact(fact_ids)
     owner = np.cumsum(starts) - 1
@@ -1235,19 +1244,18 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
     _show_ties(evidence, at, starts, shown)
     fields = list(Evidence._fields)
     held: dict[str, list[Evidence]] = {}
-    shown_rows = pa.array(at[shown], pa.int64())
-    for fid, entry in zip(fact_ids.filter(pa.array(shown)).to_pylist(), evidence_entries(
+    shown_rows = from_numpy(at[shown], pa.int64())
+    for fid, entry in zip(fact_ids.take(_rows_where(shown)).to_pylist(), evidence_entries(
             evidence.select(fields).take(shown_rows).to_pylist()), strict=True):
         held.setdefault(fid, []).append(entry)
     hidden = ~shown
-    first_ids = fact_ids.take(pa.array(np.flatnonzero(starts))).to_pylist()
+    first_ids = fact_ids.take(_rows_where(starts)).to_pylist()
     hidden_counts = np.bincount(owner[hidden], minlength=len(first_ids))
-    dates = evidence.column("freshness_at").take(pa.array(at[hidden], pa.int64()))
-    grouped = pa.table({"fact": owner[hidden], "date": pc.if_else(
-        pc.equal(dates, ""), pa.scalar(None, pa.string()), dates)}).group_by(
-        "fact", use_threads=False).aggregate([("date", "max")])
-    latest = dict(zip(grouped.column("fact").to_pylist(),
-                      grouped.column("date_max").to_pylist(), strict=True))
+    dates = evidence.column("freshness_at").take(from_numpy(at[hidden], pa.int64()))
+    latest: dict[int, str] = {}  # each fact's (by number) latest hidden date
+    for number, date in zip(owner[hidden].tolist(), dates.to_pylist(), strict=True):
+        if date and (number not in latest or date > latest[number]):
+            latest[number] = date
     numbers = {fid: number for number, fid in enumerate(first_ids)}
     facts = {}
     for row in rows:
@@ -1259,7 +1267,7 @@ def _windowed(facts_rows, evidence, ids: set[str], paths: set[str]) -> _Window:
         if len(fact.evidence) + fact.hidden != row["evidence_count"]:
             raise ExtractionError(f"{EVIDENCE_FILE}: not the evidence of {fact.fact_id}")
     return _Window(facts, found.to_pylist(), mine, at[hidden],
-                   fact_ids.filter(pa.array(hidden)))
+                   fact_ids.take(_rows_where(hidden)))
 
 
 def _show_ties(evidence, at, starts, shown) -> None:
@@ -1280,8 +1288,8 @@ def _show_ties(evidence, at, starts, shown) -> None:
         tied = np.ones(len(after), bool)
         for name, _ in EVIDENCE_ORDER:
             column = evidence.column(name)
-            tied &= pc.equal(column.take(pa.array(at[after], pa.int64())),
-                             column.take(pa.array(at[after - 1], pa.int64()))).to_numpy(
+            tied &= pc.equal(column.take(from_numpy(at[after], pa.int64())),
+                             column.take(from_numpy(at[after - 1], pa.int64()))).to_numpy(
                 zero_copy_only=False)
         after = after[tied]
         shown[after] = True
@@ -1313,13 +1321,13 @@ def _merged_evidence(evidence, window: _Window, facts_table, seq: int, version: 
     rows = np.concatenate([np.flatnonzero(~window.mine), merged])
     both = pa.concat_tables([evidence.replace_schema_metadata(None),
                              held.replace_schema_metadata(None)])
-    picked = pa.array(rows, pa.int64())
+    picked = from_numpy(rows, pa.int64())
     places = pc.index_in(both.column("fact_id").take(picked),
                          value_set=facts_table.column("fact_id"))
     if places.null_count:
         raise ExtractionError(f"{EVIDENCE_FILE}: evidence of no fact")
     order = np.argsort(places.to_numpy(zero_copy_only=False), kind="stable")
-    return both.take(pa.array(rows[order], pa.int64())).combine_chunks(
+    return both.take(from_numpy(rows[order], pa.int64())).combine_chunks(
     ).replace_schema_metadata(evidence_metadata(seq, version))
 
 
