@@ -814,8 +814,8 @@ def _changed_since_plan(store, checked, ledger: _Ledger, version: str,
 
 
 def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked=None,
-              store=None, may_let_go: bool = False, vouched: Vouched | None = None
-              ) -> Outcome:
+              store=None, may_let_go: bool = False, vouched: Vouched | None = None,
+              on_written: Callable[[str], None] | None = None) -> Outcome:
     """Extract, merge and write semantic_facts.parquet, the runs and the delta to out_dir
     (the previous ones are in the ledger folder, Config.facts_ledger). store: where the
     memo of the ledger is kept (the build's unit store: value, values, put, remove,
@@ -824,7 +824,8 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     of its own), so a first build lets them go once it has extracted: some 60 KB a
     document less under the merge. vouched(name, bytes, stat, sha256): whether a ledger
     file's bytes, read after this stat, are the ones published with this sha256 (they
-    need not be hashed).
+    need not be hashed). on_written(name): called with each file's name (LEDGER_FILES)
+    once it is written.
 
     Only the facts a build changes become Python objects. With the memo of the ledger
     (facts/memo.py), only the row groups that hold them are read and encoded again, and
@@ -884,6 +885,10 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
                               "extracted": 0, "unchanged": total - len(work), "failed": 0,
                               "deleted": len(deleted)}
 
+    def written_now(name: str) -> None:
+        if on_written is not None:
+            on_written(name)
+
     def planned(facts_sha: str, seq: int) -> None:
         """What the next build's _changed_since_plan compares with."""
         if store is not None and checked is not None:
@@ -895,6 +900,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if not work and not deleted and ledger.data:
         for name in LEDGER_FILES:  # nothing changed: the previous artifacts, byte for byte
             write_atomic(out_dir / name, (ledger_dir / name).read_bytes())
+            written_now(name)
         rows, active, _ = _size_of(ledger)
         planned(ledger.sha, prior_seq)
         return Outcome(prior_seq, False, _final_counts(counts, rows, active, prior_seq, {}),
@@ -993,9 +999,12 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     if written is None:
         written = _merge_whole(ledger, merge, present)
     facts_sha = write_pieces(out_dir / FACTS_FILE, written.facts_file)
+    written_now(FACTS_FILE)
     evidence_sha = write_pieces(out_dir / EVIDENCE_FILE, written.evidence_file)
+    written_now(EVIDENCE_FILE)
     runs_file, run_groups_copied = _runs_file(new_runs, seq, version, ledger)
     runs_digest = write_atomic(out_dir / RUNS_FILE, runs_file)
+    written_now(RUNS_FILE)
     # Without a base every fact is new: a consumer loads semantic_facts.parquet, so the
     # delta names that instead of repeating the whole table (700 MB at 10,000 documents).
     snapshot = prior_seq == 0
@@ -1006,6 +1015,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         "runs": sorted(r["run_id"] for r in new_runs),
         "counts": written.changes, "snapshot": snapshot,
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
+    written_now(DELTA_FILE)
     if store is not None and written.memo is None:
         store.remove(RECORD)  # (a file the footer walker refused: read whole next time)
     elif store is not None:
