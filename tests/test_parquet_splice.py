@@ -18,10 +18,10 @@ from ctxfst.artifacts.parquet import (
 )
 from ctxfst.artifacts.parquet_splice import (
     SpliceError,
-    content_group_starts,
     group_ranges,
     group_record,
     group_spans,
+    natural_starts,
     read_parts,
     record_of,
     relative_starts,
@@ -40,7 +40,7 @@ def table(rows: list[tuple[str, str, list[str]]]):
 
 def whole(rows, target):
     keys = [r[0] for r in rows]
-    return parquet_bytes(table(rows), group_starts=content_group_starts(keys, target))
+    return parquet_bytes(table(rows), group_starts=spaced_group_starts(keys, target))
 
 
 def encoder(rows, seen: list | None = None):
@@ -59,7 +59,7 @@ def spliced(before, after, target, edited: set[str]):
     """splice() by the previous keys; splice_recorded() by the previous file's record
     (what a build keeps) gives the same bytes, and the record of what it made."""
     keys = [r[0] for r in after]
-    starts = content_group_starts(keys, target)
+    starts = spaced_group_starts(keys, target)
     encode = encoder(after)
     previous = whole(before, target)
     previous_keys = [r[0] for r in before]
@@ -68,7 +68,7 @@ def spliced(before, after, target, edited: set[str]):
         return edited.isdisjoint(keys[start:end])
 
     by_keys = splice(previous, previous_keys, keys, starts, unchanged, encode)
-    record = record_of(previous, previous_keys, content_group_starts(previous_keys, target))
+    record = record_of(previous, previous_keys, spaced_group_starts(previous_keys, target))
     pieces, made = splice_recorded(previous, record, keys, starts, unchanged, encode)
     by_record = b"".join(pieces)
     assert by_record == by_keys and made == record_of(by_record, keys, starts)
@@ -190,7 +190,7 @@ def test_files_encoded_into_temporary_files_are_the_whole_write(workers, named,
 def test_unchanged_groups_are_copied_not_encoded():
     rows = [(f"id{i:04d}", f"text {i}", []) for i in range(2000)]
     keys = [r[0] for r in rows]
-    starts = content_group_starts(keys, 64)
+    starts = spaced_group_starts(keys, 64)
     assert 10 < len(starts) < 100
     encoded: list = []
     encode = encoder(rows, encoded)
@@ -245,7 +245,7 @@ def test_a_previous_file_written_otherwise_is_not_spliced():
     quickly, and the caller writes the file whole."""
     rows = [(f"id{i:03d}", f"text {i}", []) for i in range(50)]
     keys = [r[0] for r in rows]
-    starts = content_group_starts(keys, 8)
+    starts = spaced_group_starts(keys, 8)
     encode = encoder(rows)
     fewer_columns = parquet_bytes(table(rows).drop_columns(["tags"]), group_starts=starts)
     with pytest.raises(SpliceError):
@@ -263,23 +263,6 @@ def test_a_previous_file_written_otherwise_is_not_spliced():
     hostile = b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"
     with pytest.raises(SpliceError):
         read_parts(hostile)
-
-
-def test_group_starts_follow_their_definition():
-    """A group starts at row 0, at every key whose CRC-32 is a multiple of the target,
-    and 8 * target rows after a start where no such key comes sooner; nowhere else."""
-    import zlib
-
-    rng = random.Random(11)
-    for case in range(300):
-        keys = [str(rng.random()) for _ in range(rng.randint(0, 400))]
-        target = rng.choice([1, 2, 3, 8, 16])
-        expected = []
-        for index, key in enumerate(keys):
-            if index == 0 or zlib.crc32(key.encode()) % target == 0 or \
-                    index - expected[-1] >= 8 * target:
-                expected.append(index)
-        assert content_group_starts(keys, target) == expected, case
 
 
 def test_spaced_group_starts_follow_their_definition():
@@ -330,17 +313,18 @@ def test_spaced_group_starts_before_a_change_stand_and_after_it_meet_the_old_one
 
 
 def test_spaced_groups_hold_about_target_rows_and_a_rows_group_rarely_twice():
-    """Groups of about target rows, as content_group_starts makes, but the group of a
-    row picked at random (the larger groups more often) averages near target rows, not
-    twice that."""
+    """Groups of about target rows, as groups started at each key whose CRC-32 is a
+    multiple of target make, but the group of a row picked at random (the larger groups
+    more often) averages near target rows, not twice that."""
     keys = [f"fact-{number}" for number in range(200_000)]
-    for starts_of in (content_group_starts, spaced_group_starts):
-        starts = starts_of(keys, 2048)
+    for spaced in (True, False):
+        starts = spaced_group_starts(keys, 2048) if spaced else \
+            [0, *natural_starts(keys, 2048)]
         sizes = [end - start for start, end in group_ranges(starts, len(keys))]
         average = len(keys) / len(starts)
         by_row = sum(size * size for size in sizes) / len(keys)
-        assert 1500 < average < 2600, (starts_of, average)
-        if starts_of is spaced_group_starts:
+        assert 1500 < average < 2600, (spaced, average)
+        if spaced:
             assert by_row < 1.3 * 2048 and max(sizes) < 3 * 2048, (by_row, max(sizes))
         else:
             assert by_row > 1.5 * 2048, by_row

@@ -591,8 +591,7 @@ def encoding_of(footer: list[tuple[int, int, bytes]]) -> str:
 
 
 def starts_group(key: str, target: int) -> bool:
-    """Whether a row with this key starts a row group by its content alone (the rule
-    of content_group_starts)."""
+    """Whether a row with this key is one of natural_starts(..., target)."""
     return zlib.crc32(key.encode("utf-8")) % target == 0
 
 
@@ -600,40 +599,12 @@ def _encoding(footer: list[tuple[int, int, bytes]]) -> list[tuple[int, int, byte
     return [field for field in footer if field[0] in _FILE_ENCODING]
 
 
-def content_group_starts(keys: list[str], target: int, alone: Iterable[int] = ()
-                         ) -> list[int]:
-    """The first row of each row group, decided by the rows' keys alone: a group starts
-    at a key whose CRC-32 is a multiple of target (so about target rows a group), or
-    8 * target rows after the last start. An edit then changes only the groups that hold
-    changed rows; a row added or removed moves no boundary but its own group's, except
-    within a run cut by the 8 * target rule, whose cuts move up to the next key that
-    starts a group by its CRC. Rows in `alone` (ascending; rows too large to encode again
-    with their neighbours) are row groups of their own: a group starts at each and at
-    the row after it."""
-    natural = natural_starts(keys, target)
-    if alone:
-        natural = sorted({*natural, *(row for first in alone for row in (first, first + 1)
-                                      if 0 < row < len(keys))})
-    return capped_starts(natural, len(keys), target)
-
-
 def natural_starts(keys: list[str], target: int) -> list[int]:
-    """The rows after the first whose key starts a row group by its CRC-32 alone."""
+    """The rows after the first whose key's CRC-32 is a multiple of target (those that
+    may start a row group: spaced_starts)."""
     crc32 = zlib.crc32  # (starts_group inline: a call per key was half the time)
     return [index for index, key in enumerate(keys)
             if index and crc32(key.encode("utf-8")) % target == 0]
-
-
-def capped_starts(natural: list[int], rows: int, target: int) -> list[int]:
-    """content_group_starts() of `rows` rows from their natural_starts()."""
-    if not rows:
-        return []
-    starts = [0]
-    for start in [*natural, rows]:  # the gaps between natural starts, cut by the cap
-        starts.extend(range(starts[-1] + 8 * target, start, 8 * target))
-        if start < rows:
-            starts.append(start)
-    return starts
 
 
 # The rule spaced_group_starts cuts by, as a memo of groups cut by it names it.
@@ -645,25 +616,30 @@ def spaced_group_starts(keys: list[str], target: int, alone: Iterable[int] = ()
     """The first row of each row group, decided by the rows' keys and the groups before:
     a group starts at a key whose CRC-32 is a multiple of target / 4 once the group
     before holds 3/4 target rows or more, 8 * target rows after the last start where no
-    key did, and at each row in `alone` (ascending) and the row after it. Groups hold
-    about target rows, as with content_group_starts, but few hold more than twice
+    key did, and at each row in `alone` (rows too large to encode again with their
+    neighbours) and the row after it. Groups hold about target rows; few hold twice
     that: a changed row's group (chosen by its rows, so the larger ones more often)
-    averages some 1.1 target rows against content_group_starts' 2. The rule looks only
+    averages some 1.1 target rows, where a group started at each key whose CRC-32 is a
+    multiple of target alone (memoryless) averages 2 target rows. The rule looks only
     back: a change moves no start before it, and the starts after it are the old ones
     again from the first old start the new cut meets."""
     if not keys:
         return []
-    spacing = max(1, target // 4)
-    return spaced_starts(natural_starts(keys, spacing), len(keys), target, alone)
+    return spaced_starts(natural_starts(keys, spacing_of(target)), len(keys), target, alone)
+
+
+def spacing_of(target: int) -> int:
+    """What a key's CRC-32 is a multiple of where it may start a group of spaced_starts."""
+    return max(1, target // 4)
 
 
 def spaced_starts(candidates: list[int], rows: int, target: int, alone: Iterable[int] = ()
                   ) -> list[int]:
-    """spaced_group_starts() of `rows` rows from the rows whose keys' CRC-32 is a
-    multiple of target / 4 (natural_starts)."""
+    """spaced_group_starts() of `rows` rows from the rows whose keys may start a group
+    (natural_starts(keys, spacing_of(target)))."""
     if not rows:
         return []
-    spacing = max(1, target // 4)
+    spacing = spacing_of(target)
     least, most = target - spacing, 8 * target
     forced = {row for first in alone for row in (first, first + 1) if 0 < row < rows}
     starts = [0]

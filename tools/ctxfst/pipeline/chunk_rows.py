@@ -567,7 +567,7 @@ CHUNK_GROUP_ROWS = 512  # rows of chunks.parquet per row group, about
 
 def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: Any,
                     found: tuple | None, changed: set[str]) -> tuple[list, dict]:
-    """chunks.parquet in row groups cut by chunk id (artifacts/parquet_splice.py): the
+    """chunks.parquet in row groups cut by chunk id (parquet_splice.spaced_starts): the
     previous file's groups whose rows are all unchanged are copied (as spans of it:
     `found`, _previous_chunks, left open for the kernel to copy them), the others
     encoded from the rows (compiled now, taken from the previous file, or parsed from
@@ -579,17 +579,19 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
     from ..artifacts.parquet import parquet_groups_bytes
     from ..artifacts.parquet_splice import (
         SpliceError,
-        capped_starts,
         copied_from,
         group_bytes,
         group_ranges,
         record_of,
+        spaced_starts,
+        spacing_of,
         splice_recorded,
     )
     from ..compile.chunks import chunks_table
 
     keys = rows.ids
-    starts = capped_starts(rows.natural_starts(CHUNK_GROUP_ROWS), len(keys), CHUNK_GROUP_ROWS)
+    starts = spaced_starts(rows.natural_starts(spacing_of(CHUNK_GROUP_ROWS)), len(keys),
+                           CHUNK_GROUP_ROWS)
     compiled = {row["id"]: row for document in fresh.values() for row in document}
     base, piece = None, group_bytes
     if found is not None:
