@@ -591,7 +591,8 @@ def encoding_of(footer: list[tuple[int, int, bytes]]) -> str:
 
 
 def starts_group(key: str, target: int) -> bool:
-    """Whether a row with this key is one of natural_starts(..., target)."""
+    """Whether a row with this key (not the first) is one of natural_starts(...,
+    target)."""
     return zlib.crc32(key.encode("utf-8")) % target == 0
 
 

@@ -1129,7 +1129,8 @@ def stage_facts(run: BuildRun) -> None:
         # The ledger's copies (here, beside the stages that follow, not when publishing),
         # each in a thread from when its file is written, while the stage goes on: the
         # kernel copies and fsyncs them without the GIL (50 MB at 10,000 documents, 500
-        # MB at 100,000).
+        # MB at 100,000). (The pool starts no thread before the first file is written:
+        # the extraction's worker processes are forked before that.)
         with ThreadPoolExecutor(len(LEDGER_FILES)) as pool:
             copies = []
             outcome = run_facts(config.root, checked.kb, config.build, staging(config),
