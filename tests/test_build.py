@@ -148,6 +148,40 @@ def test_inputs_that_had_just_changed_are_compared_by_content(tmp_path):
     assert not states_match(deep, settled) and settled_state(deep, settled) == deep
 
 
+def test_an_inputs_state_changes_with_its_size_mtime_ctime_or_inode(tmp_path):
+    """Each input's identity in the validate task's state is git's index's: a change to
+    its size, mtime, ctime (a chmod, a utime put back) or inode (a copy renamed over it)
+    changes the state; another lstat of the same file does not."""
+    from ctxfst.pipeline.doit_state import inputs_state
+
+    doc, other = tmp_path / "a.md", tmp_path / "b.md"
+    doc.write_text("one")
+    other.write_text("two")
+
+    def state() -> str:
+        return json.loads(inputs_state(BuildRun(find_project(REPO)), [str(doc), str(other)],
+                                       []))["inputs"]
+
+    def changed(change) -> bool:
+        before = state()
+        time.sleep(0.02)  # (past the clock's tick: a new ctime)
+        change()
+        return state() != before
+
+    mtime = doc.stat().st_mtime_ns
+    assert not changed(lambda: None)
+    assert changed(lambda: doc.chmod(0o600))  # ctime alone
+    assert changed(lambda: os.utime(doc, ns=(mtime, mtime + 1)))  # mtime
+    assert changed(lambda: doc.write_text("one!"))  # size
+    copy = tmp_path / "copy.md"
+
+    def replaced() -> None:
+        shutil.copy2(doc, copy)
+        os.replace(copy, doc)  # the same bytes and times, another inode
+
+    assert changed(replaced)
+
+
 def test_full_build_then_noop(tmp_path, capsys):
     root = example(tmp_path)
     code, out = build(root, capsys)
