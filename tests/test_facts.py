@@ -1103,6 +1103,48 @@ def test_an_edits_facts_stage_imports_no_mask_or_query_engine_modules(tmp_path, 
     assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
 
 
+def test_a_ledger_cut_in_other_row_groups_is_cut_again_a_few_groups_at_a_time(
+        tmp_path, capsys, monkeypatch):
+    """A ledger ctxfst encoded but cut in other row groups (an earlier toolchain's
+    rule), with no memo that fits, is checked a row group at a time and cut again a few
+    groups at a time, not read whole (100,000 documents' ledger read whole takes over
+    16 GB); the build then merges by group and writes the bytes the build of an intact
+    copy writes."""
+    import numpy as np
+
+    from ctxfst.artifacts.parquet import parquet_bytes
+    from ctxfst.facts import build as facts_build
+
+    monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
+    root = copy_example(tmp_path / "kb")
+    build(root, capsys)
+    copy = tmp_path / "cut-otherwise"
+    shutil.copytree(root, copy, symlinks=True)
+    shutil.rmtree(copy / ".ctxfst/cache")  # (the memo with it)
+    ledger = copy / ".ctxfst/facts"
+    rows = pq.read_table(ledger / "semantic_facts.parquet")
+    entries = pq.read_table(ledger / "semantic_fact_evidence.parquet")
+    starts = list(range(0, rows.num_rows, 5))  # (groups of five facts: not the rule's)
+    bounds = np.concatenate([[0], np.cumsum(rows.column("evidence_count").to_numpy())])
+    for name, table, schema, cuts in (
+            ("semantic_facts.parquet", rows, facts_schema(), starts),
+            ("semantic_fact_evidence.parquet", entries, evidence_schema(),
+             bounds[starts].tolist())):
+        (ledger / name).write_bytes(parquet_bytes(table.cast(schema).replace_schema_metadata(
+            table.schema.metadata), group_starts=cuts))
+    for kb in (root, copy):
+        target = sorted((kb / "content").rglob("*.md"))[0]  # (the same in both)
+        text = target.read_text()
+        body = text.index("\n", text.index("<Chunk id=")) + 1
+        target.write_text(text[:body] + "Also see the index. " + text[body:])
+        build(kb, capsys)
+    for path in (FACTS, EVIDENCE, RUNS, DELTA):
+        assert (root / path).read_bytes() == (copy / path).read_bytes(), path
+    stage = next(s for s in json.loads((copy / "build/run_results.json").read_text())[
+        "stages"] if s["stage"] == "facts")
+    assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage
+
+
 def test_a_heavy_fact_is_a_row_group_of_its_own_and_an_add_encodes_only_those_it_changes(
         tmp_path, capsys, monkeypatch):
     """A fact with HEAVY_EVIDENCE or more evidence entries (an entity each document that

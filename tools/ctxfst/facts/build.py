@@ -644,10 +644,63 @@ def _recovered_memo(ledger: _Ledger, runs) -> tuple[str | None, LedgerMemo | Non
     memo = LedgerMemo(ledger.sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,
                       encoding_of(facts_parts.footer), keys, facts_parts.groups, "",
                       encoding_of(evidence_parts.footer), evidence_parts.groups)
-    heavy = np.flatnonzero(np.concatenate(counts) >= HEAVY_EVIDENCE).tolist()
-    if spaced_group_starts(ids, FACT_GROUP_ROWS, heavy) != memo.starts:
+    counted = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+    starts = spaced_group_starts(ids, FACT_GROUP_ROWS,
+                                 np.flatnonzero(counted >= HEAVY_EVIDENCE).tolist())
+    if starts != memo.starts:  # cut otherwise (an earlier toolchain): cut again
+        memo = _recut(ledger, counted, starts)
+    return (None, memo) if memo is not None else None
+
+
+def _recut(ledger: _Ledger, counts, starts: list[int]) -> LedgerMemo | None:
+    """The ledger's two files (checked) cut again in the row groups that start at
+    `starts`, a few groups held at a time (read whole, a 100,000-document ledger takes
+    over 16 GB), and their memo; the new bytes take the place of the ledger's for this
+    build (the merge copies their groups), the files on disk left as they are. None
+    where the new files' footers cannot be spliced (another pyarrow)."""
+    import numpy as np
+
+    from ..artifacts.parquet import parquet_groups_bytes
+
+    facts, evidence = ledger.parts(), ledger.parts(evidence=True)
+    rows = facts.metadata.num_rows
+    ranges = group_ranges(starts, rows)
+    entries = np.concatenate([[0], np.cumsum(counts)]).tolist()  # each fact's first entry
+    keys: list[GroupKeys] = []
+
+    def noted(tables):  # (each group's keys noted as it goes by)
+        for table in tables:
+            keys.extend(group_keys(table, [0], HEAVY_EVIDENCE))
+            yield table
+
+    facts_data = parquet_groups_bytes(facts_schema().with_metadata(
+        facts.schema_arrow.metadata), noted(_regrouped(facts, facts_schema(), ranges)))
+    evidence_data = parquet_groups_bytes(evidence_schema().with_metadata(
+        evidence.schema_arrow.metadata), _regrouped(evidence, evidence_schema(), [
+            (entries[start], entries[end]) for start, end in ranges]))
+    try:
+        facts_parts, evidence_parts = read_parts(facts_data), read_parts(evidence_data)
+    except SpliceError:
         return None
-    return None, memo
+    ledger.data, ledger.evidence_data, ledger._parts = facts_data, evidence_data, {}
+    return LedgerMemo(ledger.sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,
+                      encoding_of(facts_parts.footer), keys, facts_parts.groups, "",
+                      encoding_of(evidence_parts.footer), evidence_parts.groups)
+
+
+def _regrouped(parts, schema, ranges: list[tuple[int, int]]):
+    """The rows of a Parquet file (ParquetParts) in these row ranges, end to end from
+    its first row, one table each, its row groups read one after another."""
+    import pyarrow as pa
+
+    held, first, group = None, 0, 0  # rows read and not yet given, from row `first`
+    for start, end in ranges:
+        while held is None or first + held.num_rows < end:
+            more = parts.read_row_groups([group]).replace_schema_metadata(None).cast(schema)
+            held = more if held is None else pa.concat_tables([held, more])
+            group += 1
+        yield held.slice(start - first, end - start).combine_chunks()
+        held, first = held.slice(end - first), end
 
 
 def _order_problem(table) -> str | None:
