@@ -8,7 +8,8 @@ benchmark runs an hour apart say little).
 `--against` is another checkout of ctxfst (for example `git archive <rev> | tar -x -C
 /tmp/old`); its `tools/` is put on `PYTHONPATH` for its runs, this checkout's for the
 others. Each run follows a fresh change of its own kind, made after the other side's run,
-so both sides start from the state the other left (both must read the same caches).
+so both sides start from the state the other left (both must read the same caches); a
+delete removes the document its round's add made, or one added and built untimed.
 With `--separate`, each side works on a copy of its own instead (the same changes):
 a side that keeps records the other does not write then finds its own records.
 `--kinds full` times first builds instead: each run on a fresh copy of the generated
@@ -125,12 +126,14 @@ def main() -> None:
                 for side, tools in (("A", other), ("B", HERE)):
                     target = next((roots[side] / "content").rglob("notes-00042.ctxfst.md"))
                     added = target.with_name(f"notes-ab-{run}-{round_}-{side}.ctxfst.md")
-                    if kind == "edit":
-                        _edit_once(target, f"Edit{round_}{side}")
-                    elif kind == "add":
+                    if kind == "add" or kind == "delete" and not added.exists():
                         name = f"nab{run}{round_}{side.lower()}"  # (ids are lowercase)
                         added.write_text(target.read_text().replace("n00042", name))
-                    else:
+                        if kind == "delete":  # (no add before it: one added and built)
+                            _doit(roots[side], tools)
+                    if kind == "edit":
+                        _edit_once(target, f"Edit{round_}{side}")
+                    elif kind == "delete":
                         added.unlink()
                     time.sleep(0.2)  # (past the racy window: both sides hash alike)
                     times[side].append(_doit(roots[side], tools))
