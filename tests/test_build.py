@@ -577,15 +577,32 @@ def test_profiles_are_kept_while_what_they_are_made_from_is(tmp_path, capsys):
         same_as_clean(f"edited-in-place-{name}")
 
 
-def test_an_added_or_deleted_document_makes_only_the_profiles_it_touches(tmp_path, capsys):
+def test_an_added_or_deleted_document_makes_only_the_profiles_it_touches(tmp_path, capsys,
+                                                                          monkeypatch):
     """A document added, edited or deleted makes again the profiles of the entities its
-    changed chunks name, and copies the others' rows; a renamed entity makes every
-    profile again (its name shows in its neighbours')."""
+    changed chunks name, and copies the others' rows (entities.parquet's row groups of
+    the others: only the touched entities' rows are encoded again); a renamed entity
+    makes every profile again (its name shows in its neighbours')."""
+    from ctxfst.artifacts import parquet
+    from ctxfst.pipeline import stages
+
+    monkeypatch.setattr(stages, "HEAVY_MENTIONS", 1)  # each mentioned entity a group
+    encoded: list[int] = []  # entities.parquet's rows encoded
+    encode = parquet.parquet_groups_bytes
+
+    def counted(schema, groups, dictionary=True):
+        groups = list(groups)
+        if "mention_count" in schema.names:
+            encoded.extend(group.num_rows for group in groups)
+        return encode(schema, groups, dictionary)
+
+    monkeypatch.setattr(parquet, "parquet_groups_bytes", counted)
     root = tmp_path / "kb"
     generate(root, 120, seed=5)
     project(root)
     assert build(root, capsys)[0] == 0
     entities = stage(root, "profiles")["entities"]
+    assert sum(encoded) == entities  # (a first build: every row)
     source = next((root / "content").rglob("notes-00042.ctxfst.md"))
     added = source.with_name("notes-added.ctxfst.md")
     text = source.read_text()
@@ -597,9 +614,11 @@ def test_an_added_or_deleted_document_makes_only_the_profiles_it_touches(tmp_pat
              ("delete", added.unlink)]
     for name, step in steps:
         step()
+        encoded.clear()
         code, out = build(root, capsys)
         assert code == 0, out
         assert 0 < stage(root, "profiles")["entities_profiled"] < entities, name
+        assert 0 < sum(encoded) < entities, (name, encoded)
         assert_equals_a_clean_build(root, tmp_path / f"clean-{name}", capsys, (
             "entity-profiles.json", "entities.parquet", "entity-graph.json"))
     for path in (root / "content").rglob("*.ctxfst.md"):  # every declaration of Rust

@@ -14,6 +14,7 @@ import sqlite3
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -413,7 +414,6 @@ def _make_profiles(config: Config, files: list[str], catalog: bytes, chunks: byt
     profiles they hold and how many were made, and what the record keeps of what they
     were made from (None: chunks.parquet's row groups could not be named)."""
     from ..artifacts.arrays import ParquetParts
-    from ..artifacts.parquet import write_parquet
     from ..artifacts.reader import parse_json
     from ..compile.profiles import (
         DANGLING_KEY,
@@ -432,17 +432,19 @@ def _make_profiles(config: Config, files: list[str], catalog: bytes, chunks: byt
         previous = _previous_profiles(config, record, keys, published) \
             if groups is not None else None
         only = None if previous is None else _touched_profiles(
-            config, index, record, keys, groups, previous, reading)
+            config, index, record, keys, groups, previous.table, reading)
         made = index.profiles(only)
-    if only == [] and (previous.schema.metadata or {}).get(DANGLING_KEY.encode()) == \
+    if only == [] and (previous.table.schema.metadata or {}).get(DANGLING_KEY.encode()) == \
             dangling_json(index.dangling).encode() and \
             _profiles_kept(config, record, published, files):
         outputs = dict(record["outputs"])  # (the same bytes: not written again)
+        layout = record.get("layout")
     else:
         fresh = entities_table(made.profiles, index.dangling)
         if only is not None:
-            fresh = _spliced_profiles(previous, fresh, only)
-        write_parquet(staged(config, "entities.parquet"), fresh)
+            fresh = _spliced_profiles(previous.table, fresh, only)
+        layout = _write_entities(staged(config, "entities.parquet"), fresh,
+                                 previous if only is not None else None, only or [])
         if "entity-profiles.json" in files:
             write_json(staged(config, "entity-profiles.json"), profiles_document(
                 made.profiles if only is None else profiles_from_table(fresh),
@@ -454,9 +456,59 @@ def _make_profiles(config: Config, files: list[str], catalog: bytes, chunks: byt
     reading.update(zip(range(len(entities)) if only is None else only, zip(
         made.text_digests, made.groups, strict=True), strict=True))
     return len(entities), len(made.profiles), {
-        **keys, "entities": len(entities), "outputs": outputs,
+        **keys, "entities": len(entities), "outputs": outputs, "layout": layout,
         **_reading_record(record if only is not None else None, reading, groups,
                           len(entities))}
+
+
+# Rows of entities.parquet per row group, about; an entity that many chunks mention is
+# a group of its own (its lists are long), so that a change encodes again only the rows
+# of the entities it touches, not the whole file.
+ENTITY_GROUP_ROWS = 64
+HEAVY_MENTIONS = 256
+
+
+def _write_entities(path: Path, table, previous: _PreviousProfiles | None,
+                    only: list[int]) -> dict | None:
+    """entities.parquet in row groups cut by entity id (parquet_splice.spaced_group_starts,
+    each heavily mentioned entity alone): with the previous file and its layout, the
+    groups of rows not in `only` (taken from it) are copied and the others encoded; else
+    written whole. The same bytes either way. Its layout (parquet_splice.file_record),
+    or None (a footer that cannot be spliced)."""
+    import numpy as np
+
+    from ..artifacts.io import write_pieces
+    from ..artifacts.parquet import parquet_bytes, parquet_groups_bytes
+    from ..artifacts.parquet_splice import (
+        SpliceError,
+        record_of,
+        spaced_group_starts,
+        splice_recorded,
+    )
+
+    keys = table.column("entity_id").to_pylist()
+    heavy = np.flatnonzero(table.column("mention_count").fill_null(0).to_numpy()
+                           >= HEAVY_MENTIONS).tolist()
+    starts = spaced_group_starts(keys, ENTITY_GROUP_ROWS, heavy)
+    if previous is not None and previous.layout is not None:
+        touched = np.zeros(len(keys), bool)
+        touched[only] = True
+        try:
+            pieces, layout = splice_recorded(
+                previous.data, previous.layout, keys, starts,
+                lambda start, end: not touched[start:end].any(),
+                lambda ranges: parquet_groups_bytes(table.schema, (
+                    table.slice(start, end - start) for start, end in ranges)))
+            write_pieces(path, pieces)
+            return layout
+        except SpliceError:
+            pass  # a layout that does not fit the file: written whole
+    data = parquet_bytes(table, group_starts=starts)
+    write_atomic(path, data)
+    try:
+        return record_of(data, keys, starts)
+    except SpliceError:  # (another pyarrow's footer)
+        return None
 
 
 def _catalog_keys(entities: list[dict[str, Any]]) -> dict[str, Any]:
@@ -514,7 +566,15 @@ def _profiles_kept(config: Config, record: dict, published: Any, files: list[str
     return True
 
 
-def _previous_profiles(config: Config, record: dict | None, keys: dict, published: Any):
+@dataclass
+class _PreviousProfiles:
+    table: Any          # the staged entities table, with its metadata
+    data: bytes         # its file's bytes
+    layout: Any = None  # the file's layout, as the record keeps it (_write_entities)
+
+
+def _previous_profiles(config: Config, record: dict | None, keys: dict, published: Any
+                       ) -> _PreviousProfiles | None:
     """The staged entities table (with its metadata), when the record describes it and a
     catalog of the same ids and names in the same order (the profiles of the others are
     then rows of it)."""
@@ -539,7 +599,8 @@ def _previous_profiles(config: Config, record: dict | None, keys: dict, publishe
         table = table.cast(entities_table([]).schema.remove_metadata().with_metadata(metadata))
     except (ValueError, pa.ArrowException):
         return None
-    return table if table.num_rows == record["entities"] else None
+    return _PreviousProfiles(table, data, record.get("layout")) \
+        if table.num_rows == record["entities"] else None
 
 
 def _touched_profiles(config: Config, index, record: dict, keys: dict, groups: _ChunkGroups,
