@@ -575,9 +575,9 @@ class _PreviousProfiles:
 
 def _previous_profiles(config: Config, record: dict | None, keys: dict, published: Any
                        ) -> _PreviousProfiles | None:
-    """The staged entities table (with its metadata), when the record describes it and a
-    catalog of the same ids and names in the same order (the profiles of the others are
-    then rows of it)."""
+    """The staged entities file (its table with its metadata, its bytes, and the layout
+    the record keeps of it), when the record describes it and a catalog of the same ids
+    and names in the same order (the profiles of the others are then rows of it)."""
     import pyarrow as pa
 
     from ..artifacts.arrays import ParquetParts
