@@ -726,6 +726,27 @@ def splice_recorded(previous: bytes, record, keys: list[str], starts: list[int],
     return pieces, file_record(groups, keys, starts, encoding, shas)
 
 
+def spliced_or_encoded(previous: bytes | None, record, keys: list[str], starts: list[int],
+                       unchanged: Callable[[int, int], bool],
+                       encode: Callable[[list[tuple[int, int]]], bytes],
+                       piece: Callable[[Group], Any] = group_bytes
+                       ) -> tuple[list[Any], dict | None]:
+    """splice_recorded() from a previous file and its record; without one, or with a
+    record that does not fit it, every group encoded at once (the same bytes). The new
+    file's pieces and record (None: a footer this module cannot splice, another
+    pyarrow's)."""
+    if previous is not None:
+        try:
+            return splice_recorded(previous, record, keys, starts, unchanged, encode, piece)
+        except SpliceError:
+            pass  # a record that does not fit the file: every group is encoded
+    data = encode(group_ranges(starts, len(keys)))
+    try:
+        return [data], record_of(data, keys, starts)
+    except SpliceError:
+        return [data], None
+
+
 def file_record(groups: list[Group], keys: list[str], starts: list[int], encoding: str,
                 shas: list[str]) -> dict:
     """What splice_recorded needs of a file of rows `keys` cut at `starts` (its groups

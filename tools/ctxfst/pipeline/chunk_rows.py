@@ -578,14 +578,11 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
 
     from ..artifacts.parquet import parquet_groups_bytes
     from ..artifacts.parquet_splice import (
-        SpliceError,
         copied_from,
         group_bytes,
-        group_ranges,
-        record_of,
         spaced_starts,
         spacing_of,
-        splice_recorded,
+        spliced_or_encoded,
     )
     from ..compile.chunks import chunks_table
 
@@ -627,19 +624,12 @@ def _chunks_parquet(rows: _ChunkRows, fresh: dict[str, list[dict]], made_from: A
                                     (group(start, end) for start, end in ranges))
 
     try:
-        if base is not None:
-            try:
-                changed_row = rows.changed_rows(changed)
-                return splice_recorded(base, made_from.get("layout"), keys, starts,
-                                       lambda start, end: not changed_row[start:end].any(),
-                                       encode, piece)
-            except SpliceError:
-                pass  # a layout that does not fit the file: every group is encoded
-        data = encode(group_ranges(starts, len(keys)))
-        try:
-            return [data], record_of(data, keys, starts)
-        except SpliceError:  # a footer this module cannot splice (another pyarrow)
-            return [data], None
+        # (without a previous file, every group is encoded: no row is asked about)
+        changed_row = rows.changed_rows(changed) if base is not None else None
+        layout = made_from.get("layout") if base is not None else None
+        return spliced_or_encoded(base, layout, keys, starts,
+                                  lambda start, end: not changed_row[start:end].any(),
+                                  encode, piece)
     finally:
         if copied is not None:
             copied.file.close()

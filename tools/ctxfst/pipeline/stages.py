@@ -478,37 +478,23 @@ def _write_entities(path: Path, table, previous: _PreviousProfiles | None,
     import numpy as np
 
     from ..artifacts.io import write_pieces
-    from ..artifacts.parquet import parquet_bytes, parquet_groups_bytes
-    from ..artifacts.parquet_splice import (
-        SpliceError,
-        record_of,
-        spaced_group_starts,
-        splice_recorded,
-    )
+    from ..artifacts.parquet import parquet_groups_bytes
+    from ..artifacts.parquet_splice import spaced_group_starts, spliced_or_encoded
 
     keys = table.column("entity_id").to_pylist()
     heavy = np.flatnonzero(table.column("mention_count").fill_null(0).to_numpy()
                            >= HEAVY_MENTIONS).tolist()
     starts = spaced_group_starts(keys, ENTITY_GROUP_ROWS, heavy)
-    if previous is not None and previous.layout is not None:
-        touched = np.zeros(len(keys), bool)
-        touched[only] = True
-        try:
-            pieces, layout = splice_recorded(
-                previous.data, previous.layout, keys, starts,
-                lambda start, end: not touched[start:end].any(),
-                lambda ranges: parquet_groups_bytes(table.schema, (
-                    table.slice(start, end - start) for start, end in ranges)))
-            write_pieces(path, pieces)
-            return layout
-        except SpliceError:
-            pass  # a layout that does not fit the file: written whole
-    data = parquet_bytes(table, group_starts=starts)
-    write_atomic(path, data)
-    try:
-        return record_of(data, keys, starts)
-    except SpliceError:  # (another pyarrow's footer)
-        return None
+    touched = np.zeros(len(keys), bool)
+    touched[only] = True
+    pieces, layout = spliced_or_encoded(
+        previous.data if previous is not None else None,
+        previous.layout if previous is not None else None, keys, starts,
+        lambda start, end: not touched[start:end].any(),
+        lambda ranges: parquet_groups_bytes(table.schema, (
+            table.slice(start, end - start) for start, end in ranges)))
+    write_pieces(path, pieces)
+    return layout
 
 
 def _catalog_keys(entities: list[dict[str, Any]]) -> dict[str, Any]:
