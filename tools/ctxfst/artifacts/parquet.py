@@ -78,17 +78,12 @@ def _sink_of(file):
     Arrow where the system names open files (/proc/self/fd), so that no write takes the
     GIL (through the Python file each one did: the encoding threads' writes took 30 %
     longer); else the Python file itself."""
-    import os
-
     import pyarrow as pa
 
-    named = f"{_OPEN_FILES}/{file.fileno()}"
-    if os.path.exists(named):
-        try:
-            return pa.OSFile(named, "wb")
-        except OSError:
-            pass
-    return pa.PythonFile(file, mode="w")
+    try:
+        return pa.OSFile(f"{_OPEN_FILES}/{file.fileno()}", "wb")
+    except OSError:  # (no such names here)
+        return pa.PythonFile(file, mode="w")
 
 
 def parquet_groups_bytes_threaded(schema, count: int, group: Callable[[int], Any],
