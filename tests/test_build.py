@@ -444,6 +444,7 @@ def test_more_documents_than_a_build_holds_at_once_are_typed_in_parts(
     import ctxfst.document.kb as document_kb
     import ctxfst.document.rules as document_rules
     import ctxfst.pipeline.incremental as incremental
+    from ctxfst.parallel import worker_count
 
     def sources(root: Path) -> Path:
         example(root)  # (a document with a content_path passage, skills)
@@ -459,9 +460,15 @@ def test_more_documents_than_a_build_holds_at_once_are_typed_in_parts(
         alive[key] = weakref.ref(doc, lambda _: alive.pop(key, None))
         return real_type(doc)
 
+    # (the documents not held are checked in forked workers: each says what it held)
+    checked_at_once = tmp_path / "checked-at-once"
+
     def counted(name, real):
         def call(doc, *args, **kwargs):
             most[name] = max(most[name], len(alive))
+            if name == "checked":
+                with open(checked_at_once, "a") as said:
+                    said.write(f"{os.getpid()} {len(alive)}\n")
             return real(doc, *args, **kwargs)
         return call
 
@@ -476,9 +483,14 @@ def test_more_documents_than_a_build_holds_at_once_are_typed_in_parts(
         """A build, holding 3 typed documents at once in `parts` (as it counts them)."""
         monkeypatch.setattr(incremental, "TYPED_AT_ONCE", 3 if root == parts else 20_000)
         most.update(checked=0, compiled=0)
+        checked_at_once.write_text("")
         code, out = build(root, capsys)
+        calls = [line.split() for line in checked_at_once.read_text().splitlines()]
+        most["checked"] = max((int(held) for _, held in calls), default=0)
         if root == parts and code == 0:
             assert 0 < most["checked"] <= 3 and 0 < most["compiled"] <= 3, most
+            if worker_count() >= 2:  # checked in forked workers, 3 documents a batch
+                assert str(os.getpid()) not in {pid for pid, _ in calls}, calls
             validated = stage(parts, "validate")
             assert validated["documents_typed"] == validated["documents_checked"] == 14
         return code, out
@@ -512,6 +524,40 @@ def test_more_documents_than_a_build_holds_at_once_are_typed_in_parts(
     assert any("CTX203" in line for line in said[0])
     assert any("broken.ctxfst.md" in line for line in said[0])
     assert len(said[0]) >= 5 and said[0] == said[1]
+
+
+def test_a_document_edited_while_workers_check_it_stops_the_build(tmp_path, capsys,
+                                                                  monkeypatch):
+    """Documents too many to hold are typed again and checked in forked workers: one
+    edited since validation hashed it stops the build with a clear message (from the
+    worker), publishes nothing, and the next build checks what the file now says."""
+    import ctxfst.parallel as parallel
+    import ctxfst.pipeline.incremental as incremental
+    from ctxfst.parallel import worker_count
+
+    if worker_count() < 2:
+        pytest.skip("forked_map checks in this process on one core")
+    root = tmp_path / "kb"
+    generate(root, 12, seed=5)
+    monkeypatch.setattr(incremental, "TYPED_AT_ONCE", 3)
+    target = root / "content/000/notes-00007.ctxfst.md"
+    verified = incremental._Reader._verified
+
+    def edited_in_a_worker(self, paths, check):  # (forked_map's job: set in its workers)
+        if check and parallel._job is not None and target.as_posix().endswith(
+                tuple(f"/{path}" for path in paths)):
+            target.write_text(target.read_text().replace("</Chunk>", "Late.\n</Chunk>", 1))
+        return verified(self, paths, check)
+
+    monkeypatch.setattr(incremental._Reader, "_verified", edited_in_a_worker)
+    code, out = build(root, capsys)
+    assert code != 0 and "Traceback" not in out, out
+    assert "content/000/notes-00007.ctxfst.md changed during the build" in out, out
+    assert not (root / "build/manifest.json").exists()
+    monkeypatch.setattr(incremental._Reader, "_verified", verified)
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert "Late." in (root / "build/chunks.json").read_text()
 
 
 def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:

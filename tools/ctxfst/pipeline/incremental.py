@@ -205,9 +205,16 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     passages: set[str] = set()
     volatile: list[ParsedDocument] = []  # (a volatile document is always rechecked)
     loaded: dict[str, ParsedDocument] = {}
-    parts = iter(Checked.in_parts(missing))  # (in the order they are met below)
+    # Documents not held are typed again to be checked: in forked workers, a batch at a
+    # time, when they are too many to hold (a first build of more than TYPED_AT_ONCE).
+    apart = {} if hold else _checked_apart(reader, missing, linked.view, names)
+    parts = iter(Checked.in_parts([path for path in missing if path not in apart]))
     for unit in live:
-        if unit.path in recheck:
+        if unit.path in apart:
+            unit.diagnostics, found = apart[unit.path]
+            passages.update(found)
+            rechecked.append(unit)
+        elif unit.path in recheck:
             doc = typed.get(unit.path, loaded.get(unit.path))
             if doc is None:  # the next missing ones, typed together (in parallel)
                 passages.update(_passages(root, volatile))
@@ -241,6 +248,38 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
                    {"documents_checked": len(recheck & {u.path for u in live}),
                     "documents_typed": len(reader.counted)}, labels, mark, generation=generation,
                    changed=set(changed), based_on=linked_before["units"] if reusable else "")
+
+
+# Documents a worker types and checks at a time (_checked_apart), at most TYPED_AT_ONCE.
+CHECK_BATCH = 250
+
+
+def _checked_apart(reader: _Reader, paths: list[str], view, names
+                   ) -> dict[str, tuple[list[Diagnostic], list[str]]]:
+    """Each document's diagnostics (its own and check_document's against the linked
+    view) and the content_path files it names (_passages), typed and checked in forked
+    workers, a batch at a time; {} where forked_map would run them here (the caller's
+    loop then checks them, as many at a time as it holds)."""
+    from ..document.rules import check_document
+    from ..parallel import forked_map, worker_count
+
+    size = max(1, min(CHECK_BATCH, TYPED_AT_ONCE))
+    batches = [paths[start:start + size] for start in range(0, len(paths), size)]
+    if len(batches) < 2 or worker_count() < 2 or reader.mapper is not None:
+        return {}  # (another engine's mapper parses what the cache lacks: not forked)
+
+    def check(batch: list[str]) -> list[tuple[str, list[Diagnostic], list[str]]]:
+        docs = reader.load(batch)
+        return [(path, docs[path].diagnostics + check_document(docs[path], view, names,
+                                                                 reader.root),
+                 _passages(reader.root, [docs[path]])) for path in batch]
+
+    found: dict[str, tuple[list[Diagnostic], list[str]]] = {}
+    for results in forked_map(check, batches, threshold=2, chunksize=1):
+        for path, diagnostics, passages in results:
+            found[path] = (diagnostics, passages)
+    reader.counted.update(found)  # (typed in the workers)
+    return found
 
 
 @dataclass
