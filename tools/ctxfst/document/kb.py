@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -17,15 +17,16 @@ from typing import Any
 
 from ..diagnostics import Diagnostic
 from ..files import display_path, walk
-from ..parallel import forked_map
+from ..parallel import forked_imap
 from .edges import EDGE_SUFFIXES, EdgeFile, is_edge_file, parse_edge_file
 from .model import Entity, ParsedDocument
 from .parse import looks_like_ctxfst, parse_document, type_document
 from .source import Source, decode_text
 
 Parsers = Mapping[str, Callable[[Source], Any]]  # file name -> its parser (module level)
-# How a batch of independent parses runs: forked_map's signature (the ray engine's map)
-Mapper = Callable[[Callable[[Any], Any], list], list]
+# How a batch of independent parses runs: forked_imap's signature, the results in order
+# as they come (the ray engine's map gives them as a list)
+Mapper = Callable[[Callable[[Any], Any], list], Iterable]
 
 
 @dataclass
@@ -105,8 +106,13 @@ def _parse_to_row(job: tuple[Input, int | None], parsers: Parsers) -> Any:
     return value
 
 
-def _parse_all(inputs: list[Input], parsers: Parsers, mapper: Mapper) -> list:
-    return mapper(partial(_parse_input, parsers=parsers), inputs)
+def _parse_all(inputs: list[Input], parsers: Parsers, mapper: Mapper,
+               each: Callable[[Any], None]) -> list:
+    parsed = []
+    for value in mapper(partial(_parse_input, parsers=parsers), inputs):
+        each(value)  # (as it comes: beside the workers' parsing of the next ones)
+        parsed.append(value)
+    return parsed
 
 
 _PLAIN = object()  # a cache hit meaning "plain Markdown, no document" (None is a miss)
@@ -122,8 +128,11 @@ def _still_plain(item: Input) -> bool:
     return problem is None and not looks_like_ctxfst(text)
 
 
-def _parse_cached(inputs: list[Input], cache, parsers: Parsers, mapper: Mapper) -> list:
-    """Parse inputs, taking documents whose exact bytes were parsed before from cache.
+def _parse_cached(inputs: list[Input], cache, parsers: Parsers, mapper: Mapper,
+                  each: Callable[[Any], None]) -> list:
+    """Parse inputs, taking documents whose exact bytes were parsed before from cache;
+    each(result) is called on each one found (a hit, or a parse as the mapper yields it,
+    while the workers go on with the next ones).
 
     Rows are data checked on read (syntax_cache): a damaged or foreign row is parsed again.
     """
@@ -155,6 +164,8 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers, mapper: Mapper) 
     hits = cache.get_many(wanted, decode)
     todo = [index for index, key in enumerate(keys) if key not in hits]
     results: list = [hits.get(key) if key else None for key in keys]
+    for value in hits.values():
+        each(value)
     fresh: dict[str, bytes] = {}
     parsed = mapper(partial(_parse_to_row, parsers=parsers),
                     [(prepared[i], wanted.get(keys[i]) if keys[i] else None) for i in todo])
@@ -169,6 +180,7 @@ def _parse_cached(inputs: list[Input], cache, parsers: Parsers, mapper: Mapper) 
         elif key and value is None:
             fresh[key] = _PLAIN_ROW
         results[index] = value
+        each(value)
     cache.put_many(fresh)
     return [None if value is _PLAIN else value for value in results]
 
@@ -180,12 +192,14 @@ def parse_inputs(inputs: list[Input], cache=None, parsers: Parsers | None = None
     a ParseCache, unchanged documents are not parsed again. mapper: what runs the parses
     (forked workers by default; the ray engine's map)."""
     parsers = parsers or {}
-    mapper = mapper or forked_map
-    results = (_parse_cached(inputs, cache, parsers, mapper) if cache is not None
-               else _parse_all(inputs, parsers, mapper))
-    for parsed in results:
+    mapper = mapper or forked_imap
+
+    def typed(parsed: Any) -> None:
         if isinstance(parsed, ParsedDocument):
             type_document(parsed)  # here, not in a worker: typed models pickle slowly
+
+    results = (_parse_cached(inputs, cache, parsers, mapper, typed) if cache is not None
+               else _parse_all(inputs, parsers, mapper, typed))
     return [parsed for parsed in results if parsed is not None]
 
 
