@@ -258,8 +258,8 @@ def _checked_apart(reader: _Reader, paths: list[str], view, names
                    ) -> dict[str, tuple[list[Diagnostic], list[str]]]:
     """Each document's diagnostics (its own and check_document's against the linked
     view) and the content_path files it names (_passages), typed and checked in forked
-    workers, a batch at a time; {} where forked_map would run them here (the caller's
-    loop then checks them, as many at a time as it holds)."""
+    workers, a batch at a time; {} for one batch, one core or another engine's mapper
+    (the caller's loop then checks them, as many at a time as it holds)."""
     from ..document.rules import check_document
     from ..parallel import forked_map, worker_count
 
