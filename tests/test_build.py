@@ -560,6 +560,45 @@ def test_a_document_edited_while_workers_check_it_stops_the_build(tmp_path, caps
     assert "Late." in (root / "build/chunks.json").read_text()
 
 
+def test_rows_a_stopped_compile_kept_are_forgotten_by_the_next(tmp_path, capsys,
+                                                                monkeypatch):
+    """A compile that stops after keeping the rows of the documents it compiled, before
+    its record (the chunk files could not be written), leaves rows no document has once
+    they change again; the next compile forgets them: the cache keeps one document's
+    rows once, whatever stopped in between."""
+    import sqlite3
+
+    from ctxfst.pipeline import chunk_rows
+
+    root = tmp_path / "kb"
+    generate(root, 6, seed=9)
+    assert build(root, capsys)[0] == 0
+    documents = sorted((root / "content").rglob("*.ctxfst.md"))
+
+    def kept_rows() -> int:
+        with sqlite3.connect(root / ".ctxfst/cache/units.sqlite") as db:
+            return db.execute("SELECT count(*) FROM units WHERE key >= 'rows:' "
+                              "AND key < 'rows;'").fetchone()[0]
+
+    assert kept_rows() == len(documents)
+
+    def full_disk(self, *args):
+        self.close()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(chunk_rows.Compiled, "write", full_disk)
+    documents[0].write_text(documents[0].read_text().replace("</Chunk>", "One.\n</Chunk>", 1))
+    code, out = build(root, capsys)
+    assert code != 0 and "Traceback" not in out, out
+    assert "compile: [Errno 28] No space left on device, build/ unchanged" in out, out
+    assert kept_rows() == len(documents)  # (the edited document's new rows kept, not
+    # its old ones: the next compile must know that these new ones are no one's)
+    monkeypatch.undo()
+    documents[0].write_text(documents[0].read_text().replace("One.", "Two."))
+    assert build(root, capsys)[0] == 0
+    assert kept_rows() == len(documents)
+
+
 def _edit_chunk(root: Path, chunk_id: str, word: str) -> None:
     """A word added to one chunk's passage, in the document that holds it."""
     rows = json.loads((root / "build/chunks.json").read_text())["chunks"]

@@ -135,6 +135,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         if errors:
             raise CompileError(errors)
         _forget_stale_rows(store, checked.units, previous, entries)
+        store.remove(ROWS_RECORDED)  # (until the record names the rows kept now)
         store.save()
         rows = _ChunkRows(kept, before, set(entries) - changed)
         entities = _catalog(checked, store)
@@ -168,14 +169,18 @@ def _entries_record(value: Any) -> bool:
                                            for entry in value)
 
 
+# Saved with a compile's record, removed with the rows a compile keeps: without it, rows
+# may be kept that the record does not name (a compile stopped in between).
+ROWS_RECORDED = COMPILED + ":rows-recorded"
+
+
 def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: list | None,
                        entries: dict[str, str]) -> None:
     """Forget the kept rows no document has now: those of the entries the last compile
     had and this one has not. Every stale key is looked for (a scan of the keys) without
-    that record, or when more rows are kept than documents (rows left by a compile that
-    stopped before its record)."""
-    kept = sum(not unit.volatile for unit in units)
-    if previous is None or store.count("rows:") > kept:
+    that record, or after a compile that kept rows and stopped before its record (their
+    documents' entries in no record, those rows are no one's once they change again)."""
+    if previous is None or store.value(ROWS_RECORDED) is not True:
         stale = store.keys("rows:") - {_rows_key(unit.relative, unit.sha256)
                                         for unit in units if not unit.volatile}
     else:
@@ -248,6 +253,7 @@ def save_compiled(store: UnitStore, record: dict, read_from: dict[str, Any]) -> 
         if key not in read_from or read_from[key] != value:
             store.put_blob(key, compact_json(value))
     store.put(COMPILED, record)
+    store.put(ROWS_RECORDED, True)
 
 
 def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:

@@ -319,6 +319,11 @@ def _joined(run: BuildRun, names: tuple[str, ...]):
     return uptodate
 
 
+# What stops a stage with its message and no traceback: its inputs unusable, a worker
+# lost, or the system refusing a read or write (a full disk, a file gone meanwhile).
+STOPPING = (BuildFailed, WorkerDied, OSError)
+
+
 def _action(run: BuildRun, stage):
     config = run.config
 
@@ -350,12 +355,12 @@ def _action(run: BuildRun, stage):
             # Until it has finished, its result file (a target) is missing: a build that
             # stops before then runs it again next time.
             result_path(config, stage.name).unlink(missing_ok=True)
-            run.beside.start(stage.name, work, (BuildFailed, WorkerDied))
+            run.beside.start(stage.name, work, STOPPING)
             _progress(run, f"{stage.name}: running beside the stages below")
             return True
         try:
             work()
-        except (BuildFailed, WorkerDied) as error:
+        except STOPPING as error:
             unchanged = "" if stage.final or stage.writes else ", build/ unchanged"
             return StageStopped(f"{stage.name}: {escape(error)}{unchanged}")  # KB paths
         _progress(run, describe(config, stage))
