@@ -350,7 +350,7 @@ def _action(run: BuildRun, stage):
             try:
                 with collector_paused():
                     stages.before_beside(run, stage)
-            except (BuildFailed, WorkerDied) as error:
+            except STOPPING as error:
                 return StageStopped(f"{stage.name}: {escape(error)}, build/ unchanged")
             # Until it has finished, its result file (a target) is missing: a build that
             # stops before then runs it again next time.
