@@ -299,14 +299,6 @@ class UnitStore:
         except sqlite3.Error:
             return set()
 
-    def count(self, prefix: str) -> int:
-        """How many keys start with prefix (saved ones)."""
-        try:
-            return self.db.execute("SELECT count(*) FROM units WHERE key >= ? AND key < ?",
-                                   _prefix_range(prefix)).fetchone()[0]
-        except sqlite3.Error:
-            return 0
-
     def save(self) -> None:
         try:
             with self.db:
