@@ -629,6 +629,16 @@ def spaced_group_starts(keys: list[str], target: int, alone: Iterable[int] = ()
     return spaced_starts(natural_starts(keys, spacing_of(target)), len(keys), target, alone)
 
 
+def heavy_apart_starts(keys: list[str], sizes, target: int, heavy: int) -> list[int]:
+    """spaced_group_starts() of these keys, each row whose size (an array of numbers,
+    one a row: a fact's evidence entries, an entity's mentions) is `heavy` or more in a
+    row group of its own."""
+    import numpy as np
+
+    return spaced_group_starts(keys, target,
+                               np.flatnonzero(np.asarray(sizes) >= heavy).tolist())
+
+
 def spacing_of(target: int) -> int:
     """What a key's CRC-32 is a multiple of where it may start a group of spaced_starts."""
     return max(1, target // 4)

@@ -37,9 +37,9 @@ from ..artifacts.parquet_splice import (
     encoding_of,
     group_bytes,
     group_ranges,
+    heavy_apart_starts,
     read_parts,
     replace_runs,
-    spaced_group_starts,
 )
 from ..collector import return_free_memory
 from ..document.facts import canonical_date, tenant_problem
@@ -641,12 +641,9 @@ def _recovered_memo(ledger: _Ledger, runs) -> tuple[str | None, LedgerMemo | Non
         counts.append(table.column("evidence_count").to_numpy())
     if len(set(ids)) != len(ids):
         return f"{FACTS_FILE}: a fact id twice", None
-    memo = LedgerMemo(ledger.sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,
-                      encoding_of(facts_parts.footer), keys, facts_parts.groups, "",
-                      encoding_of(evidence_parts.footer), evidence_parts.groups)
+    memo = _parts_memo(ledger.sha, keys, facts_parts, evidence_parts)
     counted = np.concatenate(counts) if counts else np.zeros(0, np.int64)
-    starts = spaced_group_starts(ids, FACT_GROUP_ROWS,
-                                 np.flatnonzero(counted >= HEAVY_EVIDENCE).tolist())
+    starts = heavy_apart_starts(ids, counted, FACT_GROUP_ROWS, HEAVY_EVIDENCE)
     if starts != memo.starts:  # cut otherwise (an earlier toolchain): cut again
         memo = _recut(ledger, counted, starts)
     return (None, memo) if memo is not None else None
@@ -683,7 +680,14 @@ def _recut(ledger: _Ledger, counts, starts: list[int]) -> LedgerMemo | None:
     except SpliceError:
         return None
     ledger.data, ledger.evidence_data, ledger._parts = facts_data, evidence_data, {}
-    return LedgerMemo(ledger.sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,
+    return _parts_memo(ledger.sha, keys, facts_parts, evidence_parts)
+
+
+def _parts_memo(facts_sha: str, keys: list[GroupKeys], facts_parts, evidence_parts
+                ) -> LedgerMemo:
+    """The memo of a ledger's two files as read_parts reads them (their other sha256s
+    filled in later)."""
+    return LedgerMemo(facts_sha, "", FACT_GROUP_ROWS, HEAVY_EVIDENCE,
                       encoding_of(facts_parts.footer), keys, facts_parts.groups, "",
                       encoding_of(evidence_parts.footer), evidence_parts.groups)
 
@@ -1858,16 +1862,16 @@ HEAVY_EVIDENCE = 256
 def fact_group_starts(table, target: int, heavy: int, then: GroupKeys | None = None
                       ) -> list[int]:
     """The row groups' first rows of a facts table (with fact_id and evidence_count
-    columns): spaced_group_starts of the fact ids, each heavy fact alone; with `then`
+    columns): heavy_apart_starts of the fact ids, each heavy fact alone; with `then`
     (the first row of a group that follows them), of those rows and that one."""
     import numpy as np
 
     ids = table.column("fact_id").to_pylist()
-    alone = np.flatnonzero(table.column("evidence_count").to_numpy() >= heavy).tolist()
+    counts = table.column("evidence_count").to_numpy()
     if then is not None:
         ids.append(then.fact_id)
-        alone.extend([len(ids) - 1] if then.heavy else [])
-    return spaced_group_starts(ids, target, alone)
+        counts = np.append(counts, heavy if then.heavy else 0)
+    return heavy_apart_starts(ids, counts, target, heavy)
 
 
 def facts_bytes(table) -> bytes:

@@ -470,7 +470,7 @@ HEAVY_MENTIONS = 256
 
 def _write_entities(path: Path, table, previous: _PreviousProfiles | None,
                     only: list[int]) -> dict | None:
-    """entities.parquet in row groups cut by entity id (parquet_splice.spaced_group_starts,
+    """entities.parquet in row groups cut by entity id (parquet_splice.heavy_apart_starts:
     each heavily mentioned entity alone): with the previous file and its layout, the
     groups of rows not in `only` (taken from it) are copied and the others encoded; else
     written whole. The same bytes either way. Its layout (parquet_splice.file_record),
@@ -479,12 +479,11 @@ def _write_entities(path: Path, table, previous: _PreviousProfiles | None,
 
     from ..artifacts.io import write_pieces
     from ..artifacts.parquet import parquet_groups_bytes
-    from ..artifacts.parquet_splice import spaced_group_starts, spliced_or_encoded
+    from ..artifacts.parquet_splice import heavy_apart_starts, spliced_or_encoded
 
     keys = table.column("entity_id").to_pylist()
-    heavy = np.flatnonzero(table.column("mention_count").fill_null(0).to_numpy()
-                           >= HEAVY_MENTIONS).tolist()
-    starts = spaced_group_starts(keys, ENTITY_GROUP_ROWS, heavy)
+    starts = heavy_apart_starts(keys, table.column("mention_count").fill_null(0).to_numpy(),
+                                ENTITY_GROUP_ROWS, HEAVY_MENTIONS)
     touched = np.zeros(len(keys), bool)
     touched[only] = True
     pieces, layout = spliced_or_encoded(
