@@ -217,3 +217,34 @@ def test_copy_atomic_copies_a_file_and_refuses_a_link(tmp_path, kernel_copies):
     with pytest.raises(NotAFile):
         copy_atomic(tmp_path / "link", tmp_path / "target")
     assert (tmp_path / "target").read_bytes() == data
+
+
+def test_a_mapped_parquet_file_reads_as_its_bytes_and_a_fifo_is_refused(tmp_path):
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctxfst.artifacts.arrays import ParquetParts
+    from ctxfst.artifacts.io import NotAFile, map_regular, write_pieces
+
+    table = pa.table({"id": [f"row-{n:05d}" for n in range(3000)],
+                      "value": list(range(3000))})
+    pq.write_table(table, tmp_path / "file.parquet", row_group_size=700)
+    mapped, info = map_regular(tmp_path / "file.parquet")
+    assert info.st_size == len(mapped) == (tmp_path / "file.parquet").stat().st_size
+    with ParquetParts(mapped) as parts, \
+            ParquetParts((tmp_path / "file.parquet").read_bytes()) as whole:
+        assert parts.metadata.num_row_groups == 5
+        assert parts.read_row_groups([1, 3]) == whole.read_row_groups([1, 3]) \
+            == pa.concat_tables([table.slice(700, 700), table.slice(2100, 700)])
+        assert parts.read(["value"]) == table.select(["value"])
+    # a view of the map is written as its bytes (what the facts stage copies of a ledger)
+    write_pieces(tmp_path / "copy", [b"<", memoryview(mapped)[100:5000], b">"])
+    assert (tmp_path / "copy").read_bytes() == \
+        b"<" + (tmp_path / "file.parquet").read_bytes()[100:5000] + b">"
+    (tmp_path / "empty").write_bytes(b"")
+    assert map_regular(tmp_path / "empty")[0] == b""
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(NotAFile):
+        map_regular(tmp_path / "fifo")

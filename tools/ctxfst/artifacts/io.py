@@ -416,6 +416,26 @@ def read_regular(path: Path, limit: int | None = None, follow_links: bool = True
         return data, info
 
 
+def map_regular(path: Path) -> tuple[bytes | Any, os.stat_result]:
+    """read_regular()'s bytes, mapped rather than read (an mmap; b"" for an empty file):
+    only the pages a caller touches are read, and a view of them handed to a write is
+    copied from the page cache, never into this process first (a 100,000-document facts
+    ledger is 490 MB, read whole in 0.27 s of an edit that reads a few row groups of it).
+    For files that are replaced, never written in place (the facts ledger): one cut
+    short in place while mapped stops the process at the next touch of a page it lost
+    (SIGBUS)."""
+    import mmap
+
+    handle = open_regular(path)
+    try:
+        info = os.fstat(handle)
+        if not info.st_size:
+            return b"", info
+        return mmap.mmap(handle, 0, access=mmap.ACCESS_READ), info
+    finally:
+        os.close(handle)  # (the map holds the file)
+
+
 def read_bytes_no_follow(path: Path, limit: int | None = None) -> bytes:
     return read_regular(path, limit, follow_links=False)[0]
 

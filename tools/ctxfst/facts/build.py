@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.arrays import from_numpy
-from ..artifacts.io import compact_json, json_bytes, read_regular, write_atomic, write_pieces
+from ..artifacts.io import (
+    compact_json,
+    json_bytes,
+    map_regular,
+    read_regular,
+    write_atomic,
+    write_pieces,
+)
 from ..artifacts.layout import DELTA_FILE, EVIDENCE_FILE, FACTS_FILE, LEDGER_FILES, RUNS_FILE
 from ..artifacts.parquet import Pieces, parquet_bytes, parquet_pieces_threaded, pieces_of
 from ..artifacts.parquet_splice import (
@@ -305,12 +312,12 @@ class _Ledger:
 
     runs: Any = None       # the extraction runs (an Arrow table in runs_schema), or None
     seq: int = 0
-    data: bytes = b""      # semantic_facts.parquet's bytes (b"": no ledger yet)
+    data: bytes = b""      # semantic_facts.parquet's bytes, mapped (b"": no ledger yet)
     sha: str = ""          # their sha256
     table: Any = None      # the facts, read whole and checked; None with a memo
     memo: LedgerMemo | None = None  # the memo of exactly these files: read by group
     runs_data: bytes = b""  # the runs file's bytes
-    evidence_data: bytes = b""  # semantic_fact_evidence.parquet's bytes
+    evidence_data: bytes = b""  # semantic_fact_evidence.parquet's bytes, mapped
     evidence: Any = None   # the evidence, read whole and checked with the facts
     recovered: bool = False  # the memo was made again from the files (_recovered_memo)
     _parts: dict[bool, Any] = field(default_factory=dict, repr=False)
@@ -357,8 +364,9 @@ def _read_ledger(directory: Path, memo: Any = None, vouched: Vouched | None = No
 
     ledger = _Ledger()
     try:
-        ledger.data, info = read_regular(directory / FACTS_FILE)
-        ledger.evidence_data, evidence_info = read_regular(directory / EVIDENCE_FILE) \
+        # (mapped: an edit reads a few row groups of them, and copies the others)
+        ledger.data, info = map_regular(directory / FACTS_FILE)
+        ledger.evidence_data, evidence_info = map_regular(directory / EVIDENCE_FILE) \
             if not earlier else (b"", info)
         runs_data, runs_info = read_regular(directory / RUNS_FILE)
         claims = memo if isinstance(memo, dict) else {}
