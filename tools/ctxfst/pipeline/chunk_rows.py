@@ -48,6 +48,9 @@ class Compiled:
     entities: int
     recompiled: int
     made_from: dict[str, Any]
+    # the documents' units compiled now, and the paths compiled last that are gone (None:
+    # these units are every document compiled): UnitStore.put_compiled, with the record
+    documents: tuple[list[DocumentUnit], list[str] | None]
     copied: int = 0  # rows copied from the previous chunks.json
     opened: list[int] = field(default_factory=list)  # files the spans copy from
     read_from: dict[str, Any] = field(default_factory=dict)  # (load_compiled)
@@ -71,6 +74,7 @@ class Compiled:
     def record(self, store: UnitStore) -> None:
         """Once the staged files hold what write() wrote: the next build splices them."""
         save_compiled(store, self.made_from, self.read_from)
+        store.put_compiled(*self.documents)
         store.save()
 
 
@@ -106,16 +110,16 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     once its rows are made (for a caller that needs none of them after)."""
     from ..compile.chunks import CompileError, chunks_json
 
-    # Each document's entry: its rows are unchanged while it is (and it is not volatile).
-    entries = {unit.path: _entry(unit) for unit in checked.units}
+    # A document's rows are unchanged while its unit is the one the last compile
+    # compiled (and it is not volatile): the store compares them (compiled_changes).
+    paths = {unit.path for unit in checked.units}
     made_from, read_from = load_compiled(store)
-    previous = made_from.get("documents") if made_from is not None else None
-    if _entries_record(previous):
-        known = set(previous)
-        changed = {unit.path for unit in checked.units
-                   if unit.volatile or entries[unit.path] not in known}
-    else:  # (no record, or not one this module writes: nothing is copied from)
-        changed, previous, made_from = set(entries), None, None
+    gone = None  # (path, relative, sha256) the last compile had that no unit has now
+    if made_from is not None and _units_saved(store, checked):
+        differ, gone = store.compiled_changes()
+        changed = set(differ) | {unit.path for unit in checked.units if unit.volatile}
+    else:  # (no record, or units the store does not hold: nothing is copied from)
+        changed, made_from = set(paths), None
     published = store.value(PUBLISHED)
     found = _previous_chunks(made_from, previous_parquet, published)
     opened = [found[1]] if found is not None else []  # (the files spans copy from)
@@ -131,23 +135,26 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         errors: list[Diagnostic] = []
         # (without the previous layout, every document's rows are read)
         kept, fresh = _unit_rows(checked, store, changed if before is not None
-                                 else set(entries), errors, let_go)
+                                 else paths, errors, let_go)
         if errors:
             raise CompileError(errors)
-        _forget_stale_rows(store, checked.units, previous, entries)
+        _forget_stale_rows(store, checked.units, gone)
         store.remove(ROWS_RECORDED)  # (until the record names the rows kept now)
         store.save()
-        rows = _ChunkRows(kept, before, set(entries) - changed)
+        rows = _ChunkRows(kept, before, paths - changed)
         entities = _catalog(checked, store)
         parquet, layout = _chunks_parquet(rows, fresh, made_from, found, changed)
         recompiled = len(fresh)
         fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
         pieces = chunks_json(compact_json(entities), rows.texts()) if json_exports else None
-        made_from = {"sha256": None, "documents": [entries[unit.path] for unit in
-                                                   checked.units],
-                     "layout": layout, "json": rows.layout(pieces)}  # (sha256: write())
+        made_from = {"sha256": None, "layout": layout,
+                     "json": rows.layout(pieces)}  # (sha256: write())
+        documents = ([unit for unit in checked.units if unit.path in changed],
+                     [path for path, _, _ in gone if path not in paths]) \
+            if gone is not None else (checked.units, None)
         return Compiled(pieces, parquet, len(rows.ids), compact_json(profile_catalog(entities)),
-                        len(entities), recompiled, made_from, rows.copied, opened, read_from)
+                        len(entities), recompiled, made_from, documents, rows.copied,
+                        opened, read_from)
     except BaseException:
         for handle in opened:  # (Compiled.write closes them otherwise)
             os.close(handle)
@@ -158,15 +165,11 @@ def _rows_key(relative: str, sha256: str) -> str:
     return "rows:" + unit_key(relative, sha256)
 
 
-def _entry(unit: DocumentUnit) -> str:
-    """What a document's kept rows were compiled from: its path, project-relative path
-    and sha256 (its rows key is made from the last two)."""
-    return f"{unit.path}\0{unit.relative}\0{unit.sha256}"
-
-
-def _entries_record(value: Any) -> bool:
-    return isinstance(value, list) and all(type(entry) is str and entry.count("\0") == 2
-                                           for entry in value)
+def _units_saved(store: UnitStore, checked: Checked) -> bool:
+    """Whether the store holds the units checked was validated as (their save may have
+    failed: a full disk), so that its tables can be compared with them."""
+    saved = store.value(LINKED)
+    return isinstance(saved, dict) and saved.get("units") == checked.mark
 
 
 # Saved with a compile's record, removed with the rows a compile keeps: without it, rows
@@ -174,22 +177,22 @@ def _entries_record(value: Any) -> bool:
 ROWS_RECORDED = COMPILED + ":rows-recorded"
 
 
-def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit], previous: list | None,
-                       entries: dict[str, str]) -> None:
-    """Forget the kept rows no document has now: those of the entries the last compile
-    had and this one has not. Every stale key is looked for (a scan of the keys) without
-    that record, or after a compile that kept rows and stopped before its record (their
-    documents' entries in no record, those rows are no one's once they change again)."""
-    if previous is None or store.value(ROWS_RECORDED) is not True:
+def _forget_stale_rows(store: UnitStore, units: list[DocumentUnit],
+                       gone: list[tuple[str, str, str]] | None) -> None:
+    """Forget the kept rows no document has now: those of the documents the last compile
+    compiled (path, relative path, sha256) that no unit has now (gone). Every stale key
+    is looked for (a scan of the keys) without them, or after a compile that kept rows
+    and stopped before its record (their documents in no record, those rows are no
+    one's once they change again)."""
+    if gone is None or store.value(ROWS_RECORDED) is not True:
         stale = store.keys("rows:") - {_rows_key(unit.relative, unit.sha256)
                                         for unit in units if not unit.volatile}
     else:
-        now = set(entries.values())
-        gone = [entry.split("\0")[1:] for entry in previous if entry not in now]
         # (a link to a document shares its rows: keep what a unit still has)
-        live = {(unit.relative, unit.sha256) for unit in units if not unit.volatile} \
-            if gone else set()
-        stale = {_rows_key(relative, sha256) for relative, sha256 in gone
+        relatives = {relative for _, relative, _ in gone}
+        live = {(unit.relative, unit.sha256) for unit in units
+                if unit.relative in relatives and not unit.volatile}
+        stale = {_rows_key(relative, sha256) for _, relative, sha256 in gone
                  if (relative, sha256) not in live}
     for key in stale:
         store.remove(key)
@@ -199,11 +202,10 @@ def _compiled_parts(record: dict) -> list[tuple[str, dict, str]]:
     """The compile record's long parts, kept under keys of their own so that an edit
     rewrites only those it changes (the chunk ids and document paths stay): (key, the
     dict holding the part, its name)."""
-    parts = [(COMPILED + ":documents", record, "documents")]
-    if isinstance(record.get("json"), dict):
-        parts += [(f"{COMPILED}:json.{name}", record["json"], name)
-                  for name in ("ids", "paths", "docs", "lengths")]
-    return parts
+    if not isinstance(record.get("json"), dict):
+        return []
+    return [(f"{COMPILED}:json.{name}", record["json"], name)
+            for name in ("ids", "paths", "docs", "lengths")]
 
 
 def load_compiled(store: UnitStore) -> tuple[dict | None, dict[str, Any]]:
