@@ -98,10 +98,11 @@ class _BufferFile(io.RawIOBase):
 
 
 class ParquetParts:
-    """A Parquet file held in memory, read a part at a time: its footer and the columns
-    or row groups asked for are copied out for Arrow, not the whole file (arrow_reader's
-    copy of a 350 MB chunks.parquet took 0.3 s of an edit at 100,000 documents). Reads
-    run in this thread, so no Arrow worker ever holds a Python object (arrow_reader)."""
+    """A Parquet file held in memory or mapped, read a part at a time: its footer and the
+    columns or row groups asked for are copied out for Arrow, not the whole file
+    (arrow_reader's copy of a 350 MB chunks.parquet took 0.3 s of an edit at 100,000
+    documents). Reads run in this thread, so no Arrow worker ever holds a Python object
+    (arrow_reader)."""
 
     def __init__(self, data: bytes | Any) -> None:
         """data: the file's bytes, or any buffer of them (a map: artifacts.io.map_regular)."""

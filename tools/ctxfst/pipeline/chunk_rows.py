@@ -114,9 +114,11 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     # compiled (and it is not volatile): the store compares them (compiled_changes).
     paths = {unit.path for unit in checked.units}
     made_from, read_from = load_compiled(store)
+    compared = store.compiled_changes() \
+        if made_from is not None and _units_saved(store, checked) else None
     gone = None  # (path, relative, sha256) the last compile had that no unit has now
-    if made_from is not None and _units_saved(store, checked):
-        differ, gone = store.compiled_changes()
+    if compared is not None:
+        differ, gone = compared
         changed = set(differ) | {unit.path for unit in checked.units if unit.volatile}
     else:  # (no record, or units the store does not hold: nothing is copied from)
         changed, made_from = set(paths), None

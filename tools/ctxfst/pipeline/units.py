@@ -257,20 +257,24 @@ class UnitStore:
         self.db.executemany("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
                             [(unit.diagnostics_text(), unit.path) for unit in units])
 
-    def compiled_changes(self) -> tuple[list[str], list[tuple[str, str, str]]]:
+    def compiled_changes(self) -> tuple[list[str], list[tuple[str, str, str]]] | None:
         """How the CtxFST documents' units differ from the documents the last compile
         compiled from (put_compiled): the paths of the units it did not compile as they
         are now (new, or of other bytes or relative path), and the (path, relative path,
-        sha256) it compiled that no unit has now. Two scans in SQLite, not 100,000
-        entries read back and compared in Python."""
-        differ = [path for (path,) in self.db.execute(
-            "SELECT u.path FROM unit_docs u LEFT JOIN compiled_docs c ON c.path = u.path "
-            "WHERE u.ctxfst = 1 AND (c.path IS NULL OR c.relative IS NOT u.relative "
-            "OR c.sha256 IS NOT u.sha256)")]
-        gone = self.db.execute(
-            "SELECT c.path, c.relative, c.sha256 FROM compiled_docs c LEFT JOIN unit_docs u "
-            "ON u.path = c.path AND u.ctxfst = 1 WHERE u.path IS NULL "
-            "OR u.relative IS NOT c.relative OR u.sha256 IS NOT c.sha256").fetchall()
+        sha256) it compiled that no unit has now; None where the tables do not read
+        (damaged pages). Two scans in SQLite, not every document's entry read back and
+        compared in Python."""
+        try:
+            differ = [path for (path,) in self.db.execute(
+                "SELECT u.path FROM unit_docs u LEFT JOIN compiled_docs c ON c.path = u.path"
+                " WHERE u.ctxfst = 1 AND (c.path IS NULL OR c.relative IS NOT u.relative"
+                " OR c.sha256 IS NOT u.sha256)")]
+            gone = self.db.execute(
+                "SELECT c.path, c.relative, c.sha256 FROM compiled_docs c LEFT JOIN unit_docs"
+                " u ON u.path = c.path AND u.ctxfst = 1 WHERE u.path IS NULL"
+                " OR u.relative IS NOT c.relative OR u.sha256 IS NOT c.sha256").fetchall()
+        except sqlite3.Error:
+            return None
         return differ, gone
 
     def put_compiled(self, units: list[DocumentUnit], gone: list[str] | None) -> None:
