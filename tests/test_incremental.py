@@ -956,6 +956,55 @@ sys.exit(run_build(Path(sys.argv[1]), []))
 """
 
 
+# A build whose validation could not keep its units (the unit cache's first save of the
+# build rolled back, as on a full disk) while its later saves go through.
+# (with the row-group sizes of this module's in-process builds: small_row_groups)
+_UNITS_NOT_SAVED = """
+import sys
+from pathlib import Path
+from ctxfst.facts import build as facts_build, model as facts_model
+from ctxfst.pipeline import chunk_rows, units
+from ctxfst.pipeline.runner import run_build
+(chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS, facts_build.HEAVY_EVIDENCE,
+ facts_model.EVIDENCE_KEPT) = map(int, sys.argv[2:])
+real, calls = units.UnitStore.save, []
+def save(self):
+    calls.append(1)
+    if len(calls) == 1:
+        self.db.rollback()
+        self.pending.clear()
+        self.removed.clear()
+        return
+    real(self)
+units.UnitStore.save = save
+sys.exit(run_build(Path(sys.argv[1]), []))
+"""
+
+
+def test_an_edit_whose_units_were_not_saved_is_compiled_all_the_same(tmp_path):
+    """Compile compares the unit store's units with the documents it last compiled; where
+    the store does not hold the units this validation made (their save failed), it must
+    not trust that comparison, or the edited document's rows would be copied unchanged."""
+    root = tmp_path / "kb"
+    copy_example(root)
+    project(root, json_exports=False)
+    generate(root, MOCK_DOCUMENTS, seed=MOCK_SEED)
+    assert build(root)[0] == 0
+    edited = next((root / "content").rglob("notes-00001.ctxfst.md"))
+    edited.write_text(edited.read_text().replace("\n</Chunk>", " Edited.\n</Chunk>", 1))
+    from ctxfst.facts import model as facts_model
+    from ctxfst.pipeline import chunk_rows
+
+    sizes = (chunk_rows.CHUNK_GROUP_ROWS, facts_build.FACT_GROUP_ROWS,
+             facts_build.HEAVY_EVIDENCE, facts_model.EVIDENCE_KEPT)
+    done = subprocess.run([sys.executable, "-c", _UNITS_NOT_SAVED, str(root),
+                           *map(str, sizes)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    clean = clean_rebuild(root, tmp_path / "clean")
+    found = differences(root, clean)
+    assert found == [], explain(root, clean, found)
+
+
 @pytest.mark.parametrize("stop_after, switch", [(1, False), (2, False), (3, False),
                                                 (2, True), (3, True)])
 def test_a_build_killed_between_unit_cache_writes_recovers_exactly(tmp_path, stop_after,
