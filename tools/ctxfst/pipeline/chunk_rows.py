@@ -114,8 +114,9 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     # compiled (and it is not volatile): the store compares them (compiled_changes).
     paths = {unit.path for unit in checked.units}
     made_from, read_from = load_compiled(store)
+    linked = _linked_here(store, checked)
     compared = store.compiled_changes() \
-        if made_from is not None and _units_saved(store, checked) else None
+        if made_from is not None and linked is not None else None
     gone = None  # (path, relative, sha256) the last compile had that no unit has now
     if compared is not None:
         differ, gone = compared
@@ -144,7 +145,7 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         store.remove(ROWS_RECORDED)  # (until the record names the rows kept now)
         store.save()
         rows = _ChunkRows(kept, before, paths - changed)
-        entities = _catalog(checked, store)
+        entities = _catalog(checked, store, linked)
         parquet, layout = _chunks_parquet(rows, fresh, made_from, found, changed)
         recompiled = len(fresh)
         fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
@@ -167,11 +168,12 @@ def _rows_key(relative: str, sha256: str) -> str:
     return "rows:" + unit_key(relative, sha256)
 
 
-def _units_saved(store: UnitStore, checked: Checked) -> bool:
-    """Whether the store holds the units checked was validated as (their save may have
-    failed: a full disk), so that its tables can be compared with them."""
+def _linked_here(store: UnitStore, checked: Checked) -> dict | None:
+    """The record of the link step (LINKED) when the store holds the units checked was
+    validated as (their save may have failed: a full disk, or caches are off), so that
+    its tables can be taken for them; else None."""
     saved = store.value(LINKED)
-    return isinstance(saved, dict) and saved.get("units") == checked.mark
+    return saved if isinstance(saved, dict) and saved.get("units") == checked.mark else None
 
 
 # Saved with a compile's record, removed with the rows a compile keeps: without it, rows
@@ -260,13 +262,12 @@ def save_compiled(store: UnitStore, record: dict, read_from: dict[str, Any]) -> 
     store.put(ROWS_RECORDED, True)
 
 
-def _catalog(checked: Checked, store: UnitStore) -> list[dict[str, Any]]:
+def _catalog(checked: Checked, store: UnitStore, linked: dict | None
+             ) -> list[dict[str, Any]]:
     """The entity catalog the link step kept; made again from every summary when the
-    store does not hold what validation linked (caches off, or its save failed), or
-    when a kept row does not read back (then kept again)."""
-    saved = store.value(LINKED)
-    ours = (isinstance(saved, dict) and saved.get("units") == checked.mark
-            and saved.get("entities") == store.index.catalog_count())
+    store does not hold what validation linked (linked: _linked_here), or when a kept
+    row does not read back (then kept again)."""
+    ours = linked is not None and linked.get("entities") == store.index.catalog_count()
     if ours:
         try:
             return store.index.catalog()
