@@ -226,7 +226,7 @@ def test_a_mapped_parquet_file_reads_as_its_bytes_and_a_fifo_is_refused(tmp_path
     import pyarrow.parquet as pq
 
     from ctxfst.artifacts.arrays import ParquetParts
-    from ctxfst.artifacts.io import NotAFile, map_regular, write_pieces
+    from ctxfst.artifacts.io import NotAFile, map_open, map_regular, write_pieces
 
     table = pa.table({"id": [f"row-{n:05d}" for n in range(3000)],
                       "value": list(range(3000))})
@@ -248,3 +248,17 @@ def test_a_mapped_parquet_file_reads_as_its_bytes_and_a_fifo_is_refused(tmp_path
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(NotAFile):
         map_regular(tmp_path / "fifo")
+    # a staged artifact is mapped without following links
+    (tmp_path / "link").symlink_to(tmp_path / "file.parquet")
+    assert len(map_regular(tmp_path / "link")[0]) == info.st_size
+    with pytest.raises(NotAFile):
+        map_regular(tmp_path / "link", follow_links=False)
+    # a file cut short between its stat and its map: an OSError, as a failed read
+    handle = os.open(tmp_path / "copy", os.O_RDWR)
+    try:
+        stale = os.fstat(handle)
+        os.ftruncate(handle, 10)
+        with pytest.raises(OSError):
+            map_open(handle, stale)
+    finally:
+        os.close(handle)

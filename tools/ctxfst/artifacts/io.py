@@ -416,23 +416,32 @@ def read_regular(path: Path, limit: int | None = None, follow_links: bool = True
         return data, info
 
 
-def map_regular(path: Path) -> tuple[bytes | Any, os.stat_result]:
-    """read_regular()'s bytes, mapped rather than read (an mmap; b"" for an empty file):
-    only the pages a caller touches are read, and a view of them handed to a write is
-    copied from the page cache, not read into this process first (the facts ledger: an
-    edit reads a few row groups of it and copies the others). For files that are
+def map_regular(path: Path, follow_links: bool = True) -> tuple[bytes | Any, os.stat_result]:
+    """read_regular()'s bytes, mapped rather than read (map_open)."""
+    handle = open_regular(path, follow_links=follow_links)
+    try:
+        info = os.fstat(handle)
+        return map_open(handle, info), info
+    finally:
+        os.close(handle)  # (the map holds the file)
+
+
+def map_open(handle: int, info: os.stat_result) -> bytes | Any:
+    """An open regular file's bytes (info: its stat), mapped rather than read (an mmap;
+    b"" for an empty file): only the pages a caller touches are read, and a view of them
+    handed to a write is copied from the page cache, not read into this process first
+    (the facts ledger: an edit reads a few row groups of it and copies the others; the
+    staged Parquet artifacts a stage reads a few groups of). For files that are
     replaced, never written in place: one cut short in place while mapped stops the
     process at the next touch of a page it lost (SIGBUS)."""
     import mmap
 
-    handle = open_regular(path)
+    if not info.st_size:
+        return b""
     try:
-        info = os.fstat(handle)
-        if not info.st_size:
-            return b"", info
-        return mmap.mmap(handle, 0, access=mmap.ACCESS_READ), info
-    finally:
-        os.close(handle)  # (the map holds the file)
+        return mmap.mmap(handle, info.st_size, access=mmap.ACCESS_READ)
+    except ValueError:  # (cut short since its stat)
+        raise OSError(errno.ESTALE, "the file changed while it was mapped") from None
 
 
 def read_bytes_no_follow(path: Path, limit: int | None = None) -> bytes:

@@ -703,15 +703,16 @@ def _previous_chunks(made_from: Any, path: Path, published: Any = None
 
 def recorded_file(path: Path, record: dict, keep_open: bool = False,
                   published: Any = None):
-    """The bytes of a staged file a stage wrote last (record: their sha256), when they
-    are still those; else None. With keep_open, also the file, open for reading
-    (the caller closes it), and its stamp when read (artifacts.io.Span).
+    """The bytes of a staged file a stage wrote last (record: their sha256), mapped
+    (artifacts.io.map_open: a stage reads a few row groups of them and copies the
+    others), when they are still those; else None. With keep_open, also the file, open
+    for reading (the caller closes it), and its stamp when mapped (artifacts.io.Span).
 
     They are hashed unless the file has the stamp (size, mtime, ctime, inode) it had
     when the last build published it with that sha256 (`published`, the unit store's
     record of it: remember_published): a published twin edited in place, even to the
     same size and mtime, has another ctime."""
-    from ..artifacts.io import open_no_follow
+    from ..artifacts.io import map_open, open_no_follow
 
     sha256 = record.get("sha256")
     if not isinstance(sha256, str):
@@ -722,7 +723,7 @@ def recorded_file(path: Path, record: dict, keep_open: bool = False,
         return None
     try:
         info = os.fstat(handle)
-        data = _read_all(handle)
+        data = map_open(handle, info)
         if not (read_as_published(published, path.name, data, info, sha256)
                 or hashlib.sha256(data).hexdigest() == sha256):
             data = None
@@ -732,11 +733,3 @@ def recorded_file(path: Path, record: dict, keep_open: bool = False,
         os.close(handle)
         return data
     return data, handle, file_stamp(info)
-
-
-def _read_all(handle: int) -> bytes:
-    """An open file's bytes from its start, leaving the handle open (the spans copy from
-    it by offset, so its position does not matter)."""
-    with os.fdopen(os.dup(handle), "rb") as file:
-        file.seek(0)
-        return file.read()

@@ -368,7 +368,7 @@ def stage_profiles(run: BuildRun) -> None:
 
     import pyarrow as pa
 
-    from ..artifacts.io import read_regular
+    from ..artifacts.io import map_regular, read_regular
     from ..artifacts.parquet_splice import SpliceError
     from .published import PUBLISHED
 
@@ -376,7 +376,8 @@ def stage_profiles(run: BuildRun) -> None:
     started = time.perf_counter()
     files = [name for name in _PROFILE_FILES if exported(config, name)]
     catalog = read_regular(staged(config, "catalog.json"), follow_links=False)[0]
-    chunks = read_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
+    # (mapped: an edit reads the mention columns and a few groups' text of it)
+    chunks = map_regular(staged(config, "chunks.parquet"), follow_links=False)[0]
     try:
         groups = _ChunkGroups(chunks)
     except (SpliceError, pa.ArrowException):  # (read whole below, which says what is wrong)
