@@ -182,6 +182,30 @@ def test_an_inputs_state_changes_with_its_size_mtime_ctime_or_inode(tmp_path):
     assert changed(replaced)
 
 
+def test_the_stamps_taken_with_the_inputs_state_are_those_units_keep(tmp_path):
+    """The validate task's state stats every input once, and keeps with each stat the
+    stamp a document's unit is compared with (the look of an edit takes it from there):
+    the same text unit_stamp makes of that stat, and none for a file that changed within
+    a clock tick (its unit's stamp is then never taken for its bytes)."""
+    from ctxfst.files import RACY_NS
+    from ctxfst.pipeline.doit_state import inputs_state
+    from ctxfst.pipeline.incremental import unit_stamp
+
+    settled, fresh = tmp_path / "settled.md", tmp_path / "fresh.md"
+    settled.write_text("one")
+    os.utime(settled, ns=(1, 10**18))  # (mtime and ctime apart: each in its place)
+    time.sleep(RACY_NS / 1e9 * 1.5)  # (its ctime ages past a clock tick)
+    fresh.write_text("two")
+    run = BuildRun(find_project(REPO))
+    inputs_state(run, [str(settled), str(fresh)], [])
+    info = run.loaded_stats[str(settled)]
+    assert run.loaded_stamps[str(settled)] == unit_stamp(info, time.time_ns()) is not None
+    assert str(fresh) in run.loaded_stats and run.loaded_stamps[str(fresh)] is None
+    run.begin()  # the run's stats and stamps are the ones doit's state was taken with
+    assert run.stats[str(settled)] is info and run.stamps == {
+        str(settled): unit_stamp(info, time.time_ns()), str(fresh): None}
+
+
 def test_full_build_then_noop(tmp_path, capsys):
     root = example(tmp_path)
     code, out = build(root, capsys)

@@ -187,7 +187,7 @@ def inputs_state(run: BuildRun, paths: list[str], refused: list[str]) -> str:
 
     now = time.time_ns()
     racy: dict[str, str] = {}
-    loaded = run.loaded_stats = {}
+    loaded, stamps = run.loaded_stats, run.loaded_stamps = {}, {}
     lstat, is_regular = os.lstat, stat.S_ISREG
     lines: list[str] = []  # each path and its identity (one line per input: 100,000 at once)
     for path in paths:
@@ -197,16 +197,18 @@ def inputs_state(run: BuildRun, paths: list[str], refused: list[str]) -> str:
             info = None
         if info is not None and is_regular(info.st_mode):
             loaded[path] = info
-            # (BuildRun.identity's file_stamp, inline: a call or two per input was a
-            # third of this loop's time beside the lstat)
+            # (the unit stamp of BuildRun.identity's file_stamp, inline: a call or two
+            # per input was a third of this loop's time beside the lstat)
             mtime, ctime = info.st_mtime_ns, info.st_ctime_ns
-            lines.append(f"{path}\0({info.st_size}, {mtime}, {ctime}, {info.st_ino})\n")
-            changed = max(mtime, ctime)
-        else:
-            identity = run.identity(path)  # (a link: its target's)
-            lines.append(f"{path}\0{identity}\n")
-            changed = None if identity is None else max(identity[1:3])
-        if changed is not None and now - changed < RACY_NS:
+            stamps[path] = stamp = f"{info.st_size}:{mtime}:{ctime}:{info.st_ino}"
+            lines.append(f"{path}\0{stamp}\n")
+            if now - max(mtime, ctime) < RACY_NS:
+                racy[path] = _content_sha256(path)
+                stamps[path] = None
+            continue
+        identity = run.identity(path)  # (a link: its target's)
+        lines.append(f"{path}\0{identity}\n")
+        if identity is not None and now - max(identity[1:3]) < RACY_NS:
             racy[path] = _content_sha256(path)
     digest = hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape"))
     return json.dumps({"inputs": digest.hexdigest(), "refused": refused, "racy": racy},

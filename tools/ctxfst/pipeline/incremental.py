@@ -117,7 +117,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
                         open_parse_cache: Callable, store: UnitStore,
                         regular_files: Mapping[str, os.stat_result] | None = None,
                         digested: dict[str, tuple[str, str, int]] | None = None,
-                        mapper: Mapper | None = None) -> Checked:
+                        mapper: Mapper | None = None,
+                        stamps: Mapping[str, str | None] | None = None) -> Checked:
     """Validate the project's inputs, typing only what changed (see the module doc).
     regular_files: the stat of the paths known to be regular files, not links, as this
     run took it: a document whose stat is its unit's stamp, at the same place, is the
@@ -126,7 +127,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     gives the others': digests(file, relative path, volatile) -> sha256 or None, where
     volatile says the document's unit has content_path passages, checked every build).
     mapper: what parses the documents the parse cache has no row for (forked workers
-    by default; the ray engine's map)."""
+    by default; the ray engine's map). stamps: the unit_stamp of some of those regular
+    files, made from the same stat (None where it was not sure)."""
     from ..document.rules import check_document
     from ..kb import check_kb_wide
     from ..skills import SKILL_FILE
@@ -139,7 +141,7 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
         name = os.path.basename(item.source.path)
         (others if name == SKILL_FILE or not name.endswith(".md") else documents).append(item)
     looked = _look(documents, previous, root, regular_files or {}, digests,
-                   {} if digested is None else digested)
+                   {} if digested is None else digested, stamps or {})
     reader = _Reader(root, looked, open_parse_cache, mapper)
     made: dict[str, DocumentUnit] = {}  # the changed documents' units, made as typed
     declarations: dict[str, tuple[str, dict]] = {}  # (shared by the units alike)
@@ -303,9 +305,12 @@ class _Looked:
 
 def _look(documents: list, previous: dict[str, DocumentUnit], root: Path,
           regular_files: Mapping[str, os.stat_result], digests,
-          digested: dict[str, tuple[str, str, int]]) -> _Looked:
+          digested: dict[str, tuple[str, str, int]],
+          known_stamps: Mapping[str, str | None]) -> _Looked:
     """Which documents changed since their units: one whose stat is its unit's stamp is
-    its unit's without a read; the others are hashed (digests) and compared."""
+    its unit's without a read; the others are hashed (digests) and compared.
+    known_stamps: the stamps of regular_files' stats, where made with them (a stamp
+    is made here for the others, and for those it names None)."""
     from ..files import ProjectRelative
 
     relative_to_root = ProjectRelative(root, regular_files)
@@ -321,7 +326,8 @@ def _look(documents: list, previous: dict[str, DocumentUnit], root: Path,
         unit = previous.get(path)
         info = regular_files.get(fs_path)
         if info is not None and unit is not None and unit.stamp is not None \
-                and unit.stamp == unit_stamp(info, now_ns) and unit.place == places[path] \
+                and unit.stamp == (known_stamps.get(fs_path) or unit_stamp(info, now_ns)) \
+                and unit.place == places[path] \
                 and not unit.volatile and unit.relative == relative_to_root.of_regular(fs_path):
             found[path] = (item, unit.relative, unit.sha256)
             digested[fs_path] = (unit.relative, unit.sha256, info.st_size)

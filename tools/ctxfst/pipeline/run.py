@@ -29,6 +29,10 @@ class BuildRun:
     # calls cost 30 ms here).
     loaded_stats: dict[str, os.stat_result] = field(default_factory=dict)
     stats: dict[str, os.stat_result] = field(default_factory=dict)
+    # and each one's stamp as a unit keeps it (pipeline.incremental.unit_stamp; None
+    # for a file changed within a clock tick of the stat), made beside its identity
+    loaded_stamps: dict[str, str | None] = field(default_factory=dict)
+    stamps: dict[str, str | None] = field(default_factory=dict)
     # The project's walk (scan_project), taken once: while doit loads the tasks, it is
     # the walk whose stats those are; every stage reads the inputs it found.
     _walk: Walk | None = field(default=None, repr=False)
@@ -48,11 +52,12 @@ class BuildRun:
         the inputs."""
         self.running = True
         self.stats, self.loaded_stats = self.loaded_stats, {}
+        self.stamps, self.loaded_stamps = self.loaded_stamps, {}
         self.validated = None
 
     def end(self) -> None:
         self.running = False
-        self.stats = {}
+        self.stats, self.stamps = {}, {}
         self._walk = self._inputs = None
 
     def walk(self) -> Walk:

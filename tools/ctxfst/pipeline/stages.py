@@ -158,7 +158,8 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
         def check(store, regular_files=None):
             return check_incrementally(config, inputs, refused, sha, open_parse_cache, store,
                                        regular_files, digested,
-                                       mapper=None if engine is None else engine.map)
+                                       mapper=None if engine is None else engine.map,
+                                       stamps=run.stamps if regular_files else None)
 
         store = unit_store(config)
         try:
