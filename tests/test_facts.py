@@ -1103,6 +1103,69 @@ def test_an_edits_facts_stage_imports_no_mask_or_query_engine_modules(tmp_path, 
     assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
 
 
+def test_an_edit_stores_the_records_of_the_row_groups_it_encodes_and_moves_the_others(
+        tmp_path, capsys, monkeypatch):
+    """The memo keeps a record per row group of the ledger; an edit stores the records
+    of the groups it encodes alone: a group it copies keeps its record, read back where
+    the edit moved the group (an edit before it changed the file's length), and the
+    records of groups gone are dropped. The next edit still merges by group, and writes
+    the bytes a build whose memo was lost writes."""
+    from ctxfst.facts import build as facts_build
+    from ctxfst.facts.memo import GROUP, RECORD
+    from ctxfst.pipeline.units import UnitStore
+
+    monkeypatch.setattr(facts_build, "FACT_GROUP_ROWS", 8)  # many groups of a few facts
+    root = copy_example(tmp_path / "kb")
+    build(root, capsys)
+
+    def stored(kb: Path) -> tuple[list[str], set[str], dict[str, int]]:
+        """The memo's group keys, the group records in the store, and each one's start."""
+        store = UnitStore(find_project(kb).unit_store)
+        try:
+            keys = store.value(RECORD)["groups"]
+            return keys, store.keys(GROUP), {key: value["part"]["start"] for key, value in
+                                             store.values([GROUP + k for k in keys]).items()}
+        finally:
+            store.close()
+
+    def edit(kb: Path, words: str) -> None:
+        target = sorted((kb / "content").rglob("*.md"))[0]
+        text = target.read_text()
+        body = text.index("\n", text.index("<Chunk id=")) + 1
+        target.write_text(text[:body] + words + text[body:])
+
+    def starts(kb: Path) -> list[int]:
+        """Where each row group of the ledger's facts file begins now."""
+        metadata = pq.ParquetFile(kb / ".ctxfst/facts/semantic_facts.parquet").metadata
+        return [min(column.dictionary_page_offset or column.data_page_offset
+                    for column in map(metadata.row_group(group).column,
+                                      range(metadata.num_columns)))
+                for group in range(metadata.num_row_groups)]
+
+    first, records, _ = stored(root)
+    assert records == {GROUP + key for key in first}
+    edit(root, "The index and the planner, again and again. ")
+    build(root, capsys)
+    second, records, recorded = stored(root)
+    assert records == {GROUP + key for key in second}  # (those of groups gone: dropped)
+    kept = [key for key in second if key in set(first)]
+    assert 0 < len(kept) < len(second)
+    moved = [key for key, start in zip(second, starts(root), strict=True)
+             if key in kept and recorded[GROUP + key] != start]
+    assert moved, "no copied row group moved: the test's edit must change an earlier one"
+    lost = tmp_path / "memo-lost"
+    shutil.copytree(root, lost, symlinks=True)
+    shutil.rmtree(lost / ".ctxfst/cache")  # (the memo with it: the ledger is read again)
+    for kb in (root, lost):
+        edit(kb, "Also see the index. ")
+        build(kb, capsys)
+    stage = next(s for s in json.loads((root / "build/run_results.json").read_text())[
+        "stages"] if s["stage"] == "facts")
+    assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
+    for path in (FACTS, EVIDENCE, RUNS, DELTA):
+        assert (root / path).read_bytes() == (lost / path).read_bytes(), path
+
+
 def test_a_ledger_cut_in_other_row_groups_is_cut_again_a_few_groups_at_a_time(
         tmp_path, capsys, monkeypatch):
     """A ledger ctxfst encoded but cut in other row groups (an earlier toolchain's

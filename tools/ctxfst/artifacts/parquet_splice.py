@@ -516,12 +516,14 @@ def group_record(group: Group) -> dict:
 
 
 def groups_from_records(data: bytes, records: list) -> list[Group]:
-    """The row groups group_record()s describe in the file `data`, which must lie one
-    after the other from the file's start, as pyarrow writes them (SpliceError for
-    records that do not fit it)."""
+    """The row groups group_record()s describe in the file `data`, which lie one after
+    the other from the file's start, as pyarrow writes them (SpliceError for records
+    that do not fit it). A record may give a group where it lay in an earlier file (its
+    bytes since moved whole, as splicing moves them): its entry's numbers are moved with
+    it (so a record need not be written again each time an edit before it moves it)."""
     if not isinstance(records, list):
         raise SpliceError("row group records that are not a list")
-    fields, entries, places = [], [], []
+    fields, entries, places, recorded = [], [], [], []
     at = len(MAGIC)
     for record in records:
         try:
@@ -531,17 +533,22 @@ def groups_from_records(data: bytes, records: list) -> list[Group]:
         except (KeyError, TypeError, ValueError) as error:
             raise SpliceError(f"a row group record that is not one ({error})") from None
         if any(type(n) is not int for n in (start, size, rows)) or not (
-                4 <= start and 0 <= size and start + size <= len(data) - 8 and rows >= 0) \
+                4 <= start and 0 <= size and at + size <= len(data) - 8 and rows >= 0) \
                 or len(places[-1]) % 4:
             raise SpliceError("a row group record outside its file")
-        if start != at:
-            raise SpliceError("row group records that do not follow one another")
+        recorded.append(start)
+        fields.append((at, size, rows))
         at += size
-        fields.append((start, size, rows))
-    patches = _read_patches(entries, places, [start for start, _, _ in fields],
-                            [start + size for start, size, _ in fields])
-    return [Group(data, start, size, rows, entry, numbers) for (start, size, rows), entry,
-            numbers in zip(fields, entries, patches, strict=True)]
+    patches = _read_patches(entries, places, recorded,
+                            [start + size for start, (_, size, _) in zip(recorded, fields,
+                                                                          strict=True)])
+    # (each entry's offsets and ordinal as they are in this file: _moved_entries keeps
+    # an entry whose numbers are these already)
+    return [Group(data, start, size, rows, entry, numbers) for (start, size, rows),
+            (entry, numbers) in zip(fields, _moved_entries(
+                [Group(data, start, size, rows, entry, numbers) for start, (_, size, rows),
+                 entry, numbers in zip(recorded, fields, entries, patches, strict=True)],
+                [start for start, _, _ in fields]), strict=True)]
 
 
 def _read_patches(entries: list[bytes], places: list[bytes], begins: list[int],

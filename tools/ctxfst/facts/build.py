@@ -67,16 +67,17 @@ from .extractors import (
     load_extractors,
 )
 from .memo import (
-    RECORD,
     SOURCE,
     SUBJECTS,
     GroupKeys,
     LedgerMemo,
     digests_by_source,
+    forget_memo,
     group_keys,
     read_digests,
     read_subjects,
     spans_digest,
+    stored_memo,
     subjects_of,
 )
 from .model import (
@@ -898,7 +899,7 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
     """
     extractors = load_extractors(settings.facts_extractors)
     version = extract_version(extractors)
-    ledger = _read_ledger(ledger_dir, store.value(RECORD) if store is not None else None,
+    ledger = _read_ledger(ledger_dir, stored_memo(store) if store is not None else None,
                           vouched)
     if ledger.recovered and store is not None:  # (digests of some other ledger's facts:
         for key in store.keys(SOURCE):           # this build takes them from the ledger)
@@ -1088,12 +1089,12 @@ def run_facts(root: Path, kb, settings, out_dir: Path, ledger_dir: Path, checked
         **{name: [] if snapshot else rows for name, rows in delta.items()}}, compact=True))
     written_now(DELTA_FILE)
     if store is not None and written.memo is None:
-        store.remove(RECORD)  # (a file the footer walker refused: read whole next time)
+        forget_memo(store)  # (a file the footer walker refused: read whole next time)
     elif store is not None:
         written.memo.facts_sha = facts_sha
         written.memo.evidence_sha = evidence_sha
         written.memo.runs_sha = runs_digest()
-        store.put(RECORD, written.memo.as_data())
+        written.memo.save(store)
         _keep(store, SOURCE, written.entries)
         _keep(store, SUBJECTS, subjects)
     planned(facts_sha, seq)
@@ -1587,18 +1588,21 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
                                                       evidence_fresh)
     except SpliceError:
         raise _MemoDoesNotFit from None
-    new_keys, at = [], 0
+    new_keys, stored, at = [], [], 0  # (a group copied keeps its stored record)
     for (begin, end, _), run_keys in zip(spliced, keys, strict=True):
         new_keys.extend(memo.keys[at:begin])
+        stored.extend(memo.stored[at:begin])
         new_keys.extend(run_keys)
+        stored.extend([None] * len(run_keys))
         at = end
     new_keys.extend(memo.keys[at:])
+    stored.extend(memo.stored[at:])
     for path in merge.deleted:
         entries[path] = None
     made = LedgerMemo("", "", memo.group_rows, memo.heavy, memo.encoding, new_keys,
                       [Group(b"", *fields) for fields in placed], "",  # (not joined)
                       memo.evidence_encoding, [Group(b"", *fields)
-                                               for fields in evidence_placed])
+                                               for fields in evidence_placed], stored)
     return _Written(facts_file, evidence_file, delta, made, entries,
                     (sum(k.rows for k in new_keys), sum(k.active for k in new_keys),
                      sum(group.rows for group in made.evidence_groups)),

@@ -5,11 +5,15 @@ The memo lives in the build's unit store (data only, owner-checked) and holds:
 
 - "facts_file": the sha256 of the semantic_facts.parquet, the evidence file and the
   runs file this toolchain wrote last, the rule, row-group size and heavy evidence count
-  they were cut with (parquet_splice.spaced_group_starts), and per row group its first
-  row's sort key and fact id, its rows and active rows, whether that row is heavy (a
-  group of its own), and its footer entries in the facts file and in the evidence file
-  (whose row groups hold the evidence of the facts file's, group for group;
-  artifacts/parquet_splice), so the files are spliced without walking their footers;
+  they were cut with (parquet_splice.spaced_group_starts), and the key of each row
+  group's record, in order;
+- "facts-group:<digest of the record>": a row group's record: its first row's sort key
+  and fact id, its rows and active rows, whether that row is heavy (a group of its own),
+  and its footer entries in the facts file and in the evidence file (whose row groups
+  hold the evidence of the facts file's, group for group; artifacts/parquet_splice), so
+  the files are spliced without walking their footers. A group copied by an edit keeps
+  its record (where it lay when written: its numbers are moved as it is read), so an
+  edit writes the records of the groups it encodes, not all of them again;
 - "facts:<source path>", for every source: a digest of the evidence it gives each active
   fact it supports (run ids left out: a span read again by a later run is the same).
 
@@ -28,7 +32,7 @@ import bisect
 import hashlib
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -44,6 +48,7 @@ from ..artifacts.parquet_splice import (
 from .model import SORT_COLUMNS, Evidence
 
 RECORD = "facts_file"
+GROUP = "facts-group:"  # + the digest of a row group's record: the record
 SOURCE = "facts:"  # + a source's path: {fact id: evidence digest}
 # + a source's path: the [tenant, entity type, entity id] of the facts it supports, where
 # a merge looks first for the row groups of facts only its old digests name
@@ -139,6 +144,12 @@ class LedgerMemo:
     evidence_sha: str
     evidence_encoding: str
     evidence_groups: list[Group]  # in the evidence file's bytes, group for group
+    # each group's record key in the store, where its record is stored (None: not yet)
+    stored: list[str | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.stored) != len(self.keys):
+            self.stored = [None] * len(self.keys)
 
     @classmethod
     def read(cls, value: Any, facts: bytes, facts_sha: str, runs_sha: str, evidence: bytes,
@@ -173,19 +184,35 @@ class LedgerMemo:
         if [k.first for k in keys] != sorted(k.first for k in keys) or \
                 any(group.rows < k.rows for k, group in zip(keys, evidence_groups, strict=True)):
             return None  # (every fact has evidence)
+        stored = value.get("stored")
         return cls(facts_sha, runs_sha, group_rows, heavy, value["encoding"], keys, groups,
-                   evidence_sha, value["evidence_encoding"], evidence_groups)
+                   evidence_sha, value["evidence_encoding"], evidence_groups,
+                   stored if isinstance(stored, list) and all(
+                       type(key) is str for key in stored) else [])
 
-    def as_data(self) -> dict[str, Any]:
-        return {"facts_sha256": self.facts_sha, "runs_sha256": self.runs_sha,
-                "evidence_sha256": self.evidence_sha, "group_rows": self.group_rows,
-                "heavy": self.heavy, "cut": SPACED_RULE, "encoding": self.encoding,
-                "evidence_encoding": self.evidence_encoding,
-                "groups": [{"first": list(k.first), "id": k.fact_id, "rows": k.rows,
-                            "active": k.active, "heavy": k.heavy, "part": group_record(g),
-                            "evidence_part": group_record(e)}
-                           for k, g, e in zip(self.keys, self.groups, self.evidence_groups,
-                                              strict=True)]}
+    def save(self, store) -> None:
+        """Put the memo in the store (RECORD): the records of its groups that are not
+        there yet, and the list of their keys; the records of no group of it go."""
+        from ..artifacts.io import compact_json
+
+        keys = []
+        for key, k, g, e in zip(self.stored, self.keys, self.groups, self.evidence_groups,
+                                strict=True):
+            if key is None:
+                blob = compact_json({"first": list(k.first), "id": k.fact_id, "rows": k.rows,
+                                     "active": k.active, "heavy": k.heavy,
+                                     "part": group_record(g), "evidence_part": group_record(e)})
+                key = hashlib.blake2b(blob, digest_size=16).hexdigest()
+                store.put_blob(GROUP + key, blob)
+            keys.append(key)
+        self.stored = keys
+        store.put(RECORD, {"facts_sha256": self.facts_sha, "runs_sha256": self.runs_sha,
+                           "evidence_sha256": self.evidence_sha,
+                           "group_rows": self.group_rows, "heavy": self.heavy,
+                           "cut": SPACED_RULE, "encoding": self.encoding,
+                           "evidence_encoding": self.evidence_encoding, "groups": keys})
+        for stale in store.keys(GROUP) - {GROUP + key for key in keys}:
+            store.remove(stale)
 
     @cached_property
     def _firsts(self) -> list[tuple[str, ...]]:
@@ -213,3 +240,23 @@ class LedgerMemo:
     @cached_property
     def _subjects(self) -> list[tuple[str, ...]]:
         return [k.first[:3] for k in self.keys]
+
+
+def forget_memo(store) -> None:
+    """Take the memo out of the store, its groups' records with it."""
+    store.remove(RECORD)
+    for key in store.keys(GROUP):
+        store.remove(key)
+
+
+def stored_memo(store) -> Any:
+    """The memo as the store holds it, each group's record in the place of its key (and
+    the keys as "stored"), for LedgerMemo.read; None where a record is missing."""
+    value = store.value(RECORD)
+    keys = value.get("groups") if isinstance(value, dict) else None
+    if not (isinstance(keys, list) and all(type(key) is str for key in keys)):
+        return value  # (not a memo this toolchain wrote: LedgerMemo.read says so)
+    found = store.values([GROUP + key for key in keys])
+    if len(found) != len(set(keys)):
+        return None
+    return {**value, "groups": [found[GROUP + key] for key in keys], "stored": keys}
