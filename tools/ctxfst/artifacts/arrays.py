@@ -139,3 +139,44 @@ class ParquetParts:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class GroupsFile:
+    """ParquetParts of a file whose row groups and other footer fields are known
+    (parquet_splice: a memo's records): the groups asked for are read through a small
+    file of them alone, so the file's own footer (12 MB in the facts ledger of 100,000
+    documents: 0.1 s to parse) is parsed only for what needs the whole file."""
+
+    def __init__(self, data: bytes | Any, groups: list, footer: list) -> None:
+        self._data, self._groups, self._footer = data, groups, footer
+        self._whole: ParquetParts | None = None
+
+    def _of(self, groups: list[int]) -> ParquetParts:
+        from .parquet_splice import assemble
+
+        return ParquetParts(assemble([self._groups[group] for group in groups], self._footer))
+
+    @property
+    def schema_arrow(self):
+        with self._of([]) as parts:
+            return parts.schema_arrow
+
+    def read_row_groups(self, groups: list[int], columns: list[str] | None = None):
+        with self._of(groups) as parts:
+            return parts.read_row_groups(list(range(len(groups))), columns)
+
+    def _file(self) -> ParquetParts:
+        if self._whole is None:
+            self._whole = ParquetParts(self._data)
+        return self._whole
+
+    @property
+    def metadata(self):
+        return self._file().metadata
+
+    def read(self, columns: list[str] | None = None):
+        return self._file().read(columns)
+
+    def close(self) -> None:
+        if self._whole is not None:
+            self._whole.close()

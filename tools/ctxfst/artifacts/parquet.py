@@ -13,6 +13,7 @@ from .parquet_splice import (
     Group,
     SpliceError,
     assemble_pieces,
+    bare_footer,
     encoding_of,
     group_bytes,
     group_ranges,
@@ -115,6 +116,7 @@ class Pieces:
     pieces: list[Any]
     encoding: str | None
     groups: list[Group] | None
+    footer: list[tuple[int, int, bytes]] | None = None  # (parquet_splice.bare_footer)
 
 
 def pieces_of(data: bytes) -> Pieces:
@@ -123,7 +125,7 @@ def pieces_of(data: bytes) -> Pieces:
         parts = read_parts(data)
     except SpliceError:
         return Pieces([data], None, None)
-    return Pieces([data], encoding_of(parts.footer), parts.groups)
+    return Pieces([data], encoding_of(parts.footer), parts.groups, bare_footer(parts.footer))
 
 
 def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], tuple],
@@ -170,7 +172,7 @@ def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], t
         try:
             read = [read_parts(view) for view in views]
             file_of = {id(view): part for view, part in zip(views, made, strict=True)}
-            encoding = encoding_of(read[-1].footer)
+            encoding, footer = encoding_of(read[-1].footer), bare_footer(read[-1].footer)
             pieces, placed = assemble_pieces(
                 [found for part in read for found in part.groups], read[-1].footer,
                 (lambda group, file_of=file_of: FileSpan(file_of[id(group.data)],
@@ -183,7 +185,8 @@ def parquet_pieces_threaded(schemas: list, count: int, groups: Callable[[int], t
                 read = []  # (its groups name the mappings)
                 for view in views:
                     view.close()
-        files.append(Pieces(pieces, encoding, [Group(b"", *fields) for fields in placed]))
+        files.append(Pieces(pieces, encoding, [Group(b"", *fields) for fields in placed],
+                            footer))
     return files
 
 

@@ -448,6 +448,34 @@ def assemble(groups: list[Group], footer: list[tuple[int, int, bytes]]) -> bytes
     return b"".join(assemble_pieces(groups, footer)[0])
 
 
+def bare_footer(footer: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """A footer's fields without its row groups and row count (assemble puts in those of
+    the groups it is given): what a file of some of its groups takes."""
+    return [(field_id, kind, b"" if field_id in (_FILE_NUM_ROWS, _FILE_ROW_GROUPS)
+             else value) for field_id, kind, value in footer]
+
+
+def footer_record(footer: list[tuple[int, int, bytes]]) -> list[list]:
+    """bare_footer() as JSON data (footer_from_record reads it)."""
+    return [[field_id, kind, base64.b64encode(value).decode("ascii")]
+            for field_id, kind, value in bare_footer(footer)]
+
+
+def footer_from_record(record: Any) -> list[tuple[int, int, bytes]]:
+    """The footer fields footer_record() wrote (SpliceError for anything else)."""
+    try:
+        footer = [(field_id, kind, base64.b64decode(value, validate=True))
+                  for field_id, kind, value in record]
+    except (TypeError, ValueError) as error:
+        raise SpliceError(f"a footer record that is not one ({error})") from None
+    if not all(type(field_id) is int and 0 < field_id < 2 ** 15 and type(kind) is int
+               and 0 < kind < 16 for field_id, kind, _ in footer) or \
+            [field_id for field_id, _, _ in footer] != sorted({f for f, _, _ in footer}) or \
+            not any(field_id == _FILE_ROW_GROUPS for field_id, _, _ in footer):
+        raise SpliceError("a footer record that is not one")
+    return footer
+
+
 def group_bytes(group: Group) -> memoryview:
     """A row group's bytes in its file (a view, not a copy)."""
     return memoryview(group.data)[group.start:group.start + group.size]

@@ -5,8 +5,9 @@ The memo lives in the build's unit store (data only, owner-checked) and holds:
 
 - "facts_file": the sha256 of the semantic_facts.parquet, the evidence file and the
   runs file this toolchain wrote last, the rule, row-group size and heavy evidence count
-  they were cut with (parquet_splice.spaced_group_starts), and the key of each row
-  group's record, in order;
+  they were cut with (parquet_splice.spaced_group_starts), the key of each row group's
+  record, in order, and both files' footer fields but their row groups (schema and
+  metadata: a few groups are read through a file of those groups alone);
 - "facts-group:<digest of the record>": a row group's record: its first row's sort key
   and fact id, its rows and active rows, whether that row is heavy (a group of its own),
   and its footer entries in the facts file and in the evidence file (whose row groups
@@ -41,6 +42,9 @@ from ..artifacts.parquet_splice import (
     SPACED_RULE,
     Group,
     SpliceError,
+    encoding_of,
+    footer_from_record,
+    footer_record,
     group_ranges,
     group_record,
     groups_from_records,
@@ -146,6 +150,10 @@ class LedgerMemo:
     evidence_groups: list[Group]  # in the evidence file's bytes, group for group
     # each group's record key in the store, where its record is stored (None: not yet)
     stored: list[str | None] = field(default_factory=list)
+    # the files' other footer fields (parquet_splice.bare_footer), where known: their
+    # groups are then read through files of those groups alone (arrays.GroupsFile)
+    footer: list[tuple[int, int, bytes]] | None = None
+    evidence_footer: list[tuple[int, int, bytes]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.stored) != len(self.keys):
@@ -179,8 +187,13 @@ class LedgerMemo:
                         and (rows == 1 or not alone)):
                     return None
                 keys.append(GroupKeys(tuple(first), fact_id, rows, active, alone))
+            footers = [footer_from_record(value[name]) if name in value else None
+                       for name in ("footer", "evidence_footer")]
         except (KeyError, TypeError, SpliceError):
             return None
+        if None in footers or encoding_of(footers[0]) != value["encoding"] or \
+                encoding_of(footers[1]) != value["evidence_encoding"]:
+            footers = [None, None]  # (read through the files' own footers)
         if [k.first for k in keys] != sorted(k.first for k in keys) or \
                 any(group.rows < k.rows for k, group in zip(keys, evidence_groups, strict=True)):
             return None  # (every fact has evidence)
@@ -188,7 +201,7 @@ class LedgerMemo:
         return cls(facts_sha, runs_sha, group_rows, heavy, value["encoding"], keys, groups,
                    evidence_sha, value["evidence_encoding"], evidence_groups,
                    stored if isinstance(stored, list) and all(
-                       type(key) is str for key in stored) else [])
+                       type(key) is str for key in stored) else [], *footers)
 
     def save(self, store) -> None:
         """Put the memo in the store (RECORD): the records of its groups that are not
@@ -210,7 +223,10 @@ class LedgerMemo:
                            "evidence_sha256": self.evidence_sha,
                            "group_rows": self.group_rows, "heavy": self.heavy,
                            "cut": SPACED_RULE, "encoding": self.encoding,
-                           "evidence_encoding": self.evidence_encoding, "groups": keys})
+                           "evidence_encoding": self.evidence_encoding, "groups": keys,
+                           **({"footer": footer_record(self.footer),
+                               "evidence_footer": footer_record(self.evidence_footer)}
+                              if self.footer and self.evidence_footer else {})})
         for stale in store.keys(GROUP) - {GROUP + key for key in keys}:
             store.remove(stale)
 
