@@ -124,7 +124,8 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
         return shared[1]  # (this run's snapshot)
     refused: list[Diagnostic] = []  # unreadable folders, links out of the project
     inputs = run.inputs(refused)
-    identities = run.identities(inputs, refused)
+    # (within doit's run its stages share the run's snapshot: no identities compared)
+    identities = None if run.running else run.identities(inputs, refused)
     if reuse and shared is not None and identities and shared[0] == identities:
         return shared[1]
     run.validated = None
@@ -195,7 +196,7 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
     if errors:
         _show(run, checked.diagnostics, checked.files)
         raise BuildFailed(f"{len(errors)} error(s) in the knowledge base")
-    if identities:
+    if identities or run.running:
         run.validated = (identities, checked, run.running)
     return checked
 
