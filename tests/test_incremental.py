@@ -1005,6 +1005,61 @@ def test_an_edit_whose_units_were_not_saved_is_compiled_all_the_same(tmp_path):
     assert found == [], explain(root, clean, found)
 
 
+def test_compile_compares_only_what_the_validation_changed_after_a_compile_of_its_units(
+        tmp_path, monkeypatch):
+    """Where the last compile compiled the very units this validation started from, only
+    the documents it changed or dropped can differ from what that compile compiled:
+    compile compares those alone (a look-up each, not two scans of every document), and
+    the builds equal clean rebuilds; otherwise (a validation it did not compile from)
+    it compares every document."""
+    from ctxfst.pipeline.units import UnitStore
+
+    root = tmp_path / "kb"
+    copy_example(root)
+    project(root, json_exports=False)
+    generate(root, MOCK_DOCUMENTS, seed=MOCK_SEED)
+    assert build(root)[0] == 0
+    asked: list = []
+    real = UnitStore.compiled_changes
+
+    def compared(self, paths=None):
+        asked.append(paths)
+        return real(self, paths)
+
+    monkeypatch.setattr(UnitStore, "compiled_changes", compared)
+    edited = next((root / "content").rglob("notes-00001.ctxfst.md"))
+    edited.write_text(edited.read_text().replace("\n</Chunk>", " Edited.\n</Chunk>", 1))
+    gone = next((root / "content").rglob("notes-00002.ctxfst.md"))
+    kept_bytes = gone.read_bytes()
+    gone.unlink()
+    assert build(root)[0] == 0
+    # (and the example's document with content_path passages: checked every build)
+    assert len(asked) == 1 and sorted(Path(path).name for path in asked[0]) == [
+        "career-world-model.ctxfst.md", "notes-00001.ctxfst.md", "notes-00002.ctxfst.md"
+    ], asked
+    clean = clean_rebuild(root, tmp_path / "clean")
+    found = differences(root, clean)
+    assert found == [], explain(root, clean, found)
+    gone.write_bytes(kept_bytes)  # back as it was: compiled again, not taken as kept
+    assert build(root)[0] == 0
+    clean = clean_rebuild(root, tmp_path / "clean-back")
+    found = differences(root, clean)
+    assert found == [], explain(root, clean, found)
+    # a validation that compile did not run on (its build stopped at an error): the
+    # next compile compares every document
+    broken = next((root / "content").rglob("notes-00003.ctxfst.md"))
+    kept = broken.read_text()
+    broken.write_text(kept.replace("---", "--- [", 1))
+    assert build(root)[0] != 0
+    broken.write_text(kept.replace("\n</Chunk>", " Mended.\n</Chunk>", 1))
+    asked.clear()
+    assert build(root)[0] == 0
+    assert asked == [None], asked
+    clean = clean_rebuild(root, tmp_path / "clean-again")
+    found = differences(root, clean)
+    assert found == [], explain(root, clean, found)
+
+
 @pytest.mark.parametrize("stop_after, switch", [(1, False), (2, False), (3, False),
                                                 (2, True), (3, True)])
 def test_a_build_killed_between_unit_cache_writes_recovers_exactly(tmp_path, stop_after,

@@ -111,11 +111,15 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     from ..compile.chunks import CompileError, chunks_json
 
     # A document's rows are unchanged while its unit is the one the last compile
-    # compiled (and it is not volatile): the store compares them (compiled_changes).
+    # compiled (and it is not volatile): the store compares them (compiled_changes),
+    # only those of the documents this validation changed or dropped where the last
+    # compile compiled the units it started from.
     paths = {unit.path for unit in checked.units}
     made_from, read_from = load_compiled(store)
     linked = _linked_here(store, checked)
-    compared = store.compiled_changes() \
+    compared = store.compiled_changes(
+        sorted(checked.changed | set(checked.removed))
+        if checked.based_on and made_from.get("units") == checked.based_on else None) \
         if made_from is not None and linked is not None else None
     gone = None  # (path, relative, sha256) the last compile had that no unit has now
     if compared is not None:
@@ -150,8 +154,8 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
         recompiled = len(fresh)
         fresh.clear()  # (the rows as dicts, some 100 MB at 10,000 documents: not needed)
         pieces = chunks_json(compact_json(entities), rows.texts()) if json_exports else None
-        made_from = {"sha256": None, "layout": layout,
-                     "json": rows.layout(pieces)}  # (sha256: write())
+        made_from = {"sha256": None, "layout": layout, "json": rows.layout(pieces),
+                     "units": checked.mark}  # (sha256: write())
         documents = ([unit for unit in checked.units if unit.path in changed],
                      [path for path, _, _ in gone if path not in paths]) \
             if gone is not None else (checked.units, None)

@@ -65,8 +65,9 @@ class Checked:
     changed: set[str] = field(default_factory=set)
     # the units digest (units_digest) of the units it started from, where the saved link
     # step vouched for them ("" otherwise): a stage that ran on units of that digest
-    # sees them changed only in `changed`
+    # sees them changed only in `changed` and `removed` (the paths whose units it dropped)
     based_on: str = ""
+    removed: list[str] = field(default_factory=list)
     # file -> (relative path, sha256, size) of the inputs hashed for this validation
     digested: dict[str, tuple[str, str, int]] = field(default_factory=dict)
 
@@ -249,7 +250,8 @@ def check_incrementally(config, inputs: list, refused: list[Diagnostic], digests
     return Checked(root, live, typed, kb, linked, ordered(out), edges, reader.load, passages,
                    {"documents_checked": len(recheck & {u.path for u in live}),
                     "documents_typed": len(reader.counted)}, labels, mark, generation=generation,
-                   changed=set(changed), based_on=linked_before["units"] if reusable else "")
+                   changed=set(changed), based_on=linked_before["units"] if reusable else "",
+                   removed=removed)
 
 
 # Documents a worker types and checks at a time (_checked_apart), at most TYPED_AT_ONCE.

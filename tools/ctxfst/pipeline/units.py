@@ -257,25 +257,36 @@ class UnitStore:
         self.db.executemany("UPDATE unit_docs SET diagnostics = ? WHERE path = ?",
                             [(unit.diagnostics_text(), unit.path) for unit in units])
 
-    def compiled_changes(self) -> tuple[list[str], list[tuple[str, str, str]]] | None:
+    def compiled_changes(self, paths: list[str] | None = None
+                         ) -> tuple[list[str], list[tuple[str, str, str]]] | None:
         """How the CtxFST documents' units differ from the documents the last compile
         compiled from (put_compiled): the paths of the units it did not compile as they
         are now (new, or of other bytes or relative path), and the (path, relative path,
         sha256) it compiled that no unit has now; None where the tables do not read
         (damaged pages). Two scans in SQLite, not every document's entry read back and
-        compared in Python."""
+        compared in Python; with `paths` (the only ones that can differ), two look-ups
+        of those."""
+        differ_sql = ("SELECT u.path FROM unit_docs u LEFT JOIN compiled_docs c ON c.path ="
+                      " u.path WHERE u.ctxfst = 1 AND (c.path IS NULL OR c.relative IS NOT"
+                      " u.relative OR c.sha256 IS NOT u.sha256)")
+        gone_sql = ("SELECT c.path, c.relative, c.sha256 FROM compiled_docs c LEFT JOIN"
+                    " unit_docs u ON u.path = c.path AND u.ctxfst = 1 WHERE (u.path IS NULL"
+                    " OR u.relative IS NOT c.relative OR u.sha256 IS NOT c.sha256)")
         try:
-            differ = [path for (path,) in self.db.execute(
-                "SELECT u.path FROM unit_docs u LEFT JOIN compiled_docs c ON c.path = u.path"
-                " WHERE u.ctxfst = 1 AND (c.path IS NULL OR c.relative IS NOT u.relative"
-                " OR c.sha256 IS NOT u.sha256)")]
-            gone = self.db.execute(
-                "SELECT c.path, c.relative, c.sha256 FROM compiled_docs c LEFT JOIN unit_docs"
-                " u ON u.path = c.path AND u.ctxfst = 1 WHERE u.path IS NULL"
-                " OR u.relative IS NOT c.relative OR u.sha256 IS NOT c.sha256").fetchall()
+            if paths is None:
+                return [path for (path,) in self.db.execute(differ_sql)], \
+                    self.db.execute(gone_sql).fetchall()
+            differ, gone = [], []
+            for start in range(0, len(paths), 500):
+                batch = tuple(paths[start:start + 500])
+                marks = ",".join("?" * len(batch))
+                differ += [path for (path,) in self.db.execute(
+                    f"{differ_sql} AND u.path IN ({marks})", batch)]
+                gone += self.db.execute(f"{gone_sql} AND c.path IN ({marks})", batch
+                                        ).fetchall()
+            return differ, gone
         except sqlite3.Error:
             return None
-        return differ, gone
 
     def put_compiled(self, units: list[DocumentUnit], gone: list[str] | None) -> None:
         """What a compile compiled from: these units now, the paths in gone no longer
