@@ -1103,6 +1103,24 @@ def test_an_edits_facts_stage_imports_no_mask_or_query_engine_modules(tmp_path, 
     assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
 
 
+def add_to_first_chunk(kb: Path, words: str) -> None:
+    """Words put at the start of the first chunk of the first document (by path)."""
+    target = sorted((kb / "content").rglob("*.md"))[0]
+    text = target.read_text()
+    body = text.index("\n", text.index("<Chunk id=")) + 1
+    target.write_text(text[:body] + words + text[body:])
+
+
+def assert_merged_by_group_as_without_memo(root: Path, lost: Path) -> None:
+    """root's last facts stage merged by row group, and wrote the facts files the build
+    of `lost` (a copy whose memo was removed: its ledger read again) wrote."""
+    stage = next(s for s in json.loads((root / "build/run_results.json").read_text())[
+        "stages"] if s["stage"] == "facts")
+    assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage
+    for path in (FACTS, EVIDENCE, RUNS, DELTA):
+        assert (root / path).read_bytes() == (lost / path).read_bytes(), path
+
+
 def test_an_edit_stores_the_records_of_the_row_groups_it_encodes_and_moves_the_others(
         tmp_path, capsys, monkeypatch):
     """The memo keeps a record per row group of the ledger; an edit stores the records
@@ -1128,12 +1146,6 @@ def test_an_edit_stores_the_records_of_the_row_groups_it_encodes_and_moves_the_o
         finally:
             store.close()
 
-    def edit(kb: Path, words: str) -> None:
-        target = sorted((kb / "content").rglob("*.md"))[0]
-        text = target.read_text()
-        body = text.index("\n", text.index("<Chunk id=")) + 1
-        target.write_text(text[:body] + words + text[body:])
-
     def starts(kb: Path) -> list[int]:
         """Where each row group of the ledger's facts file begins now."""
         metadata = pq.ParquetFile(kb / ".ctxfst/facts/semantic_facts.parquet").metadata
@@ -1144,7 +1156,7 @@ def test_an_edit_stores_the_records_of_the_row_groups_it_encodes_and_moves_the_o
 
     first, records, _ = stored(root)
     assert records == {GROUP + key for key in first}
-    edit(root, "The index and the planner, again and again. ")
+    add_to_first_chunk(root, "The index and the planner, again and again. ")
     build(root, capsys)
     second, records, recorded = stored(root)
     assert records == {GROUP + key for key in second}  # (those of groups gone: dropped)
@@ -1157,13 +1169,9 @@ def test_an_edit_stores_the_records_of_the_row_groups_it_encodes_and_moves_the_o
     shutil.copytree(root, lost, symlinks=True)
     shutil.rmtree(lost / ".ctxfst/cache")  # (the memo with it: the ledger is read again)
     for kb in (root, lost):
-        edit(kb, "Also see the index. ")
+        add_to_first_chunk(kb, "Also see the index. ")
         build(kb, capsys)
-    stage = next(s for s in json.loads((root / "build/run_results.json").read_text())[
-        "stages"] if s["stage"] == "facts")
-    assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
-    for path in (FACTS, EVIDENCE, RUNS, DELTA):
-        assert (root / path).read_bytes() == (lost / path).read_bytes(), path
+    assert_merged_by_group_as_without_memo(root, lost)
 
 
 def test_an_edits_facts_stage_reads_the_ledgers_row_groups_without_parsing_its_footers(
@@ -1193,19 +1201,12 @@ def test_an_edits_facts_stage_reads_the_ledgers_row_groups_without_parsing_its_f
 
     monkeypatch.setattr(arrays.ParquetParts, "__init__", watched)
     for kb in (root, lost):
-        target = sorted((kb / "content").rglob("*.md"))[0]
-        text = target.read_text()
-        body = text.index("\n", text.index("<Chunk id=")) + 1
-        target.write_text(text[:body] + "Also see the index. " + text[body:])
+        add_to_first_chunk(kb, "Also see the index. ")
         build(kb, capsys)
         if kb == root:
             sizes = {int(line) for line in opened.read_text().split()}
     assert sizes and not sizes & ledger, (sizes, ledger)
-    stage = next(s for s in json.loads((root / "build/run_results.json").read_text())[
-        "stages"] if s["stage"] == "facts")
-    assert 0 < stage["fact_groups_copied"] < stage["fact_groups"], stage  # (merged by group)
-    for path in (FACTS, EVIDENCE, RUNS, DELTA):
-        assert (root / path).read_bytes() == (lost / path).read_bytes(), path
+    assert_merged_by_group_as_without_memo(root, lost)
 
 
 def test_a_ledger_cut_in_other_row_groups_is_cut_again_a_few_groups_at_a_time(
@@ -1238,10 +1239,7 @@ def test_a_ledger_cut_in_other_row_groups_is_cut_again_a_few_groups_at_a_time(
         (ledger / name).write_bytes(parquet_bytes(table.cast(schema).replace_schema_metadata(
             table.schema.metadata), group_starts=cuts))
     for kb in (root, copy):
-        target = sorted((kb / "content").rglob("*.md"))[0]  # (the same in both)
-        text = target.read_text()
-        body = text.index("\n", text.index("<Chunk id=")) + 1
-        target.write_text(text[:body] + "Also see the index. " + text[body:])
+        add_to_first_chunk(kb, "Also see the index. ")  # (the same document in both)
         build(kb, capsys)
     for path in (FACTS, EVIDENCE, RUNS, DELTA):
         assert (root / path).read_bytes() == (copy / path).read_bytes(), path
