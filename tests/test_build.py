@@ -196,6 +196,8 @@ def test_the_stamps_taken_with_the_inputs_state_are_those_units_keep(tmp_path):
     os.utime(settled, ns=(1, 10**18))  # (mtime and ctime apart: each in its place)
     time.sleep(RACY_NS / 1e9 * 1.5)  # (its ctime ages past a clock tick)
     fresh.write_text("two")
+    ahead = time.time_ns() + 60 * 10**9  # (changed "now" however slow the machine is)
+    os.utime(fresh, ns=(ahead, ahead))
     run = BuildRun(find_project(REPO))
     inputs_state(run, [str(settled), str(fresh)], [])
     info = run.loaded_stats[str(settled)]
