@@ -848,13 +848,12 @@ def _splice(old: dict[str, tuple[Group, str, str | None]], encoding: str, keys: 
 
 
 def replace_runs(previous: list[Group], encoding: str, runs: list[tuple[int, int, int]],
-                 fresh: bytes) -> tuple[list[bytes | memoryview], list[tuple]]:
+                 parts: ParquetParts) -> tuple[list[bytes | memoryview], list[tuple]]:
     """The file of `previous`'s row groups (written under a footer of this encoding_of)
-    with each run [begin, end) of them replaced by the next `count` groups of `fresh`
-    (runs: (begin, end, count), in order, apart); the footer's other fields come from
-    fresh. As assemble_pieces() gives it: the pieces of the file, and its groups'
-    fields."""
-    parts = read_parts(fresh)
+    with each run [begin, end) of them replaced by the next `count` groups of the file
+    read as `parts` (runs: (begin, end, count), in order, apart); the footer's other
+    fields come from that file. As assemble_pieces() gives it: the pieces of the file,
+    and its groups' fields."""
     if len(parts.groups) != sum(count for _, _, count in runs):
         raise SpliceError("encoded row groups do not match the runs")
     if encoding != encoding_of(parts.footer):

@@ -504,7 +504,7 @@ def _runs_file(new_runs: list[dict[str, Any]], seq: int, version: str,
                 starts = _run_group_starts(tail.num_rows)
                 fresh = parquet_bytes(tail, group_starts=starts)
                 return b"".join(replace_runs(parts.groups, encoding_of(parts.footer), [(
-                    kept, kept + 1, len(starts))], fresh)[0]), kept
+                    kept, kept + 1, len(starts))], read_parts(fresh))[0]), kept
         except SpliceError:
             pass  # (written by another pyarrow: written whole)
     table = runs_table(new_runs, seq, version, previous)
@@ -1593,10 +1593,11 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
     evidence_fresh = parquet_bytes(fresh_evidence, group_starts=_evidence_starts(
         fresh_evidence, starts, fresh_table.num_rows))
     try:
-        facts_file, placed = replace_runs(memo.groups, memo.encoding, spliced, fresh)
+        fresh_parts, evidence_fresh_parts = read_parts(fresh), read_parts(evidence_fresh)
+        facts_file, placed = replace_runs(memo.groups, memo.encoding, spliced, fresh_parts)
         evidence_file, evidence_placed = replace_runs(memo.evidence_groups,
                                                       memo.evidence_encoding, spliced,
-                                                      evidence_fresh)
+                                                      evidence_fresh_parts)
     except SpliceError:
         raise _MemoDoesNotFit from None
     new_keys, stored, at = [], [], 0  # (a group copied keeps its stored record)
@@ -1615,8 +1616,8 @@ def _merge_by_group(ledger: _Ledger, merge: Merge, store, failed: list[str]) -> 
                       memo.evidence_encoding, [Group(b"", *fields)
                                                for fields in evidence_placed], stored,
                       # (the new files' footers are those of the groups encoded now)
-                      bare_footer(read_parts(fresh).footer),
-                      bare_footer(read_parts(evidence_fresh).footer))
+                      bare_footer(fresh_parts.footer),
+                      bare_footer(evidence_fresh_parts.footer))
     return _Written(facts_file, evidence_file, delta, made, entries,
                     (sum(k.rows for k in new_keys), sum(k.active for k in new_keys),
                      sum(group.rows for group in made.evidence_groups)),

@@ -227,8 +227,7 @@ class LedgerMemo:
                            **({"footer": footer_record(self.footer),
                                "evidence_footer": footer_record(self.evidence_footer)}
                               if self.footer and self.evidence_footer else {})})
-        for stale in store.keys(GROUP) - {GROUP + key for key in keys}:
-            store.remove(stale)
+        _drop_records(store, keys)
 
     @cached_property
     def _firsts(self) -> list[tuple[str, ...]]:
@@ -261,8 +260,13 @@ class LedgerMemo:
 def forget_memo(store) -> None:
     """Take the memo out of the store, its groups' records with it."""
     store.remove(RECORD)
-    for key in store.keys(GROUP):
-        store.remove(key)
+    _drop_records(store, [])
+
+
+def _drop_records(store, kept: list[str]) -> None:
+    """Take out of the store the group records of keys not in `kept`."""
+    for stale in store.keys(GROUP) - {GROUP + key for key in kept}:
+        store.remove(stale)
 
 
 def stored_memo(store) -> Any:

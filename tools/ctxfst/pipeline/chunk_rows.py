@@ -117,10 +117,11 @@ def compile_chunks(checked: Checked, store: UnitStore, previous_parquet: Path,
     paths = {unit.path for unit in checked.units}
     made_from, read_from = load_compiled(store)
     linked = _linked_here(store, checked)
-    compared = store.compiled_changes(
-        sorted(checked.changed | set(checked.removed))
-        if checked.based_on and made_from.get("units") == checked.based_on else None) \
-        if made_from is not None and linked is not None else None
+    compared = None
+    if made_from is not None and linked is not None:
+        since_units = checked.based_on and made_from.get("units") == checked.based_on
+        compared = store.compiled_changes(sorted(checked.changed | set(checked.removed))
+                                          if since_units else None)
     gone = None  # (path, relative, sha256) the last compile had that no unit has now
     if compared is not None:
         differ, gone = compared

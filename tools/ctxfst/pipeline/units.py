@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -277,9 +278,7 @@ class UnitStore:
                 return [path for (path,) in self.db.execute(differ_sql)], \
                     self.db.execute(gone_sql).fetchall()
             differ, gone = [], []
-            for start in range(0, len(paths), 500):
-                batch = tuple(paths[start:start + 500])
-                marks = ",".join("?" * len(batch))
+            for batch, marks in _batches(paths):
                 differ += [path for (path,) in self.db.execute(
                     f"{differ_sql} AND u.path IN ({marks})", batch)]
                 gone += self.db.execute(f"{gone_sql} AND c.path IN ({marks})", batch
@@ -318,11 +317,9 @@ class UnitStore:
 
     def blobs(self, keys: list[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
-        for start in range(0, len(keys), 500):
-            batch = keys[start:start + 500]
-            marks = ",".join("?" * len(batch))
+        for batch, marks in _batches(keys):
             found.update(self._rows(f"SELECT key, value FROM units WHERE key IN ({marks}) "
-                                    "AND typeof(value) = 'blob'", tuple(batch)))
+                                    "AND typeof(value) = 'blob'", batch))
         return found
 
     def values(self, keys: list[str]) -> dict[str, Any]:
@@ -360,6 +357,14 @@ class UnitStore:
 
     def close(self) -> None:
         self.db.close()  # (what save() did not commit is rolled back)
+
+
+def _batches(items: list[str], size: int = 500) -> Iterator[tuple[tuple[str, ...], str]]:
+    """items a batch at a time, each with its `IN (...)` placeholders (SQLite takes some
+    thousands of parameters at most)."""
+    for start in range(0, len(items), size):
+        batch = tuple(items[start:start + size])
+        yield batch, ",".join("?" * len(batch))
 
 
 def _prefix_range(prefix: str) -> tuple[str, str]:
