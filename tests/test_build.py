@@ -1213,6 +1213,41 @@ def test_validation_error_stops_the_build_and_keeps_artifacts(tmp_path, capsys):
     assert_consistent(root)
 
 
+def test_the_manifest_lists_every_input_and_a_settings_change_reruns_only_what_reads_it(
+        tmp_path, capsys):
+    """The manifest's inputs (the validate stage encodes them, the manifest stage puts
+    them in unparsed): every input file with its sha256 and size in path order, the
+    settings file among them; each artifact's lineage names them, as JSON's own indented
+    text. A settings change the chunk and facts stages do not read re-runs neither."""
+    root = example(tmp_path)
+    write(root, "content/ops.edges.yaml", "- {source: entity:fastapi, target: entity:hono, "
+                                          "relation: IMPLIES}\n")
+    assert build(root, capsys)[0] == 0
+    text = (root / "build/manifest.json").read_text(encoding="utf-8")
+    manifest = json.loads(text)
+    assert text == json.dumps(manifest, ensure_ascii=False, indent=2) + "\n"
+    files = sorted(path.relative_to(root).as_posix() for path in root.rglob("*")
+                   if path.is_file() and path.parts[len(root.parts)] in ("content", "skills")
+                   or path.name == "ctxfst.toml")
+    assert manifest["inputs"] == [
+        {"path": name, "sha256": hashlib.sha256((root / name).read_bytes()).hexdigest(),
+         "bytes": (root / name).stat().st_size} for name in files]
+    lineage = {a["path"]: a["inputs"] for a in manifest["artifacts"]}
+    assert lineage["chunks.parquet"] == files
+    assert lineage["semantic_facts.parquet"] == [*files, "ledger:.ctxfst/facts"]
+    assert lineage["skills.parquet"] == [name for name in files if name.endswith("/SKILL.md")]
+    assert lineage["edges.parquet"][-1] == "content/ops.edges.yaml"
+    write(root, "ctxfst.toml", (root / "ctxfst.toml").read_text() + "similar_top_k = 3\n")
+    code, out = build(root, capsys)
+    assert code == 0, out
+    assert ran(out) & {"compile", "facts"} == set() and {"validate", "graph"} <= ran(out)
+    inputs = json.loads((root / "build/manifest.json").read_text())["inputs"]
+    settings = next(item for item in inputs if item["path"] == "ctxfst.toml")
+    assert settings["sha256"] == hashlib.sha256((root / "ctxfst.toml").read_bytes()).hexdigest()
+    assert [item for item in inputs if item is not settings] == [
+        item for item in manifest["inputs"] if item["path"] != "ctxfst.toml"]
+
+
 def test_extra_edges_merge_and_bad_ones_are_located(tmp_path, capsys):
     root = example(tmp_path)
     write(root, "content/ops.edges.yaml", """

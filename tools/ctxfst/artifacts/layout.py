@@ -20,6 +20,7 @@ CURRENT = "current"  # the link to the published build's folder
 PUBLISHED = ".published"  # the published builds' folders, by id
 VERSION_ID_HEX = 16  # a published folder's id: the first hex digits of its manifest's sha256
 MANIFEST = "manifest.json"
+MANIFEST_INPUTS = "manifest-inputs.json"  # staged: the manifest's inputs, encoded by validate
 RUN_RESULTS = "run_results.json"
 MANIFEST_VERSION = "1.0.0"
 FACTS_FILE = "semantic_facts.parquet"

@@ -19,19 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts.io import (
+    Spliced,
     copy_atomic,
+    indented_json_pieces,
     note_written,
+    read_bytes_no_follow,
     read_json,
     recording_writes,
     sha256_file,
     sha256_file_and_size,
     write_atomic,
     write_json,
+    write_pieces,
     written_so_far,
 )
 from ..artifacts.layout import (
     LEDGER_FILES,
     MANIFEST,
+    MANIFEST_INPUTS,
     MANIFEST_VERSION,
     ledger_copy_name,
     result_path,
@@ -45,6 +50,7 @@ from ..files import file_identity
 from ..version import __version__
 from .doit_state import inputs_state
 from .errors import BuildFailed
+from .manifest_inputs import read_manifest_inputs, write_manifest_inputs
 from .publish import publish, written_entry
 from .run import BuildRun
 from .table import BY_NAME, STAGES, artifacts_for, exported
@@ -203,8 +209,8 @@ def _load_validated(run: BuildRun, counts: dict | None = None, reuse: bool = Tru
 
 def _inputs(run: BuildRun, files: list[str], every_input: bool = False,
             digested: dict[str, tuple[str, str, int]] | None = None
-            ) -> list[dict[str, Any]]:
-    """Path, sha256 and size of each file (in Path order); a file is hashed again only
+            ) -> list[tuple[str, str, int]]:
+    """(path, sha256, size) of each file (in Path order); a file is hashed again only
     when its identity (size, mtime, inode, ctime) changed since it was last hashed.
     every_input: files are all the project's inputs, so the digests of others (deleted
     files) are forgotten. digested: what a validation just found of some files
@@ -223,9 +229,9 @@ def _inputs(run: BuildRun, files: list[str], every_input: bool = False,
         else:
             relative = relative_to_root(path)
             digest, size = digests.sha256_and_size(relative, path)
-        found.append({"path": relative, "sha256": digest, "bytes": size})
+        found.append((relative, digest, size))
     if every_input:  # (the settings file is one too: the manifest lists it)
-        kept = {item["path"] for item in found}
+        kept = {relative for relative, _, _ in found}
         if config.config_file is not None:
             kept.add(relative_to_root(config.config_file))
         digests.keep_only(kept)
@@ -283,12 +289,12 @@ def stage_validate(run: BuildRun) -> None:
     known = set(walked)
     stamped = walked + [str(path) for path in (config.root / r for r in checked.passages)
                         if str(path) not in known and path.is_file()]
-    # Compact, as every internal file: indenting forces JSON's slow pure-Python encoder.
-    write_json(staged(config, "validation.json"),
-               {"toolchain": __version__,
-                "inputs": _inputs(run, stamped, every_input=True,
-                                  digested=checked.digested)},
-               compact=True)
+    inputs = _inputs(run, stamped, every_input=True, digested=checked.digested)
+    # The manifest lists the settings file as an input too (the stamp leaves it out).
+    settings = _inputs(run, [str(config.config_file)])[0] if config.config_file else None
+    stamp = write_manifest_inputs(staged(config, MANIFEST_INPUTS), inputs, settings)
+    write_json(staged(config, "validation.json"), {"toolchain": __version__,
+                                                   "inputs": stamp}, compact=True)
     _record(config, "validate", started, files=files, warnings=warnings, **counts)
 
 
@@ -1228,17 +1234,13 @@ def stage_manifest(run: BuildRun) -> None:
 
     config = run.config
     started = time.perf_counter()
-    validation = read_json(staged(config, "validation.json"))
-    inputs = validation["inputs"]
-    if config.config_file is not None:
-        inputs = sorted(inputs + _inputs(run, [str(config.config_file)]),
-                        key=lambda i: i["path"])
-    edge_inputs = [i["path"] for i in inputs if i["path"].endswith(
-        (".edges.json", ".edges.yaml", ".edges.yml"))]
     artifacts = []
     records = {stage: read_json(result_path(config, stage)) for stage in STAGES
                if not BY_NAME[stage].final and not BY_NAME[stage].opt_in
                and result_path(config, stage).is_file()}
+    kept = staged(config, MANIFEST_INPUTS)
+    _staged_digest(kept, MANIFEST_INPUTS, "validate", records.get("validate"))
+    inputs = read_manifest_inputs(read_bytes_no_follow(kept))
     counted: dict[str, Any] = {}
     for record in records.values():
         rows = record.get("artifact_rows")
@@ -1250,25 +1252,24 @@ def stage_manifest(run: BuildRun) -> None:
         counted_before = published_rows(store)  # sha256 -> rows, of the last manifest
     finally:
         store.close()
-    lineages: dict[str, list[str]] = {}  # stage -> its artifacts' inputs (one list)
+    lineages: dict[str, Spliced] = {}  # stage -> its artifacts' inputs
     made = artifacts_for(config)
     for name, (stage, version) in made.items():
         path = staged(config, name)
         sha256, size = _staged_digest(path, name, stage, records.get(stage))
         rows = counted.get(name, counted_before.get(sha256))
-        if stage not in lineages:  # (one list per stage: encoded once, json_bytes)
-            feeds = lineages[stage] = []
+        if stage not in lineages:
+            feeds: list[str | None] = []  # (None: every input)
             for item in BY_NAME[stage].lineage:
                 if item == "inputs":
-                    feeds.extend(i["path"] for i in inputs)
+                    feeds.append(None)
                 elif item == "inputs:extra-edges":
-                    feeds.extend(edge_inputs)
-                elif item.startswith("ledger:"):
-                    feeds.append(item)  # the previous facts state (docs/facts.md)
+                    feeds.extend(inputs.edges)
                 elif item == "inputs:skills":
-                    feeds.extend(i["path"] for i in inputs if i["path"].endswith("/SKILL.md"))
-                else:
+                    feeds.extend(inputs.skills)
+                else:  # an artifact, or the previous facts state (ledger:, docs/facts.md)
                     feeds.append(item)
+            lineages[stage] = inputs.lineage(feeds)
         artifacts.append({"path": name, "stage": stage, "schema_version": version,
                           "sha256": sha256, "bytes": size,
                           "rows": rows if type(rows) is int else _rows(path),
@@ -1283,10 +1284,10 @@ def stage_manifest(run: BuildRun) -> None:
                      "extra_edges": list(config.build.extra_edges),
                      "json_exports": config.build.json_exports},
         "model": {"id": model_id_of(config.build.embedding_model)},
-        "inputs": inputs,
+        "inputs": inputs.inputs,
         "artifacts": artifacts,
     }
-    write_json(staged(config, MANIFEST), manifest)
+    write_pieces(staged(config, MANIFEST), indented_json_pieces(manifest))
     _record(config, "manifest", started, artifacts=len(artifacts))
     records["manifest"] = read_json(result_path(config, "manifest"))
     # (what each stage wrote is in the manifest: the digests and file identities stay here)

@@ -17,6 +17,7 @@ from pathlib import Path
 from ..artifacts.layout import (
     LEDGER_FILES,
     MANIFEST,
+    MANIFEST_INPUTS,
     RUN_RESULTS,
     VECTORS_SCHEMA,
     ledger_copy_name,
@@ -89,7 +90,7 @@ def _published(*names: str) -> tuple[tuple[str, str], ...]:
 _MAKERS = (
     Stage("validate", "Validate content/ and skills/ (stops the build on errors, build/ "
           "untouched).", "stage_validate",
-          keeps=("validation.json",), settings=("extra_edges",),
+          keeps=("validation.json", MANIFEST_INPUTS), settings=("extra_edges",),
           sources="validate_sources",
           source_files="`content/`, `skills/`, `ctxfst.toml`, `content_path` files",
           summary="{files} files, {documents_checked} checked again ({documents_typed} "
