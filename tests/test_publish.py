@@ -121,21 +121,17 @@ def test_a_reader_keeps_the_build_it_opened_while_the_next_one_is_published(tmp_
 # A build in a process of its own (as doit's: one thread; some tests leave threads in
 # this one, and where threads run the build removes a dropped folder itself), whose
 # remover waits for a file to appear (10 s at the most) before it removes a folder.
+# A build whose remover waits for the file `go` (at most 10 s) before it removes.
 HELD_REMOVAL_BUILD = """
-import shutil, sys, time
+import sys
 from pathlib import Path
 from ctxfst.pipeline import publish
 from ctxfst.pipeline.runner import run_build
 publish.RETAIN_SECONDS = 0
-real_rmtree, go = shutil.rmtree, Path(sys.argv[2])
-
-def held_rmtree(path, *args, **kwargs):
-    deadline = time.monotonic() + 10
-    while not go.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    real_rmtree(path, *args, **kwargs)
-
-shutil.rmtree = held_rmtree
+publish.RETIRE_BYTES = 0  # (the ledger files it replaces are retired, however small)
+publish._REMOVER = (f"import os, time\\ndeadline = time.monotonic() + 10\\n"
+                    f"while not os.path.exists({sys.argv[2]!r}) and time.monotonic() < deadline:"
+                    f"\\n    time.sleep(0.01)\\n" + publish._REMOVER)
 sys.exit(run_build(Path(sys.argv[1]), []))
 """
 
@@ -161,6 +157,40 @@ def test_folders_no_longer_current_are_dropped_after_a_while(tmp_path, capsys):
     go.touch()
     kept = published_folders(root)
     assert len(kept) == 2 and first not in kept
+    assert_consistent(root)
+
+
+def test_the_ledger_files_a_build_replaces_are_freed_by_the_remover(tmp_path, capsys):
+    """A facts ledger file the publication replaces stays linked in a retired folder of
+    the ledger, which the remover frees (freeing a large ledger's blocks took the build
+    itself 0.1 s); the ledger holds the new files all the while. A retired folder a
+    remover left (killed) goes with a later publication."""
+    root = example(tmp_path / "kb")
+    assert build(root, capsys)[0] == 0
+    ledger = root / ".ctxfst/facts"
+    before = {path.name: path.read_bytes() for path in ledger.iterdir()}
+    (ledger / f"{publish.RETIRED}left").mkdir()
+    (ledger / f"{publish.RETIRED}left/semantic_facts.parquet").write_bytes(b"old")
+    edit(root, 1)
+    go = tmp_path / "go"
+    builder = subprocess.run([sys.executable, "-c", HELD_REMOVAL_BUILD, str(root), str(go)],
+                             capture_output=True, text=True, timeout=120)
+    assert builder.returncode == 0, builder.stdout + builder.stderr
+    retired = [path for path in ledger.iterdir() if path.name.startswith(publish.RETIRED)
+               and path.name != f"{publish.RETIRED}left"]
+    assert len(retired) == 1
+    kept = {path.name: path.read_bytes() for path in retired[0].iterdir()}
+    assert "semantic_facts.parquet" in kept
+    assert all(before[name] == data for name, data in kept.items())
+    for name in before:  # the ledger: the facts artifacts just published
+        assert (ledger / name).read_bytes() == (root / "build" / name).read_bytes()
+    assert (ledger / "semantic_facts.parquet").read_bytes() != before["semantic_facts.parquet"]
+    go.touch()
+    deadline = time.monotonic() + 60
+    while any(path.name.startswith(publish.RETIRED) for path in ledger.iterdir()):
+        assert time.monotonic() < deadline, os.listdir(ledger)
+        time.sleep(0.05)
+    assert sorted(os.listdir(ledger)) == sorted(before)
     assert_consistent(root)
 
 

@@ -308,10 +308,11 @@ def digest_written(path, info: os.stat_result) -> str | None:
     return known[1] if known is not None and known[0] == file_identity(info) else None
 
 
-def link_atomic(source: Path, path: Path) -> None:
+def link_atomic(source: Path, path: Path, sync: bool = True) -> None:
     """Make path the same file as source (a hard link, renamed into place, so readers see
     the old file or the new one), copying where links cannot be made (another file
-    system). Source must be a regular file, not a link."""
+    system). Source must be a regular file, not a link. sync: False leaves the folder's
+    fsync to the caller (once for several links: each one costs a journal commit)."""
     info = os.lstat(source)
     if not stat.S_ISREG(info.st_mode):
         raise NotAFile(errno.EINVAL, "not a regular file", str(source))
@@ -332,7 +333,8 @@ def link_atomic(source: Path, path: Path) -> None:
     except BaseException:
         os.unlink(temp)
         raise
-    sync_folder(path.parent)
+    if sync:
+        sync_folder(path.parent)
 
 
 def sync_folder(folder: Path) -> None:
