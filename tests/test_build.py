@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctxfst.artifacts.layout import JOURNAL
+from ctxfst.artifacts.layout import JOURNAL, VERSION_ID_HEX
 from ctxfst.config import find_project
 from ctxfst.files import file_stamp
 from ctxfst.mock import generate
@@ -70,8 +70,12 @@ def stage(root: Path, name: str) -> dict:
 
 def assert_consistent(root: Path) -> None:
     """The manifest vouches for what build/ holds: each artifact's sha256, and its rows
-    (counted here; stages record them, and unchanged artifacts keep the last count)."""
-    manifest = json.loads((root / "build" / "manifest.json").read_text())
+    (counted here; stages record them, and unchanged artifacts keep the last count). The
+    published folder is named by the manifest's sha256."""
+    text = (root / "build" / "manifest.json").read_bytes()
+    assert (root / "build/current").resolve().name == \
+        hashlib.sha256(text).hexdigest()[:VERSION_ID_HEX]
+    manifest = json.loads(text)
     for artifact in manifest["artifacts"]:
         path = root / "build" / artifact["path"]
         data = path.read_bytes()

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..artifacts.io import (
     copy_atomic,
+    digest_written,
     link_atomic,
     read_bytes_no_follow,
     read_json,
@@ -104,8 +105,11 @@ def current_version(build_dir: Path) -> str | None:
 
 def _publish_staged(config: Config, names: list[str], results: dict) -> None:
     build = config.build_dir
-    manifest = read_bytes_no_follow(staged(config, MANIFEST))
-    version = hashlib.sha256(manifest).hexdigest()[:VERSION_ID_HEX]
+    manifest = staged(config, MANIFEST)
+    # (the digest the manifest stage wrote it with, while the file is as written then)
+    sha256 = digest_written(manifest, os.lstat(manifest)) or \
+        hashlib.sha256(read_bytes_no_follow(manifest)).hexdigest()
+    version = sha256[:VERSION_ID_HEX]
     versions = build / PUBLISHED
     _own_folder(versions)
     before = current_version(build)
