@@ -2075,6 +2075,12 @@ def test_a_damaged_unit_cache_is_started_over_not_obeyed(tmp_path, capsys):
                        "FROM unit_docs LIMIT 2)",
         "dependencies": "UPDATE link_chunks SET needs = '{\"a\": 1}'",
         "declarations named": "UPDATE unit_docs SET declares = 'nope' WHERE declares != ''",
+        "a unit's sha256": "UPDATE unit_docs SET sha256 = upper(sha256) WHERE path IN "
+                           "(SELECT path FROM unit_docs LIMIT 3)",
+        "a unit's sha256 cut": "UPDATE unit_docs SET sha256 = substr(sha256, 2) WHERE path "
+                               "IN (SELECT path FROM unit_docs LIMIT 3)",
+        "a unit's flag": "UPDATE unit_docs SET ctxfst = 2 WHERE path IN (SELECT path FROM "
+                         "unit_docs LIMIT 3)",
         "a catalog row": "UPDATE link_catalog SET row = '[]' WHERE rowid IN (SELECT rowid "
                          "FROM link_catalog LIMIT 1)",
         "a catalog row's id": "UPDATE link_catalog SET row = replace(row, '\"id\":', "
