@@ -239,15 +239,20 @@ def _remove_detached(paths: list[Path]) -> None:
     0.05-0.13 s."""
     import subprocess
 
+    _removers[:] = [remover for remover in _removers if remover.poll() is None]
     try:
-        subprocess.Popen([sys.executable, "-I", "-c", _REMOVER, *map(os.fspath, paths)],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+        _removers.append(subprocess.Popen(
+            [sys.executable, "-I", "-c", _REMOVER, *map(os.fspath, paths)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            close_fds=True, start_new_session=True))
     except (OSError, ValueError):  # (no interpreter to start)
         for path in paths:
             _remove(path)
 
 
+# Removers started by this process, until a later publication finds them ended (and so
+# reaps them: a long-lived process that publishes keeps no zombie).
+_removers: list = []
 _REMOVER = """
 import os, shutil, sys
 os.nice(10)
@@ -325,7 +330,7 @@ def _update_ledger(config: Config, names: list[str]) -> list[Path]:
 
 
 # A ledger file at least this large is not freed by the build that replaces it: freeing
-# a file's blocks takes some 0.2 ms a MB here, forking the remover 10-30 ms.
+# a file's blocks takes some 0.2 ms a MB here, and a remover is an interpreter started.
 RETIRE_BYTES = 64 << 20
 
 
