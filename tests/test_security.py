@@ -596,6 +596,35 @@ def test_content_dir_outside_the_project_is_refused(tmp_path, cli):
     assert result.code == 2 and located(result.err, "CTX804", 5, "pyproject.toml"), result.err
 
 
+def test_input_names_that_are_not_utf8_are_refused_and_never_compiled(tmp_path, cli):
+    """A document, folder, skill or extra-edge file named by bytes that are not UTF-8
+    (another system's file names): located errors, not read, never a traceback (no
+    artifact, JSON or Parquet, can name them)."""
+    kb = tmp_path / "kb"
+    settings(kb, "")
+    write(kb, "content/a.md", doc("note:a"))
+    odd = os.fsdecode(b"\xff")
+    write(kb, f"content/x{odd}.md", doc("note:x"))
+    write(kb, f"content/d{odd}/inside.md", doc("note:inside"))
+    write(kb, f"content/e{odd}.edges.json", "[]")
+    write(kb, f"skills/s{odd}/SKILL.md", "---\nname: s\ndescription: x\n---\nbody\n")
+    result = cli("validate", "--format", "json", cwd=kb)
+    assert result.code == 1
+    found = {(d["code"], d["path"]) for d in result.json()["diagnostics"]}
+    assert found == {("CTX811", "content/x\udcff.md"), ("CTX811", "content/d\udcff"),
+                     ("CTX811", "content/e\udcff.edges.json"), ("CTX811", "skills/s\udcff")}
+    build = cli("build", "--root", kb)
+    assert build.code == 1 and "Traceback" not in build.out + build.err
+    assert "content/x\\udcff.md:1:1: error CTX811" in build.out + build.err
+    assert not (kb / "build/manifest.json").exists()
+    for name in (f"content/x{odd}.md", f"content/d{odd}/inside.md", f"content/e{odd}.edges.json",
+                 f"skills/s{odd}/SKILL.md"):
+        (kb / name).unlink()
+    (kb / f"content/d{odd}").rmdir()
+    (kb / f"skills/s{odd}").rmdir()
+    assert cli("build", "--root", kb).code == 0
+
+
 def test_input_files_linking_out_of_the_project_are_refused_and_never_compiled(tmp_path, cli):
     outside = write(tmp_path, "outside/secret.md", doc("secret:s", "the neighbour's secret"))
     kb = tmp_path / "kb"

@@ -100,7 +100,8 @@ _RULES = [
     Rule("CTX708", Severity.ERROR, "fact evidence not found in the text"),
     Rule("CTX709", Severity.ERROR, "invalid tenant"),
     Rule("CTX710", Severity.WARNING, "fact declared twice"),
-    # Settings and project paths (CTX8xx); all but CTX809 stop the command (exit 2)
+    # Settings and project paths (CTX8xx); all but CTX809 and CTX811 stop the command
+    # (exit 2)
     Rule("CTX801", Severity.ERROR, "settings file cannot be read or is not valid TOML"),
     Rule("CTX802", Severity.ERROR, "unknown setting"),
     Rule("CTX803", Severity.ERROR, "setting has the wrong type or value"),
@@ -111,6 +112,7 @@ _RULES = [
     Rule("CTX808", Severity.ERROR, "output path is not a folder"),
     Rule("CTX809", Severity.ERROR, "input file links outside the project"),
     Rule("CTX810", Severity.ERROR, "output path would write over the sources"),
+    Rule("CTX811", Severity.ERROR, "input file or folder name is not UTF-8"),
     # Authoring (CTX9xx): `ctxfst chunk` drafting notes
     Rule("CTX901", Severity.ERROR, "note is CtxFST already"),
     Rule("CTX902", Severity.WARNING, "block over the token budget"),

@@ -120,6 +120,9 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
             if is_dir:
                 if name in SKIP_DIRS or name.startswith("."):
                     continue
+                if problems is not None and not _utf8(name):
+                    result.problems.append(_not_utf8(Path(entry.path), "folder"))
+                    continue
                 if not entry.is_symlink():
                     child = real / name if real is not None else None
                     if child is None or child not in seen:
@@ -134,6 +137,9 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
                 if root is not None and entry.is_symlink() and not inside(root, entry.path):
                     if problems is not None:
                         result.problems.append(_link_out(Path(entry.path)))
+                    continue
+                if problems is not None and not _utf8(name):
+                    result.problems.append(_not_utf8(Path(entry.path), "file"))
                     continue
                 result.paths.append(entry.path)
     result.paths.sort(key=path_order)
@@ -218,6 +224,27 @@ def _link_out(path: Path):
         target = "?"
     return diag("CTX809", f"{path.name} is a link to {target} that leaves the project or "
                 "never ends; it is not read", display_path(path))
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name the file system gave is UTF-8 (else it holds surrogate escapes,
+    which no artifact, JSON or Parquet, can carry)."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_utf8(path: Path, kind: str):
+    """CTX811 for a file or folder (kind) whose path is not UTF-8."""
+    from .diagnostics import diag
+
+    what = "its files are" if kind == "folder" else "it is"
+    return diag("CTX811", f"the {kind} path {ascii(display_path(path))} is not UTF-8 (no "
+                f"artifact can name it); {what} not read: rename it", display_path(path))
 
 
 def display_path(path: Path | str, cwd: str | None = None) -> str:
@@ -406,7 +433,9 @@ def _remembered(key: tuple, root: Path, search, memory: WalkMemory | None
     for path, linked in matches:
         if path.is_dir() or not path.exists():
             continue  # (a FIFO or device is kept: its reader says it is no regular file)
-        if not linked or inside(root, path):
+        if not _utf8(str(path)):
+            refused.append(_not_utf8(path, "file"))
+        elif not linked or inside(root, path):
             found.append(path)
         else:
             refused.append(_link_out(path))
