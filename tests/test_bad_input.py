@@ -151,7 +151,9 @@ def test_a_huge_source_stops_the_build_without_being_read(tmp_path, cli, monkeyp
     assert (kb / "build" / "manifest.json").read_bytes() == before
 
 
-def test_a_file_name_that_is_not_utf8_is_checked_like_any_other(tmp_path, cli):
+def test_a_file_name_that_is_not_utf8_is_refused_as_the_build_refuses_it(tmp_path, cli):
+    """No artifact can name it: the project's validation refuses it (CTX811) as the
+    build does, shown as an escape, never with an internal error."""
     from .conftest import make_project
 
     root = make_project(tmp_path)
@@ -159,7 +161,7 @@ def test_a_file_name_that_is_not_utf8_is_checked_like_any_other(tmp_path, cli):
         "---\nchunks:\n  - id: note:b\n    priority: urgent\n---\n")
     for fmt in ("text", "json", "github"):
         result = cli("validate", "--format", fmt, cwd=root)
-        assert result.code == 1 and "CTX103" in result.out and "internal" not in result.err
+        assert result.code == 1 and "CTX811" in result.out and "internal" not in result.err
         assert "caf\\udce9" in result.out  # shown as an escape, never raw
     # a real process whose output is strict UTF-8 (a UTF-8 locale's default)
     done = run_process("validate", cwd=root, env={"PYTHONIOENCODING": "utf-8:strict"})

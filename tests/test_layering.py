@@ -229,7 +229,8 @@ def test_the_pipeline_keeps_no_build_state_in_module_globals(path):
 # project (a BuildRun, a Workspace's WalkMemory).
 PROCESS_STATE = {
     "artifacts/cache.py": ["_expected_objects"],  # each schema's parsed objects
-    "artifacts/io.py": ["_digests", "_written"],  # files this process wrote, by identity
+    # files this process wrote, by identity; the removers it started (until they end)
+    "artifacts/io.py": ["_digests", "_removers", "_written"],
     "compile/embed.py": ["_EMBEDDERS"],  # models loaded once a process
     "document/yamlpos.py": ["_plain_cache"],  # a pure function's answers
     "locks.py": ["_HELD"],  # the locks this process holds

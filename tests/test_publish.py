@@ -125,13 +125,14 @@ def test_a_reader_keeps_the_build_it_opened_while_the_next_one_is_published(tmp_
 HELD_REMOVAL_BUILD = """
 import sys
 from pathlib import Path
+from ctxfst.artifacts import io
 from ctxfst.pipeline import publish
 from ctxfst.pipeline.runner import run_build
 publish.RETAIN_SECONDS = 0
 publish.RETIRE_BYTES = 0  # (the ledger files it replaces are retired, however small)
-publish._REMOVER = (f"import os, time\\ndeadline = time.monotonic() + 10\\n"
-                    f"while not os.path.exists({sys.argv[2]!r}) and time.monotonic() < deadline:"
-                    f"\\n    time.sleep(0.01)\\n" + publish._REMOVER)
+io._REMOVER = (f"import os, time\\ndeadline = time.monotonic() + 10\\n"
+               f"while not os.path.exists({sys.argv[2]!r}) and time.monotonic() < deadline:"
+               f"\\n    time.sleep(0.01)\\n" + io._REMOVER)
 sys.exit(run_build(Path(sys.argv[1]), []))
 """
 

@@ -9,7 +9,9 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -335,6 +337,37 @@ def link_atomic(source: Path, path: Path, sync: bool = True) -> None:
         raise
     if sync:
         sync_folder(path.parent)
+
+
+def remove_detached(paths: list[Path]) -> None:
+    """Remove these folders in a process detached from this one (its own session, no
+    open file of ours: not the build lock, not the pipes a caller reads our output
+    from), so that the caller ends without waiting for the kernel to free them (the
+    unique files of a 100,000-document build, some 800 MB, took 0.5-1 s). The remover
+    is a new interpreter (vfork and exec), not a fork: copying a 100,000-document
+    build's process took 0.05-0.13 s. Where none can be started, they are removed here."""
+    import subprocess
+
+    _removers[:] = [remover for remover in _removers if remover.poll() is None]
+    try:
+        _removers.append(subprocess.Popen(
+            [sys.executable, "-I", "-c", _REMOVER, *map(os.fspath, paths)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            close_fds=True, start_new_session=True))
+    except (OSError, ValueError):  # (no interpreter to start)
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# The removers this process started, until a later call finds them ended (and so reaps
+# them: a long-lived process keeps no zombie).
+_removers: list = []
+_REMOVER = """
+import os, shutil, sys
+os.nice(10)
+for path in sys.argv[1:]:
+    shutil.rmtree(path, ignore_errors=True)
+"""
 
 
 def sync_folder(folder: Path) -> None:

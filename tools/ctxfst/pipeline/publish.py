@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import stat
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from ..artifacts.io import (
     link_atomic,
     read_bytes_no_follow,
     read_json,
+    remove_detached,
     strict_json,
     sync_folder,
     write_json,
@@ -202,7 +202,7 @@ def _drop_versions(versions: Path, keep: set[str | None], also: list[Path]) -> N
     """The published folders that stopped being current over RETAIN_SECONDS ago, but
     never the current one or the one before (readers that opened them may still be
     reading), and what killed publications left there. A folder dropped is renamed
-    out of the way at once and removed by a process of its own (_remove_detached),
+    out of the way at once and removed by a process of its own (remove_detached),
     with the folders `also` names."""
     retired_before = time.time() - RETAIN_SECONDS
     doomed = list(also)
@@ -225,45 +225,12 @@ def _drop_versions(versions: Path, keep: set[str | None], also: list[Path]) -> N
             except OSError:
                 _remove(path)
     if doomed:
-        _remove_detached(doomed)
-
-
-def _remove_detached(paths: list[Path]) -> None:
-    """Remove these folders in a process detached from this one (its own session, no
-    open file of ours: not the build lock, not the pipes a caller reads our output
-    from), so that the build ends without waiting for the kernel to free a large build's
-    files (the unique files of a 100,000-document build, some 800 MB, took 0.5-1 s).
-    Nothing reads a dropped folder, so the next build need not wait for it either; one
-    killed half-way is removed by a later publication. The remover is a new interpreter
-    (vfork and exec), not a fork: copying a 100,000-document build's process took
-    0.05-0.13 s."""
-    import subprocess
-
-    _removers[:] = [remover for remover in _removers if remover.poll() is None]
-    try:
-        _removers.append(subprocess.Popen(
-            [sys.executable, "-I", "-c", _REMOVER, *map(os.fspath, paths)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            close_fds=True, start_new_session=True))
-    except (OSError, ValueError):  # (no interpreter to start)
-        for path in paths:
-            _remove(path)
-
-
-# Removers started by this process, until a later publication finds them ended (and so
-# reaps them: a long-lived process that publishes keeps no zombie).
-_removers: list = []
-_REMOVER = """
-import os, shutil, sys
-os.nice(10)
-for path in sys.argv[1:]:
-    shutil.rmtree(path, ignore_errors=True)
-"""
+        remove_detached(doomed)
 
 
 def _remove(path: Path) -> None:
     """A file, link or folder (a folder's links are removed, never followed); what is
-    gone already (a detached remover's work, _remove_detached) is no error."""
+    gone already (a detached remover's work, remove_detached) is no error."""
     try:
         if stat.S_ISDIR(os.lstat(path).st_mode):
             shutil.rmtree(path, onerror=_gone_already)
@@ -336,7 +303,7 @@ RETIRE_BYTES = 64 << 20
 
 def _retire(path: Path, folder: Path) -> None:
     """Keep a large file about to be replaced linked in folder, for a remover to free
-    (_remove_detached): replaced, its last link gone, the kernel frees its blocks there
+    (remove_detached): replaced, its last link gone, the kernel frees its blocks there
     and then (0.1 s for the 490 MB of a 100,000-document ledger)."""
     try:
         info = os.lstat(path)
