@@ -246,7 +246,8 @@ def test_the_build_lock_is_reentrant_in_one_process(tmp_path, capsys):
 
 def test_the_hook_reads_the_index_as_git_names_it(tmp_path, cli):
     """Folder names are literal (no pathspec magic), a file name that is not UTF-8 is
-    checked like any other, and a submodule or link entry named *.md is no document."""
+    refused as the build refuses it (CTX811), and a submodule or link entry named *.md
+    is no document."""
     root = make_project(tmp_path)
     write(root, "ctxfst.toml", 'content_dir = ":(exclude)content"\nskills_dir = "skills"\n')
     git(root, "init", "-q")
@@ -261,8 +262,12 @@ def test_the_hook_reads_the_index_as_git_names_it(tmp_path, cli):
     assert git(root, "update-index", "--add", "--cacheinfo",
                f"160000,{sha},content/module.md").returncode == 0
     result = cli("validate", "--staged", "--format", "json", cwd=root)
-    assert result.code == 0, result.out + result.err
-    assert result.json()["summary"]["files"] == 1
+    assert result.code == 1, result.out + result.err
+    assert [(d["code"], d["path"]) for d in result.json()["diagnostics"]] == [
+        ("CTX811", "content/caf\udce9.md")]
+    git(root, "rm", "-q", "--cached", os.fsdecode(b"content/caf\xe9.md"))
+    result = cli("validate", "--staged", "--format", "json", cwd=root)
+    assert result.code == 0 and result.json()["summary"]["files"] == 0, result.out
 
 
 def test_the_hook_takes_the_settings_and_edge_files_from_the_index(tmp_path, cli):

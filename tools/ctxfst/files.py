@@ -120,8 +120,8 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
             if is_dir:
                 if name in SKIP_DIRS or name.startswith("."):
                     continue
-                if problems is not None and not _utf8(name):
-                    result.problems.append(_not_utf8(Path(entry.path), "folder"))
+                if problems is not None and not utf8_name(name):
+                    result.problems.append(not_utf8(Path(entry.path), "folder"))
                     continue
                 if not entry.is_symlink():
                     child = real / name if real is not None else None
@@ -138,8 +138,8 @@ def _walk(directory: Path, suffixes: tuple[str, ...], follow_links: bool,
                     if problems is not None:
                         result.problems.append(_link_out(Path(entry.path)))
                     continue
-                if problems is not None and not _utf8(name):
-                    result.problems.append(_not_utf8(Path(entry.path), "file"))
+                if problems is not None and not utf8_name(name):
+                    result.problems.append(not_utf8(Path(entry.path), "file"))
                     continue
                 result.paths.append(entry.path)
     result.paths.sort(key=path_order)
@@ -226,7 +226,7 @@ def _link_out(path: Path):
                 "never ends; it is not read", display_path(path))
 
 
-def _utf8(name: str) -> bool:
+def utf8_name(name: str) -> bool:
     """Whether a name the file system gave is UTF-8 (else it holds surrogate escapes,
     which no artifact, JSON or Parquet, can carry)."""
     if name.isascii():
@@ -238,7 +238,7 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def _not_utf8(path: Path, kind: str):
+def not_utf8(path: Path, kind: str):
     """CTX811 for a file or folder (kind) whose path is not UTF-8."""
     from .diagnostics import diag
 
@@ -433,8 +433,8 @@ def _remembered(key: tuple, root: Path, search, memory: WalkMemory | None
     for path, linked in matches:
         if path.is_dir() or not path.exists():
             continue  # (a FIFO or device is kept: its reader says it is no regular file)
-        if not _utf8(str(path)):
-            refused.append(_not_utf8(path, "file"))
+        if not utf8_name(str(path)):
+            refused.append(not_utf8(path, "file"))
         elif not linked or inside(root, path):
             found.append(path)
         else:

@@ -21,7 +21,7 @@ from .diagnostics import Diagnostic, Severity, ordered, summarize
 from .document.kb import Input, inputs_for
 from .document.source import Source, load_text
 from .document.tree import WORK_TREE, TreeFiles
-from .files import Walk, display_path, inside, scan_project
+from .files import Walk, display_path, inside, not_utf8, scan_project, utf8_name
 from .kb import KnowledgeBase, load_kb, validate
 from .rule_selection import RuleSelection
 from .silence import apply as apply_selection
@@ -256,12 +256,16 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
     content = str(config.content_dir.resolve().relative_to(top)) \
         if _is_under(config.content_dir.resolve(), top) else None
     entries = []
+    refused: list[Diagnostic] = []  # (names no artifact can hold, as the build refuses)
     for name, (mode, sha) in tree.entries_under(folders):
         # Files only: a gitlink (a submodule, 160000) or a link (120000) named *.md is
         # no document of the commit.
         if mode in (b"100644", b"100755") and (
                 name.endswith(".md") or _staged_edges(name, content, config)):
-            entries.append((sha, name))
+            if utf8_name(name):
+                entries.append((sha, name))
+            else:
+                refused.append(not_utf8(top / name, "file"))
     batch = _git(top, "cat-file", "--batch",
                  data="".join(f"{sha}\n" for sha, _ in entries).encode())
     inputs = []
@@ -278,7 +282,7 @@ def check_staged(cwd: Path | None = None, lint: bool = False,
         absolute = top / name
         inputs.append(Input(Source(display_path(absolute), absolute, blob), explicit=False))
     return _run([_Plan(config.root, inputs, None, config.skills_dir, config.cache_dir,
-                       selection=config.lint, files=tree)],
+                       refused, selection=config.lint, files=tree)],
                 lint, strict_spec, use_cache, select, ignore)
 
 
