@@ -20,10 +20,9 @@ from pathlib import Path
 
 from ..artifacts.io import Spliced, compact_json, write_pieces
 from ..artifacts.layout import MANIFEST_INPUTS
+from ..skills import SKILL_FILE
 from .errors import BuildFailed
 
-EDGE_SUFFIXES = (".edges.json", ".edges.yaml", ".edges.yml")
-SKILL_SUFFIX = "/SKILL.md"
 _FORMAT = 1
 
 # Where the manifest puts them (indented_json's indents): its `inputs`, a member of the
@@ -40,6 +39,8 @@ def write_manifest_inputs(path: Path, inputs: list[Input], settings: Input | Non
     """Keep the manifest's inputs: the knowledge base's (in path order), and the settings
     file's, which the manifest lists among them (then all in order of their paths).
     Returns a digest of the knowledge base's, which changes exactly when one does."""
+    from ..document.edges import is_edge_file  # (pydantic: loaded by validation already)
+
     ordered = inputs if settings is None else sorted([*inputs, settings], key=itemgetter(0))
     member = _INPUT_ITEM + "  "
     records = [f'{{{member}"path": {encode_basestring(relative)},{member}"sha256": '
@@ -61,8 +62,8 @@ def write_manifest_inputs(path: Path, inputs: list[Input], settings: Input | Non
                        (INPUTS_AT + "]").encode("utf-8")]) if records else b"[]"
     members = ("," + _LINEAGE_ITEM).join(map(encode_basestring, paths)).encode("utf-8")
     header = {"format": _FORMAT, "inputs": len(listed), "paths": len(members),
-              "edges": [p for p in paths if p.endswith(EDGE_SUFFIXES)],
-              "skills": [p for p in paths if p.endswith(SKILL_SUFFIX)]}
+              "edges": [p for p in paths if is_edge_file(p)],
+              "skills": [p for p in paths if p.endswith("/" + SKILL_FILE)]}
     write_pieces(path, [compact_json(header) + b"\n", listed, members])
     return stamp.hexdigest()
 
